@@ -1,0 +1,206 @@
+"""The event stream: plain dataclasses that the engine emits and every reader consumes.
+
+One stream feeds the UI, the recorder, the headless benchmark and replay, so there is no
+second code path that computes numbers differently. Events serialize to one JSON object
+per line and back without loss (only ints, floats, strings, bools, None, lists, dicts).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field, fields
+
+QUANT_LEVELS = ("off", "int8", "int4")
+SPEC_MODES = ("off", "lookup", "draft")
+BATCH_SIZES = (1, 2, 4, 8)
+STEP_KINDS = ("prefill", "decode", "reprefill", "verify")
+
+
+def now_ns() -> int:
+    # perf_counter is CLOCK_MONOTONIC on Linux: system-wide, so engine and UI timestamps compare.
+    return time.perf_counter_ns()
+
+
+@dataclass(frozen=True)
+class Levers:
+    cache: bool = True
+    compile: bool = False
+    quant: str = "off"
+    spec: str = "off"
+    batch: int = 1
+
+    def label(self) -> str:
+        parts = ["cache" if self.cache else "no-cache"]
+        if self.compile:
+            parts.append("compile")
+        if self.quant != "off":
+            parts.append(self.quant)
+        if self.spec != "off":
+            parts.append(f"spec:{self.spec}")
+        if self.batch != 1:
+            parts.append(f"b{self.batch}")
+        return " ".join(parts)
+
+    def is_plain(self) -> bool:
+        """Plain greedy output is the reference every other setting is compared with."""
+        return self.quant == "off"
+
+
+@dataclass
+class EngineReady:
+    model: str
+    source: str
+    device: str
+    dtype: str
+    n_params: int
+    weight_bytes: int
+    n_layers: int
+    kv_heads: int
+    head_dim: int
+    kv_bytes_per_elem: int
+    context_len: int
+    load_s: float
+    threads: int
+    quant_impl: dict = field(default_factory=dict)
+    perplexity: float | None = None
+    t_ns: int = field(default_factory=now_ns)
+
+
+@dataclass
+class Phase:
+    """A preparation phase (load, compile, quantize) with its own duration, never mixed into steady-state numbers."""
+
+    name: str
+    detail: str
+    done: bool
+    seconds: float = 0.0
+    t_ns: int = field(default_factory=now_ns)
+
+
+@dataclass
+class RunStarted:
+    run_id: int
+    levers: Levers
+    prompt_tokens: int
+    max_new_tokens: int
+    prompt_text: str
+    preset: str = "custom"
+    t_ns: int = field(default_factory=now_ns)
+
+
+@dataclass
+class Step:
+    run_id: int
+    step: int
+    kind: str
+    token_ids: list
+    text: str
+    n_tokens: int
+    t_ns: int
+    dt_ns: int
+    forward_ns: int
+    kv_bytes: int
+    kv_alloc_bytes: int
+    seq_len: int
+    segment: int = 0
+    proposed: int = 0
+    accepted: int = 0
+
+
+@dataclass
+class LeverChanged:
+    run_id: int | None
+    lever: str
+    value: object
+    levers: Levers
+    segment: int = 0
+    t_ns: int = field(default_factory=now_ns)
+
+
+@dataclass
+class LeverRefused:
+    lever: str
+    value: object
+    reason: str
+    t_ns: int = field(default_factory=now_ns)
+
+
+@dataclass
+class TorchMemory:
+    device: str
+    allocated: int
+    reserved: int
+    peak: int
+    t_ns: int = field(default_factory=now_ns)
+
+
+@dataclass
+class RunFinished:
+    run_id: int
+    n_tokens: int
+    stop_reason: str
+    text: str
+    peak_rss: int
+    baseline_rss: int
+    torch_peak: int | None
+    gpu_baseline: int | None
+    perplexity: float | None
+    first_diff: int | None
+    diff_note: str
+    t_ns: int = field(default_factory=now_ns)
+
+
+@dataclass
+class EngineError:
+    message: str
+    fatal: bool = False
+    t_ns: int = field(default_factory=now_ns)
+
+
+EVENT_TYPES = {
+    cls.__name__: cls
+    for cls in (EngineReady, Phase, RunStarted, Step, LeverChanged, LeverRefused, TorchMemory, RunFinished, EngineError)
+}
+Event = EngineReady | Phase | RunStarted | Step | LeverChanged | LeverRefused | TorchMemory | RunFinished | EngineError
+
+
+def to_json(event: Event) -> str:
+    return json.dumps({"type": type(event).__name__, **asdict(event)}, ensure_ascii=False, separators=(",", ":"))
+
+
+class EventDecodeError(ValueError):
+    pass
+
+
+def from_dict(data: dict) -> Event:
+    try:
+        cls = EVENT_TYPES[data["type"]]
+    except (KeyError, TypeError):
+        raise EventDecodeError(f"not a tokentop event (type {data.get('type') if isinstance(data, dict) else data!r})") from None
+    kwargs = {}
+    names = {f.name for f in fields(cls)}
+    for key, value in data.items():
+        if key == "type":
+            continue
+        if key not in names:
+            raise EventDecodeError(f"{cls.__name__} has no field {key!r}")
+        if key == "levers":
+            if not isinstance(value, dict):
+                raise EventDecodeError("levers must be an object")
+            value = Levers(**value)
+        kwargs[key] = value
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise EventDecodeError(f"{cls.__name__}: {exc}") from None
+
+
+def from_json(line: str) -> Event:
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise EventDecodeError(f"invalid JSON ({exc.msg})") from None
+    if not isinstance(data, dict):
+        raise EventDecodeError("not a JSON object")
+    return from_dict(data)

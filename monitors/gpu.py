@@ -1,0 +1,125 @@
+"""GPU readings through NVML (nvidia-ml-py, imported as pynvml), for every device.
+
+No GPU is a normal case: NVML missing, the driver not loaded, a driver/library mismatch or a
+GPU lost mid-session turn the value into "n/a" with the reason; nothing here raises.
+The NVML module is injectable so tests can stand in for hardware that is absent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class GpuSample:
+    index: int
+    name: str = ""
+    sm_util: float | None = None
+    mem_util: float | None = None
+    mem_used: int | None = None
+    mem_total: int | None = None
+    proc_mem: int | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    reason: str = ""
+
+
+@dataclass
+class GpuReading:
+    available: bool
+    reason: str = ""
+    gpus: list[GpuSample] = field(default_factory=list)
+
+
+def _load_nvml():
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    return pynvml
+
+
+def _err_text(nvml, exc: Exception) -> str:
+    try:
+        return str(nvml.nvmlErrorString(exc.value)) if hasattr(exc, "value") else str(exc)
+    except Exception:  # noqa: BLE001 - NVML's own error path failing must not raise either
+        return str(exc) or type(exc).__name__
+
+
+class NvmlReader:
+    def __init__(self, nvml=None, load=_load_nvml):
+        self.nvml = nvml if nvml is not None else load()
+        self.ok = False
+        self.reason = ""
+        self.count = 0
+        self.lost: dict[int, str] = {}
+        if self.nvml is None:
+            self.reason = "n/a: nvidia-ml-py (pynvml) not installed"
+            return
+        try:
+            self.nvml.nvmlInit()
+            self.count = int(self.nvml.nvmlDeviceGetCount())
+            self.ok = True
+        except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, _DriverNotLoaded, mismatch, ...
+            self.reason = f"n/a: NVML unavailable ({_err_text(self.nvml, exc)})"
+            return
+        if self.count == 0:
+            self.ok = False
+            self.reason = "n/a: no NVIDIA GPU found"
+
+    def _field(self, sample: GpuSample, fn, *args):
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - one unsupported query must not hide the others
+            if not sample.reason:
+                sample.reason = f"{getattr(fn, '__name__', 'query')}: {_err_text(self.nvml, exc)}"
+            return None
+
+    def read(self, pids: set[int] | frozenset[int] = frozenset()) -> GpuReading:
+        if not self.ok:
+            return GpuReading(False, self.reason)
+        nv = self.nvml
+        gpus = []
+        for i in range(self.count):
+            s = GpuSample(i)
+            if i in self.lost:
+                s.reason = self.lost[i]
+                gpus.append(s)
+                continue
+            try:
+                h = nv.nvmlDeviceGetHandleByIndex(i)
+                name = nv.nvmlDeviceGetName(h)
+                s.name = name.decode() if isinstance(name, bytes) else str(name)
+            except Exception as exc:  # noqa: BLE001 - GPU is lost or fell off the bus
+                text = _err_text(nv, exc)
+                if "lost" in text.lower() or type(exc).__name__.endswith("GpuIsLost"):
+                    self.lost[i] = f"n/a: GPU {i} lost ({text})"
+                s.reason = f"n/a: GPU {i} ({text})"
+                gpus.append(s)
+                continue
+            util = self._field(s, nv.nvmlDeviceGetUtilizationRates, h)
+            if util is not None:
+                s.sm_util, s.mem_util = float(util.gpu), float(util.memory)
+            mem = self._field(s, nv.nvmlDeviceGetMemoryInfo, h)
+            if mem is not None:
+                s.mem_used, s.mem_total = int(mem.used), int(mem.total)
+            procs = self._field(s, nv.nvmlDeviceGetComputeRunningProcesses, h)
+            if procs is not None:
+                s.proc_mem = sum(int(p.usedGpuMemory or 0) for p in procs if p.pid in pids)
+            power = self._field(s, nv.nvmlDeviceGetPowerUsage, h)
+            s.power_w = power / 1000.0 if power is not None else None
+            s.temp_c = self._field(s, nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
+            s.sm_clock_mhz = self._field(s, nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
+            s.mem_clock_mhz = self._field(s, nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
+            gpus.append(s)
+        return GpuReading(True, "", gpus)
+
+    def close(self) -> None:
+        if self.ok:
+            try:
+                self.nvml.nvmlShutdown()
+            except Exception:  # noqa: BLE001 - shutting down a broken NVML is best effort
+                pass
+            self.ok = False

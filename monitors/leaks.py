@@ -1,0 +1,81 @@
+"""Leak detector: the trend of the memory baseline (memory after each run ends) across runs.
+
+A leak shows as a rising baseline. We fit a least-squares line over the recent baselines
+(after a few warm-up runs, whose growth is caches filling, not a leak) and call a leak
+"suspected" only when the whole 95 % confidence interval of the slope lies above a floor
+of MIN_MB_PER_RUN: a single allocator step or noise does not move the lower bound that far.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+MB = 1024 * 1024
+# Two-sided 95 % Student-t quantiles for 1..30 degrees of freedom.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t_quantile_975(df: int) -> float:
+    if df < 1:
+        return math.inf
+    if df <= len(_T975):
+        return _T975[df - 1]
+    return 1.96 + 2.4 / df  # within 0.002 of the exact value for df > 30
+
+
+@dataclass
+class LeakVerdict:
+    status: str  # "collecting", "none" or "suspected"
+    mb_per_run: float
+    low: float
+    high: float
+    n: int
+
+    def text(self) -> str:
+        if self.status == "collecting":
+            return f"leak: collecting ({self.n} runs)"
+        sign = "+" if self.mb_per_run >= 0 else ""
+        return f"leak: {self.status} ({sign}{self.mb_per_run:.2f} MB/run, 95% [{self.low:.2f}, {self.high:.2f}], {self.n} runs)"
+
+
+def fit_slope(ys: list[float]) -> tuple[float, float]:
+    """Least-squares slope of ys against 0..n-1 and its standard error."""
+    n = len(ys)
+    xm = (n - 1) / 2
+    ym = sum(ys) / n
+    sxx = sum((i - xm) ** 2 for i in range(n))
+    slope = sum((i - xm) * (y - ym) for i, y in enumerate(ys)) / sxx
+    intercept = ym - slope * xm
+    resid = sum((y - (intercept + slope * i)) ** 2 for i, y in enumerate(ys))
+    se = math.sqrt(resid / (n - 2) / sxx) if n > 2 else math.inf
+    return slope, se
+
+
+class LeakDetector:
+    MIN_MB_PER_RUN = 0.25
+
+    def __init__(self, warmup: int = 3, window: int = 50, min_runs: int = 8, min_mb_per_run: float = MIN_MB_PER_RUN):
+        self.warmup = warmup
+        self.min_runs = min_runs
+        self.min_mb_per_run = min_mb_per_run
+        self.seen = 0
+        self.baselines: deque[float] = deque(maxlen=window)
+
+    def add(self, baseline_bytes: int) -> LeakVerdict:
+        self.seen += 1
+        if self.seen > self.warmup:
+            self.baselines.append(baseline_bytes / MB)
+        return self.verdict()
+
+    def verdict(self) -> LeakVerdict:
+        ys = list(self.baselines)
+        if len(ys) < self.min_runs:
+            return LeakVerdict("collecting", math.nan, math.nan, math.nan, self.seen)
+        slope, se = fit_slope(ys)
+        half = t_quantile_975(len(ys) - 2) * se
+        low, high = slope - half, slope + half
+        status = "suspected" if low > self.min_mb_per_run else "none"
+        return LeakVerdict(status, slope, low, high, self.seen)

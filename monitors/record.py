@@ -1,0 +1,76 @@
+"""Recording: every event of a session as JSON lines, and reading it back.
+
+The file is flushed after every finished run (and on errors and lever changes), so a crash
+loses at most the run in flight. A truncated or corrupt file is read up to the bad line, and
+the error names that line.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from monitors.events import EngineError, Event, EventDecodeError, LeverChanged, RunFinished, from_json, to_json
+
+_FLUSH_ON = (RunFinished, EngineError, LeverChanged)
+
+
+class RecordError(OSError):
+    pass
+
+
+class Recorder:
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the session
+        except OSError as exc:
+            raise RecordError(f"cannot write the recording {self.path}: {exc.strerror or exc}") from None
+
+    def write(self, event: Event) -> None:
+        if self._f.closed:
+            return
+        self._f.write(to_json(event) + "\n")
+        if isinstance(event, _FLUSH_ON):
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._f.closed:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self.flush()
+            self._f.close()
+
+
+@dataclass
+class Recording:
+    events: list[Event]
+    error: str | None = None
+
+
+def read_recording(path: str | os.PathLike) -> Recording:
+    """All events up to the first bad line; `error` says which line and why."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        return Recording([], f"cannot read {p}: {exc.strerror or exc}")
+    events: list[Event] = []
+    for n, line in enumerate(raw.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            events.append(from_json(line.decode("utf-8")))
+        except UnicodeDecodeError:
+            return Recording(events, f"{p}: line {n} is not UTF-8 text; {len(events)} events before it were read")
+        except EventDecodeError as exc:
+            what = "truncated or corrupt" if not events or n > 1 else "not a tokentop recording"
+            return Recording(events, f"{p}: line {n} is {what}: {exc}; {len(events)} events before it were read")
+    if not events:
+        return Recording([], f"{p} holds no tokentop events")
+    return Recording(events)

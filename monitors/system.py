@@ -1,0 +1,65 @@
+"""psutil readings: one process (RSS, CPU %, threads) and the whole system."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psutil
+
+
+@dataclass
+class ProcessSample:
+    pid: int
+    rss: int | None
+    cpu_percent: float | None
+    threads: int | None
+    reason: str = ""
+
+
+@dataclass
+class SystemSample:
+    mem_used: int
+    mem_available: int
+    mem_total: int
+    swap_used: int
+    cpu_percent: float
+    per_core: list[float]
+
+
+class ProcessWatcher:
+    """Keeps one psutil.Process so that cpu_percent measures the interval since the last call."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        try:
+            self._proc: psutil.Process | None = psutil.Process(pid)
+            self._proc.cpu_percent(None)
+        except psutil.Error as exc:
+            self._proc = None
+            self._reason = f"process {pid}: {type(exc).__name__}"
+
+    def sample(self) -> ProcessSample:
+        if self._proc is None:
+            return ProcessSample(self.pid, None, None, None, self._reason)
+        try:
+            with self._proc.oneshot():
+                return ProcessSample(self.pid, self._proc.memory_info().rss, self._proc.cpu_percent(None), self._proc.num_threads())
+        except psutil.Error as exc:
+            return ProcessSample(self.pid, None, None, None, f"process {self.pid} gone ({type(exc).__name__})")
+
+
+class SystemWatcher:
+    def __init__(self) -> None:
+        psutil.cpu_percent(None, percpu=True)
+
+    def sample(self) -> SystemSample:
+        vm = psutil.virtual_memory()
+        per_core = psutil.cpu_percent(None, percpu=True)
+        return SystemSample(
+            vm.total - vm.available, vm.available, vm.total, psutil.swap_memory().used,
+            sum(per_core) / len(per_core) if per_core else 0.0, per_core,
+        )
+
+
+def rss_bytes(pid: int | None = None) -> int:
+    return psutil.Process(pid).memory_info().rss

@@ -1,0 +1,191 @@
+"""Token-timing statistics computed from the engine's events.
+
+Definitions (the same for the TUI, the benchmark and replay, since all use this module):
+- TTFT: from RunStarted (prompt tokenized, before the prefill pass) to the end of the prefill step.
+- ITL: per generated token, for decode and speculative-verify steps. A step that yields k tokens
+  contributes k intervals of dt/k, so mean ITL × decode tokens = decode time.
+  Re-prefill steps (after a lever change) are excluded from ITL and reported as their own time.
+- decode tok/s: batch × decode tokens ÷ decode time (throughput over all sequences).
+- end-to-end tok/s: batch × all new tokens ÷ end-to-end time.
+- prefill tok/s: batch × prompt tokens ÷ TTFT.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from monitors.events import Levers, RunFinished, RunStarted, Step
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default method)."""
+    if not values:
+        return math.nan
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def std(values: list[float]) -> float:
+    """Population standard deviation (numpy's default ddof=0)."""
+    if not values:
+        return math.nan
+    m = mean(values)
+    return math.sqrt(sum((x - m) ** 2 for x in values) / len(values))
+
+
+@dataclass
+class Summary:
+    mean: float
+    std: float
+    min: float
+    max: float
+    p50: float
+    p90: float
+    p95: float
+    p99: float
+    n: int
+
+    @classmethod
+    def of(cls, values: list[float]) -> Summary:
+        if not values:
+            nan = math.nan
+            return cls(nan, nan, nan, nan, nan, nan, nan, nan, 0)
+        return cls(
+            mean(values), std(values), min(values), max(values),
+            percentile(values, 50), percentile(values, 90), percentile(values, 95), percentile(values, 99), len(values),
+        )
+
+
+@dataclass
+class TimingStats:
+    """Statistics of one run, or of one lever segment within a run."""
+
+    levers: Levers
+    batch: int
+    prompt_tokens: int
+    n_tokens: int = 0
+    ttft_s: float = math.nan
+    itl_s: list[float] = field(default_factory=list)
+    decode_s: float = 0.0
+    decode_tokens: int = 0
+    reprefill_s: float = 0.0
+    e2e_s: float = math.nan
+    proposed: int = 0
+    accepted: int = 0
+    verify_steps: int = 0
+    verify_tokens: int = 0
+    overhead_ns: int = 0
+    overhead_steps: int = 0
+    kv_bytes: int = 0
+    kv_alloc_bytes: int = 0
+
+    @property
+    def itl(self) -> Summary:
+        return Summary.of(self.itl_s)
+
+    @property
+    def decode_tps(self) -> float:
+        return self.batch * self.decode_tokens / self.decode_s if self.decode_s > 0 else math.nan
+
+    @property
+    def e2e_tps(self) -> float:
+        return self.batch * self.n_tokens / self.e2e_s if self.e2e_s and self.e2e_s > 0 else math.nan
+
+    @property
+    def prefill_tps(self) -> float:
+        return self.batch * self.prompt_tokens / self.ttft_s if self.ttft_s and self.ttft_s > 0 else math.nan
+
+    @property
+    def accept_rate(self) -> float:
+        return self.accepted / self.proposed if self.proposed else math.nan
+
+    @property
+    def mean_accepted_len(self) -> float:
+        """Tokens gained per verify step (accepted proposals + the one the target adds)."""
+        return self.verify_tokens / self.verify_steps if self.verify_steps else math.nan
+
+    @property
+    def overhead_ms_per_step(self) -> float:
+        """Host time per step spent outside the model's forward: sampling, cache bookkeeping, events."""
+        return self.overhead_ns / self.overhead_steps / 1e6 if self.overhead_steps else math.nan
+
+    def add_step(self, step: Step) -> None:
+        dt = step.dt_ns / 1e9
+        self.n_tokens += step.n_tokens
+        self.kv_bytes = step.kv_bytes
+        self.kv_alloc_bytes = step.kv_alloc_bytes
+        if step.kind == "reprefill":
+            self.reprefill_s += dt
+            return
+        if step.kind == "prefill":
+            return
+        self.decode_s += dt
+        self.decode_tokens += step.n_tokens
+        self.overhead_ns += max(0, step.dt_ns - step.forward_ns)
+        self.overhead_steps += 1
+        if step.n_tokens:
+            self.itl_s.extend([dt / step.n_tokens] * step.n_tokens)
+        if step.kind == "verify":
+            self.proposed += step.proposed
+            self.accepted += step.accepted
+            self.verify_steps += 1
+            self.verify_tokens += step.n_tokens
+
+
+@dataclass
+class RunRecord:
+    started: RunStarted
+    total: TimingStats
+    segments: list[TimingStats]
+    finished: RunFinished | None = None
+    last_t_ns: int = 0
+
+
+class RunTimer:
+    """Folds the event stream into per-run and per-segment statistics."""
+
+    def __init__(self) -> None:
+        self.runs: dict[int, RunRecord] = {}
+
+    def started(self, ev: RunStarted) -> RunRecord:
+        total = TimingStats(ev.levers, ev.levers.batch, ev.prompt_tokens)
+        rec = RunRecord(ev, total, [TimingStats(ev.levers, ev.levers.batch, ev.prompt_tokens)], last_t_ns=ev.t_ns)
+        self.runs[ev.run_id] = rec
+        return rec
+
+    def step(self, ev: Step) -> None:
+        rec = self.runs.get(ev.run_id)
+        if rec is None:
+            return
+        t0 = rec.started.t_ns
+        if ev.kind == "prefill":
+            rec.total.ttft_s = rec.segments[0].ttft_s = (ev.t_ns - t0) / 1e9
+        while len(rec.segments) <= ev.segment:
+            rec.segments.append(TimingStats(rec.started.levers, rec.started.levers.batch, rec.started.prompt_tokens))
+        rec.total.add_step(ev)
+        rec.segments[ev.segment].add_step(ev)
+        rec.total.e2e_s = (ev.t_ns - t0) / 1e9
+        rec.last_t_ns = ev.t_ns
+
+    def lever_changed(self, run_id: int | None, segment: int, levers: Levers) -> None:
+        rec = self.runs.get(run_id) if run_id is not None else None
+        if rec is None:
+            return
+        while len(rec.segments) <= segment:
+            rec.segments.append(TimingStats(levers, levers.batch, rec.started.prompt_tokens))
+        rec.segments[segment].levers = levers
+        rec.segments[segment].batch = levers.batch
+
+    def finished(self, ev: RunFinished) -> RunRecord | None:
+        rec = self.runs.get(ev.run_id)
+        if rec is not None:
+            rec.finished = ev
+        return rec

