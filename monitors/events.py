@@ -152,6 +152,27 @@ class RunFinished:
 
 
 @dataclass
+class Sampled:
+    """One sampler reading, recorded so that replay draws the same memory and utilization charts."""
+
+    t_ns: int
+    engine_rss: int | None = None
+    engine_cpu: float | None = None
+    app_rss: int | None = None
+    app_cpu: float | None = None
+    sys_cpu: float | None = None
+    sys_mem_used: int | None = None
+    sys_mem_total: int | None = None
+    swap_used: int | None = None
+    gpu_sm: float | None = None
+    gpu_mem_used: int | None = None
+    gpu_mem_total: int | None = None
+    gpu_proc_mem: int | None = None
+    gpu_power_w: float | None = None
+    gpu_reason: str = ""
+
+
+@dataclass
 class EngineError:
     message: str
     fatal: bool = False
@@ -160,9 +181,9 @@ class EngineError:
 
 EVENT_TYPES = {
     cls.__name__: cls
-    for cls in (EngineReady, Phase, RunStarted, Step, LeverChanged, LeverRefused, TorchMemory, RunFinished, EngineError)
+    for cls in (EngineReady, Phase, RunStarted, Step, LeverChanged, LeverRefused, TorchMemory, RunFinished, Sampled, EngineError)
 }
-Event = EngineReady | Phase | RunStarted | Step | LeverChanged | LeverRefused | TorchMemory | RunFinished | EngineError
+Event = EngineReady | Phase | RunStarted | Step | LeverChanged | LeverRefused | TorchMemory | RunFinished | Sampled | EngineError
 
 
 def to_json(event: Event) -> str:

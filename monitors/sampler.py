@@ -11,13 +11,14 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from monitors.events import Sampled, now_ns
 from monitors.gpu import GpuReading, NvmlReader
 from monitors.system import ProcessSample, ProcessWatcher, SystemSample, SystemWatcher
 
 
 @dataclass
 class Sample:
-    t: float
+    t_ns: int
     processes: dict[str, ProcessSample]
     system: SystemSample
     gpu: GpuReading
@@ -54,7 +55,7 @@ class Sampler:
             watchers = dict(self._watchers)
         procs = {role: w.sample() for role, w in watchers.items()}
         pids = {w.pid for w in watchers.values()}
-        s = Sample(time.monotonic(), procs, self._system.sample(), self._gpu.read(pids))
+        s = Sample(now_ns(), procs, self._system.sample(), self._gpu.read(pids))
         s.sample_cost_s = time.perf_counter() - t0
         with self._lock:
             self.samples.append(s)
@@ -91,3 +92,30 @@ class Sampler:
             self._thread.join(timeout=2)
             self._thread = None
         self._gpu.close()
+
+
+def to_event(s: Sample) -> Sampled:
+    """Flatten a sample into the recorded event (GPU figures summed over devices)."""
+    eng, app = s.processes.get("engine"), s.processes.get("app")
+    ev = Sampled(
+        s.t_ns,
+        engine_rss=eng.rss if eng else None, engine_cpu=eng.cpu_percent if eng else None,
+        app_rss=app.rss if app else None, app_cpu=app.cpu_percent if app else None,
+        sys_cpu=s.system.cpu_percent, sys_mem_used=s.system.mem_used, sys_mem_total=s.system.mem_total,
+        swap_used=s.system.swap_used,
+    )
+    gpus = [g for g in s.gpu.gpus if not g.reason or g.mem_used is not None]
+    if not s.gpu.available or not gpus:
+        ev.gpu_reason = s.gpu.reason or next((g.reason for g in s.gpu.gpus if g.reason), "n/a")
+        return ev
+
+    def total(attr):
+        vals = [getattr(g, attr) for g in gpus if getattr(g, attr) is not None]
+        return sum(vals) if vals else None
+
+    sm = [g.sm_util for g in gpus if g.sm_util is not None]
+    ev.gpu_sm = sum(sm) / len(sm) if sm else None
+    ev.gpu_mem_used, ev.gpu_mem_total = total("mem_used"), total("mem_total")
+    ev.gpu_proc_mem, ev.gpu_power_w = total("proc_mem"), total("power_w")
+    ev.gpu_reason = next((g.reason for g in s.gpu.gpus if g.reason), "")
+    return ev

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from monitors.events import Levers, RunFinished, RunStarted, Step
+from monitors.events import Levers, Phase, RunFinished, RunStarted, Step
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -147,6 +147,7 @@ class RunRecord:
     segments: list[TimingStats]
     finished: RunFinished | None = None
     last_t_ns: int = 0
+    paused_s: float = 0.0  # compile or pause inside the run: its own phase, not end-to-end time
 
 
 class RunTimer:
@@ -172,8 +173,16 @@ class RunTimer:
             rec.segments.append(TimingStats(rec.started.levers, rec.started.levers.batch, rec.started.prompt_tokens))
         rec.total.add_step(ev)
         rec.segments[ev.segment].add_step(ev)
-        rec.total.e2e_s = (ev.t_ns - t0) / 1e9
+        rec.total.e2e_s = (ev.t_ns - t0) / 1e9 - rec.paused_s
         rec.last_t_ns = ev.t_ns
+
+    def phase(self, ev: Phase) -> None:
+        """A finished phase inside an unfinished run (a compile after a lever switch, a pause)."""
+        if not ev.done or not self.runs:
+            return
+        rec = self.runs[next(reversed(self.runs))]
+        if rec.finished is None and ev.t_ns > rec.started.t_ns:
+            rec.paused_s += ev.seconds
 
     def lever_changed(self, run_id: int | None, segment: int, levers: Levers) -> None:
         rec = self.runs.get(run_id) if run_id is not None else None

@@ -268,7 +268,7 @@ class Engine:
     def _forward(self, model, ids: torch.Tensor, cache, pos: int, keep: int = 1, fn=None) -> torch.Tensor:
         n = ids.shape[1]
         position_ids = torch.arange(pos, pos + n, device=ids.device).unsqueeze(0).expand(ids.shape[0], -1)
-        call = fn or model
+        call = fn if fn is not None else model
         out = call(input_ids=ids, past_key_values=cache, position_ids=position_ids, use_cache=cache is not None, logits_to_keep=keep)
         return out.logits
 
@@ -324,30 +324,45 @@ class Engine:
         return DynamicCache(config=model.config)
 
     def _poll(self, poll, run_id: int, state: dict) -> None:
-        """Handle commands at a token boundary: levers apply now, a stop ends the run, the rest waits."""
-        for cmd in poll():
+        """Handle commands at a token boundary: levers apply now, stop ends the run, pause waits here."""
+        paused_at = None
+        cmds = list(poll())
+        while cmds or paused_at is not None:
+            if not cmds:
+                time.sleep(0.02)
+                cmds = list(poll())
+                continue
+            cmd = cmds.pop(0)
             kind = cmd[0]
             if kind == "lever":
-                before = self.levers
-                if self.set_lever(cmd[1], cmd[2], run_id, state["segment"] + 1):
-                    state["segment"] += 1
-                    after = self.levers
-                    rebuild = (
-                        (after.cache and not before.cache)
-                        or after.compile != before.compile
-                        or after.quant != before.quant
-                        or after.batch != before.batch
-                    )
-                    state["reprefill"] = state["reprefill"] or rebuild
-                    if not after.cache:
-                        state["cache"] = None
-            elif kind == "stop":
+                self._lever_in_run(cmd[1], cmd[2], run_id, state)
+            elif kind == "pause" and paused_at is None:
+                paused_at = time.perf_counter()
+                self.emit(Phase("pause", "paused", False))
+            elif kind == "resume" and paused_at is not None:
+                self.emit(Phase("pause", "resumed", True, time.perf_counter() - paused_at))
+                paused_at = None
+            elif kind in ("stop", "shutdown"):
+                if kind == "shutdown":
+                    self.pending.append(cmd)
+                self.pending.extend(c for c in cmds if c[0] not in ("pause", "resume", "stop"))
+                if paused_at is not None:
+                    self.emit(Phase("pause", "stopped while paused", True, time.perf_counter() - paused_at))
                 raise _Stop
-            elif kind == "shutdown":
+            elif kind not in ("pause", "resume"):
                 self.pending.append(cmd)
-                raise _Stop
-            else:
-                self.pending.append(cmd)
+
+    def _lever_in_run(self, name: str, value, run_id: int, state: dict) -> None:
+        before = self.levers
+        if not self.set_lever(name, value, run_id, state["segment"] + 1):
+            return
+        state["segment"] += 1
+        after = self.levers
+        # Weights, cache layout or batch changed: the cache must be rebuilt from the whole text.
+        rebuild = (after.cache and not before.cache) or after.compile != before.compile or after.quant != before.quant or after.batch != before.batch
+        state["reprefill"] = state["reprefill"] or rebuild
+        if not after.cache:
+            state["cache"] = None
 
     @torch.inference_mode()
     def run(self, req: RunRequest, poll=lambda: ()) -> RunFinished | None:

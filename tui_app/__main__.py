@@ -1,0 +1,3 @@
+from tui_app.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,391 @@
+"""TokentopApp: layout, key bindings → actions, events → widgets.
+
+The app is a view. It drains the engine's event queue once per frame (never per token), feeds
+the events to the Session, and redraws only the panes whose data changed, at --fps at most.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from dataclasses import asdict, replace
+
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Container, Horizontal, Vertical
+from textual.widgets import Footer, Static
+
+from monitors.events import (
+    BATCH_SIZES,
+    QUANT_LEVELS,
+    SPEC_MODES,
+    EngineError,
+    EngineReady,
+    LeverChanged,
+    LeverRefused,
+    Phase,
+    RunFinished,
+    RunStarted,
+    Sampled,
+    Step,
+)
+from tui_app.screens.help import HelpScreen
+from tui_app.screens.prompt import PromptScreen
+from tui_app.session import Session, short_value
+from tui_app.widgets.kv_chart import KVChart
+from tui_app.widgets.latency_chart import LatencyChart
+from tui_app.widgets.memory_chart import MemoryChart
+from tui_app.widgets.runs_table import RunsTable
+from tui_app.widgets.status_bar import StatusBar
+from tui_app.widgets.token_stream import TokenStream
+from tui_app.widgets.util_chart import UtilChart
+
+CHARTS = ("latency", "kv", "memory", "util")
+NARROW_W, NARROW_H = 120, 34
+TINY_W, TINY_H = 60, 16
+
+
+def _cycle(values, current):
+    values = list(values)
+    return values[(values.index(current) + 1) % len(values)] if current in values else values[0]
+
+
+class TokentopApp(App):
+    CSS_PATH = "app.tcss"
+    TITLE = "tokentop"
+    ENABLE_COMMAND_PALETTE = True
+    BINDINGS = [
+        Binding("k", "lever('cache')", "KV cache"),
+        Binding("c", "lever('compile')", "compile"),
+        Binding("w", "lever('quant')", "quant"),
+        Binding("s", "lever('spec')", "spec"),
+        Binding("b", "lever('batch')", "batch"),
+        Binding("l", "preset", "prompt len"),
+        Binding("n", "new_prompt", "new prompt"),
+        Binding("r", "rerun", "rerun"),
+        Binding("space", "pause", "pause"),
+        Binding("a", "auto", "auto"),
+        Binding("v", "next_view", "view", show=False),
+        Binding("e", "export", "export"),
+        Binding("ctrl+s", "screenshot", "screenshot", show=False),
+        Binding("R", "restart", "restart engine", show=False),
+        Binding("question_mark", "help", "help"),
+        Binding("q", "quit", "quit"),
+        Binding("ctrl+q", "quit", "quit", show=False, priority=True),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
+    ]
+
+    def __init__(self, source, request=None, *, recorder=None, sampler=None, fps: float = 8.0, auto: bool = False,
+                 prompt_file: str | None = None, out_dir: str | None = None):
+        super().__init__()
+        self.source = source
+        self.request = request
+        self.sampler = sampler
+        self.fps = max(1.0, min(fps or 8.0, 60.0))
+        self.auto = auto
+        self.prompt_file = prompt_file
+        self.out_dir = out_dir or os.getcwd()
+        self.session = Session(recorder=recorder)
+        self.running = False
+        self.paused = False
+        self.view = 0
+        self.state = "starting engine…"
+        self._last_sample_t = 0
+        self._table_t = 0.0
+        self._wanted: dict[str, object] = {}
+        self._mode = ""
+
+    # ------------------------------------------------------------ layout
+    def compose(self) -> ComposeResult:
+        yield StatusBar(id="status")
+        with Horizontal(id="main"):
+            with Vertical(id="left"):
+                yield TokenStream(id="tokens")
+                yield RunsTable(self.session, id="runs")
+            with Container(id="charts"):
+                yield LatencyChart(self.session, id="latency")
+                yield KVChart(self.session, id="kv")
+                yield MemoryChart(self.session, id="memory")
+                yield UtilChart(self.session, id="util")
+        yield Static("terminal too small for the charts: enlarge it (60×16 or more)", id="tiny-note")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.source.start()
+        if self.sampler is not None:
+            self.sampler.watch("engine", self.source.pid)
+            self.sampler.start()
+        self.set_interval(1.0 / self.fps, self.tick)
+        self._apply_size()
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            try:
+                import asyncio
+
+                asyncio.get_running_loop().add_signal_handler(sig, self.exit)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
+
+    def on_resize(self) -> None:
+        self._apply_size()
+
+    def _apply_size(self) -> None:
+        w, h = self.size
+        mode = "tiny" if (w < TINY_W or h < TINY_H) else "narrow" if (w < NARROW_W or h < NARROW_H) else "wide"
+        if mode == self._mode:
+            return
+        self._mode = mode
+        screen = self.screen
+        screen.set_class(mode == "tiny", "-tiny")
+        screen.set_class(mode != "wide", "-narrow")
+        self._show_view()
+
+    def _show_view(self) -> None:
+        single = self._mode != "wide"
+        for i, name in enumerate(CHARTS):
+            chart = self.query_one(f"#{name}")
+            chart.display = (not single) or i == self.view
+            chart.dirty = True
+
+    # ------------------------------------------------------------ the frame
+    def tick(self) -> None:
+        events = self.source.drain()
+        if self.sampler is not None:
+            from monitors.sampler import to_event
+
+            latest = self.sampler.latest()
+            if latest is not None and latest.t_ns != self._last_sample_t:
+                self._last_sample_t = latest.t_ns
+                events.append(to_event(latest))
+        for ev in events:
+            self.session.feed(ev)
+            self._on_event(ev)
+        death = self.source.death()
+        if death:
+            self._engine_died(death)
+        now = time.monotonic()
+        if self.running and now - self._table_t > 1.0:
+            self._table_t = now
+            self._mark("runs")
+        for widget in self.query("#charts > *, #tokens, #runs"):
+            widget.redraw()
+        self.query_one(StatusBar).show(self.session, self.state, self.request.preset if self.request else "replay", self.auto)
+        if not self.source.live and self.source.done and self.state != "replay finished":
+            self.state = "replay finished"
+
+    def _mark(self, *names: str) -> None:
+        for name in names:
+            self.query_one(f"#{name}").dirty = True
+
+    def _on_event(self, ev) -> None:
+        tokens = self.query_one(TokenStream)
+        if isinstance(ev, Step):
+            tokens.add_text(ev.text)
+            self._mark("latency", "kv")
+        elif isinstance(ev, Sampled):
+            self._mark("memory", "util")
+        elif isinstance(ev, RunStarted):
+            self.running = True
+            self.state = f"run {ev.run_id}: generating"
+            tokens.add_prompt(ev.run_id, ev.prompt_text, ev.levers.label())
+            self._mark("runs", "latency", "kv")
+        elif isinstance(ev, RunFinished):
+            self.running = False
+            self.state = f"run {ev.run_id} done ({ev.stop_reason})" + (" · auto" if self.auto else "")
+            self.session.trim()
+            self._mark("runs", "memory")
+            if self.auto and not self.paused and self.source.live:
+                self.set_timer(0.3, self._auto_next)
+        elif isinstance(ev, LeverChanged):
+            self._wanted.pop(ev.lever, None)
+            if ev.run_id is not None:
+                tokens.add_mark(f"{ev.lever}→{short_value(ev.value)}")
+            self._mark("runs", "latency")
+        elif isinstance(ev, LeverRefused):
+            self._wanted.pop(ev.lever, None)
+            self.notify(ev.reason, title=f"{ev.lever} refused", severity="warning")
+        elif isinstance(ev, Phase):
+            self.state = f"{ev.name}: {ev.detail}" + (f" ({ev.seconds:.1f} s)" if ev.done else "…")
+            if ev.name == "pause":
+                self.state = "paused" if not ev.done else "generating"
+        elif isinstance(ev, EngineReady):
+            self.state = f"{ev.model} on {ev.device} ({ev.dtype}) ready in {ev.load_s:.1f} s"
+            self.sub_title = f"{ev.model} · {ev.device} · {ev.dtype}"
+            if self.source.live and self.request is not None:
+                self.start_run()
+        elif isinstance(ev, EngineError):
+            if not self.session.current or self.session.current.finished is not None:
+                self.running = False
+            tokens.add_mark(ev.message.splitlines()[0], error=True)
+            self.notify(ev.message.splitlines()[0], title="engine", severity="error", timeout=8)
+            if ev.fatal:
+                self.state = "engine failed — fix the cause and press R to restart, or q to quit"
+
+    def _engine_died(self, message: str) -> None:
+        self.running = False
+        self.session.engine_died(message)
+        self.state = f"{message} — press R to restart; finished runs are kept"
+        self.query_one(TokenStream).add_mark(message, error=True)
+        self.notify(f"{message}. Press R to restart the engine.", title="engine", severity="error", timeout=15)
+        self._mark("runs")
+
+    def _auto_next(self) -> None:
+        if self.auto and not self.running and not self.paused:
+            self.start_run()
+
+    def start_run(self) -> None:
+        if self.request is None or not self.source.live:
+            return
+        if self.running:
+            self.source.send("stop")
+        self.source.send("run", self.request)
+        self.running = True
+
+    # ------------------------------------------------------------ actions
+    def _refuse(self, lever: str, reason: str) -> None:
+        self.notify(reason, title=f"{lever} refused", severity="warning")
+
+    def action_lever(self, name: str) -> None:
+        if not self.source.live:
+            self._refuse(name, "replay shows recorded levers; they cannot be switched")
+            return
+        current = self._wanted.get(name, getattr(self.session.levers, name))
+        value = {
+            "cache": lambda v: not v,
+            "compile": lambda v: not v,
+            "quant": lambda v: _cycle(QUANT_LEVELS, v),
+            "spec": lambda v: _cycle(SPEC_MODES, v),
+            "batch": lambda v: _cycle(BATCH_SIZES, v),
+        }[name](current)
+        self._wanted[name] = value
+        self.source.send("lever", name, value)
+
+    def action_preset(self) -> None:
+        if self.request is None:
+            return
+        presets = ["short", "long"] + (["file"] if self.prompt_file else [])
+        self.request = replace(self.request, prompt=None, preset=_cycle(presets, self.request.preset))
+        self.start_run()
+
+    def action_new_prompt(self) -> None:
+        if self.request is None:
+            return
+
+        def done(text: str | None) -> None:
+            if text:
+                self.request = replace(self.request, prompt=text, preset="custom")
+                self.start_run()
+
+        self.push_screen(PromptScreen(), done)
+
+    def action_rerun(self) -> None:
+        self.start_run()
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        if self.source.live:
+            self.source.send("pause" if self.paused else "resume")
+        else:
+            if getattr(self.source, "step_mode", False):
+                self.source.advance()
+                self.paused = False
+                return
+            self.source.pause(self.paused)
+        self.state = "paused" if self.paused else ("generating" if self.running else "idle")
+
+    def action_auto(self) -> None:
+        self.auto = not self.auto
+        self.notify(f"auto-repeat {'on' if self.auto else 'off'}")
+        if self.auto and not self.running:
+            self.start_run()
+
+    def action_next_view(self) -> None:
+        self.view = (self.view + 1) % len(CHARTS)
+        self._show_view()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_restart(self) -> None:
+        if not self.source.live:
+            return
+        self.state = "restarting engine…"
+        self.source.restart(self.session.levers)
+        self.session.fatal = None
+        if self.sampler is not None:
+            self.sampler.watch("engine", self.source.pid)
+
+    def action_export(self) -> None:
+        path = os.path.join(self.out_dir, time.strftime("tokentop-session-%Y%m%d-%H%M%S.json"))
+        try:
+            export_session(self.session, path)
+        except OSError as exc:
+            self.notify(f"cannot write {path}: {exc.strerror or exc}", severity="error")
+            return
+        self.notify(f"session exported to {path}")
+
+    def action_screenshot(self) -> None:
+        try:
+            path = self.save_screenshot(path=self.out_dir)
+        except OSError as exc:
+            self.notify(f"cannot write the screenshot: {exc.strerror or exc}", severity="error")
+            return
+        self.notify(f"screenshot saved to {path}")
+
+    def get_system_commands(self, screen):
+        yield from super().get_system_commands(screen)
+        for b in self.BINDINGS:
+            if b.description and b.action not in ("quit",):
+                yield SystemCommand(f"{b.description} ({b.key})", f"tokentop: {b.description}", lambda a=b.action: self.run_action(a))
+
+    async def action_quit(self) -> None:
+        self.exit()
+
+    def on_unmount(self) -> None:
+        if self.sampler is not None:
+            self.sampler.stop()
+        self.source.close()
+        if self.session.recorder is not None:
+            self.session.recorder.close()
+
+
+def export_session(session: Session, path: str) -> None:
+    rows = []
+    for row in session.rows():
+        s = row.stats
+        itl = s.itl
+        rows.append({
+            "run": row.label, "levers": asdict(s.levers), "prompt_tokens": s.prompt_tokens, "new_tokens": s.n_tokens,
+            "ttft_s": s.ttft_s, "itl_mean_s": itl.mean, "itl_p50_s": itl.p50, "itl_p95_s": itl.p95, "itl_p99_s": itl.p99,
+            "decode_tok_s": s.decode_tps, "e2e_s": s.e2e_s, "kv_bytes": s.kv_bytes, "accept_rate": s.accept_rate,
+            "peak_rss": row.finished.peak_rss if row.finished else None,
+            "perplexity": row.finished.perplexity if row.finished else None,
+            "output": row.finished.diff_note if row.finished else row.note,
+        })
+    data = {
+        "engine": asdict(session.ready) if session.ready else None,
+        "leak": asdict(session.verdict) if session.verdict else None,
+        "runs": rows,
+    }
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, default=str, allow_nan=True)
+
+
+def make_app(args) -> TokentopApp:
+    """The one factory for the entry point, `serve` and the tests."""
+    from monitors.record import Recorder
+    from monitors.sampler import Sampler
+    from tui_app.cli import default_record_path, engine_config, run_request
+    from tui_app.sources import LiveSource
+
+    request = run_request(args)
+    recorder = None if args.no_record else Recorder(args.record or default_record_path())
+    from tui_app.engine.models import cache_root
+
+    log_dir = cache_root()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    return TokentopApp(
+        LiveSource(engine_config(args), str(log_dir / "engine.log")), request, recorder=recorder, sampler=Sampler(hz=args.hz or 4.0),
+        fps=args.fps, auto=args.auto, prompt_file=args.prompt_file,
+    )

@@ -1,0 +1,207 @@
+"""Command line: `tokentop` (the TUI), `run --no-tui`, `bench`, `replay`, `leakcheck`, `serve`.
+
+Command-line misuse exits 2 with one line that says what is wrong and what to do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES, Levers
+from tui_app.engine.prompts import PRESETS
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    pass
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
+def _nonneg_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {v}")
+    return v
+
+
+def _engine_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model")
+    g.add_argument("--model", default="default", help="'default' (bundled SmolLM2-135M-Instruct), a Hugging Face id in the local cache, a folder or a .gguf file")
+    g.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
+    g.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
+    g.add_argument("--draft-model", default=None, help="draft model for speculative decoding (default: the target's own first layers)")
+    g.add_argument("--draft-layers", type=_positive_int, default=4, help="layers of the self-draft (default 4)")
+    g.add_argument("--threads", type=int, default=0, help="torch threads on CPU (default: cores - 1, leaving one for the UI)")
+    g = p.add_argument_group("generation")
+    g.add_argument("--prompt", default=None, help="prompt text (default: the preset)")
+    g.add_argument("--prompt-file", default=None, help="read the prompt from a file")
+    g.add_argument("--preset", default=None, choices=PRESETS, help="prompt-length preset: short, long or file")
+    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens")
+    g.add_argument("--truncate", choices=["none", "left"], default="none", help="left: drop the start of a prompt too long for the context")
+    g.add_argument("--no-chat", action="store_true", help="do not wrap the prompt in the model's chat template")
+    g.add_argument("--temperature", type=_nonneg_float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-p", type=_nonneg_float, default=1.0)
+    g.add_argument("--seed", type=int, default=0)
+    g = p.add_argument_group("levers (initial state; keys switch them live)")
+    g.add_argument("--no-cache", action="store_true", help="start with the KV cache off")
+    g.add_argument("--compile", action="store_true", help="start with static cache + torch.compile")
+    g.add_argument("--quant", choices=QUANT_LEVELS, default="off")
+    g.add_argument("--spec", choices=SPEC_MODES, default="off")
+    g.add_argument("--batch", type=int, choices=BATCH_SIZES, default=1)
+    g.add_argument("--debug-leak-mb", type=_nonneg_float, default=0.0, help=argparse.SUPPRESS)
+
+
+def _ui_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--fps", type=_nonneg_float, default=8.0, help="redraws per second (default 8)")
+    p.add_argument("--hz", type=_nonneg_float, default=4.0, help="system/GPU samples per second (default 4)")
+    p.add_argument("--record", default=None, help="record every event to this JSONL file (default: the user data folder)")
+    p.add_argument("--no-record", action="store_true", help="do not record the session")
+    p.add_argument("--auto", action="store_true", help="start in auto-repeat mode")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tokentop", description="Watch an LLM generate, live.")
+    sub = p.add_subparsers(dest="command")
+    run = sub.add_parser("run", help="the TUI (default), or --no-tui for numbers only")
+    _engine_args(run)
+    _ui_args(run)
+    run.add_argument("--no-tui", action="store_true", help="print each run's numbers instead of drawing the TUI")
+    run.add_argument("--runs", type=_positive_int, default=1, help="with --no-tui: how many runs")
+    serve = sub.add_parser("serve", help="serve the TUI to a browser (textual-serve)")
+    _engine_args(serve)
+    _ui_args(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)")
+    serve.add_argument("--port", type=int, default=8000)
+    bench = sub.add_parser("bench", help="sweep levers x prompt lengths x output lengths; tables and files")
+    _engine_args(bench)
+    from tui_app.bench import add_bench_args
+
+    add_bench_args(bench)
+    replay = sub.add_parser("replay", help="the TUI on a recording, no model loaded")
+    replay.add_argument("file")
+    replay.add_argument("--speed", type=float, default=1.0, help="1 = real time, N = N times faster, 0 = as fast as possible")
+    replay.add_argument("--step", action="store_true", help="advance one step per key press (space)")
+    replay.add_argument("--fps", type=_nonneg_float, default=8.0)
+    replay.add_argument("--stats", action="store_true", help="print the per-run statistics instead of drawing the TUI")
+    leak = sub.add_parser("leakcheck", help="repeated runs, the memory baseline trend and a verdict (exit 1 on a suspected leak)")
+    _engine_args(leak)
+    leak.add_argument("--runs", type=_positive_int, default=30)
+    leak.set_defaults(max_new_tokens=16)
+    return p
+
+
+def levers_from(args) -> Levers:
+    return Levers(cache=not args.no_cache, compile=args.compile, quant=args.quant, spec=args.spec, batch=args.batch)
+
+
+def engine_config(args):
+    from tui_app.engine.generation import EngineConfig
+
+    if args.threads < 0:
+        raise UsageError("--threads must be 0 (auto) or more")
+    return EngineConfig(
+        model=args.model, device=args.device, dtype=args.dtype, draft_model=args.draft_model,
+        draft_layers=args.draft_layers, threads=args.threads, temperature=args.temperature, top_p=args.top_p,
+        seed=args.seed, levers=levers_from(args), debug_leak_mb=args.debug_leak_mb,
+    )
+
+
+def run_request(args):
+    from tui_app.engine.generation import RunRequest
+    from tui_app.engine.prompts import read_prompt_file
+
+    preset = args.preset or ("file" if args.prompt_file else "short")
+    if args.prompt is not None and args.prompt_file:
+        raise UsageError("give --prompt or --prompt-file, not both")
+    if preset == "file" and not args.prompt_file:
+        raise UsageError("--preset file needs --prompt-file PATH")
+    if args.prompt_file:
+        try:
+            read_prompt_file(args.prompt_file)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if args.prompt is not None and not args.prompt.strip():
+        raise UsageError("--prompt is empty; give some text, or leave it out for the preset")
+    if args.max_new_tokens <= 0:
+        raise UsageError(f"--max-new-tokens must be at least 1 (got {args.max_new_tokens})")
+    return RunRequest(
+        prompt=args.prompt, preset=preset, prompt_file=args.prompt_file, max_new_tokens=args.max_new_tokens,
+        ignore_eos=args.ignore_eos, truncate=args.truncate == "left", chat=not args.no_chat,
+    )
+
+
+def default_record_path() -> str:
+    import time
+
+    import platformdirs
+
+    folder = os.environ.get("TOKENTOP_DATA") or platformdirs.user_data_dir("tokentop")
+    return os.path.join(folder, "recordings", time.strftime("session-%Y%m%d-%H%M%S.jsonl"))
+
+
+def _tui(args) -> int:
+    if not (sys.stdin.isatty() and sys.stdout.isatty()) and not os.environ.get("TOKENTOP_FORCE_TUI"):
+        print("tokentop: no terminal here, so no TUI; for the numbers use `tokentop run --no-tui` (or `tokentop bench`)", file=sys.stderr)
+        return EXIT_USAGE
+    from tui_app.app import make_app
+
+    app = make_app(args)
+    app.run()
+    return app.return_code or 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+        argv = ["run", *argv]
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "run":
+            run_request(args)  # validate before any model loads
+            engine_config(args)
+            if args.no_tui:
+                from tui_app.headless import run_headless
+
+                return run_headless(args)
+            return _tui(args)
+        if args.command == "serve":
+            from tui_app.serve import serve
+
+            return serve(args)
+        if args.command == "bench":
+            from tui_app.bench import run_bench
+
+            return run_bench(args)
+        if args.command == "replay":
+            from tui_app.replay import replay_main
+
+            return replay_main(args)
+        if args.command == "leakcheck":
+            from tui_app.headless import leakcheck
+
+            return leakcheck(args)
+    except UsageError as exc:
+        print(f"tokentop: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("tokentop: interrupted", file=sys.stderr)
+        return 130
+    parser.print_help()
+    return EXIT_USAGE

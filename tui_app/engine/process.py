@@ -1,0 +1,166 @@
+"""The process boundary: the engine runs in its own (spawned) process; commands in, events out.
+
+Why a process and not a thread (measured on the 2-core machine, see DESIGN.md): a UI loop in the
+same process slowed generation to 0.55-0.6x through the GIL; in a separate process 0.95-1.0x.
+It also keeps the engine's memory apart from the UI's (so the leak detector sees the engine
+alone), and a crash or an OOM kill of the engine leaves the UI standing to report it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import signal
+import sys
+import traceback
+from dataclasses import dataclass
+
+from monitors.events import EngineError, Event
+from tui_app.engine.generation import EngineConfig, RunRequest
+
+
+@dataclass
+class ExitInfo:
+    exitcode: int | None
+    message: str
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "engine is running"
+    if code == 0:
+        return "engine exited"
+    if code < 0:
+        sig = -code
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"signal {sig}"
+        hint = " (killed: out of memory, or by hand)" if sig == signal.SIGKILL else ""
+        return f"engine process died from {name}{hint}"
+    return f"engine process exited with code {code}"
+
+
+def _engine_main(config: EngineConfig, commands: mp.Queue, events: mp.Queue, log_path: str | None) -> None:
+    # Ctrl-C reaches the whole process group; the UI decides when the engine ends.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if log_path:
+        # Library warnings written to the terminal would draw over the TUI: send them to a log.
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+    from tui_app.engine.generation import Engine
+    from tui_app.engine.models import ModelError
+
+    engine = Engine(config, events.put)
+
+    def poll():
+        out = []
+        while True:
+            try:
+                out.append(commands.get_nowait())
+            except queue.Empty:
+                return out
+
+    try:
+        engine.load()
+    except ModelError as exc:
+        events.put(EngineError(str(exc), fatal=True))
+        return
+    except Exception as exc:  # noqa: BLE001 - anything else is reported, not printed over the UI
+        events.put(EngineError(f"loading failed: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}", fatal=True))
+        return
+    while True:
+        cmd = engine.pending.pop(0) if engine.pending else commands.get()
+        kind = cmd[0]
+        if kind == "shutdown":
+            return
+        if kind == "run":
+            engine.run(cmd[1], poll)
+        elif kind == "lever":
+            engine.set_lever(cmd[1], cmd[2])
+        # "stop" with no run in flight has nothing to stop.
+
+
+class EngineProcess:
+    """Owns the engine's process and its two queues."""
+
+    def __init__(self, config: EngineConfig, log_path: str | None = None):
+        # Under Textual sys.stderr is a capture without a real file descriptor, which
+        # multiprocessing's resource tracker (started with the first queue) needs.
+        saved = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+        try:
+            ctx = mp.get_context("spawn")  # fork would copy the UI's threads and torch state
+            self.commands: mp.Queue = ctx.Queue()
+            self.events: mp.Queue = ctx.Queue()
+            self.proc = ctx.Process(target=_engine_main, args=(config, self.commands, self.events, log_path), name="tokentop-engine", daemon=True)
+        finally:
+            sys.stdout, sys.stderr = saved
+        self.config = config
+
+    def start(self) -> EngineProcess:
+        saved = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+        try:
+            self.proc.start()
+        finally:
+            sys.stdout, sys.stderr = saved
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
+    def exit_info(self) -> ExitInfo:
+        return ExitInfo(self.proc.exitcode, describe_exit(self.proc.exitcode))
+
+    def send(self, *cmd) -> None:
+        self.commands.put(cmd)
+
+    def run(self, request: RunRequest) -> None:
+        self.send("run", request)
+
+    def lever(self, name: str, value) -> None:
+        self.send("lever", name, value)
+
+    def stop_run(self) -> None:
+        self.send("stop")
+
+    def drain(self, limit: int = 10_000) -> list[Event]:
+        """Every event waiting now, without blocking (the UI calls this once per frame)."""
+        out: list[Event] = []
+        while len(out) < limit:
+            try:
+                out.append(self.events.get_nowait())
+            except queue.Empty:
+                break
+            except (EOFError, OSError, ValueError):  # queue torn down with a dead engine
+                break
+        return out
+
+    def get(self, timeout: float | None = None) -> Event | None:
+        try:
+            return self.events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def shutdown(self, timeout: float = 3.0) -> None:
+        if self.proc.is_alive():
+            try:
+                self.send("stop")
+                self.send("shutdown")
+            except (OSError, ValueError):
+                pass
+            self.proc.join(timeout)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(1.0)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(1.0)
+        for q in (self.commands, self.events):
+            q.cancel_join_thread()
+            q.close()

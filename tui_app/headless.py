@@ -1,0 +1,119 @@
+"""The numbers without a TUI: `tokentop run --no-tui` and `tokentop leakcheck`.
+
+The engine runs in this process here: there is no UI to compete with it for the GIL.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from monitors.events import EngineError, RunFinished
+from monitors.record import RecordError, Recorder
+from tui_app import fmt
+from tui_app.charts import text_plot
+from tui_app.cli import EXIT_USAGE, default_record_path, engine_config, run_request
+from tui_app.session import Row, Session
+
+MB = 1024 * 1024
+
+
+def load_engine(args, session: Session):
+    """An in-process engine feeding `session`; None (after printing why) when the model cannot load."""
+    from tui_app.engine.generation import Engine
+    from tui_app.engine.models import ModelError
+
+    engine = Engine(engine_config(args), session.feed)
+    try:
+        engine.load()
+    except ModelError as exc:
+        print(f"tokentop: {exc}", file=sys.stderr)
+        return None
+    return engine
+
+
+def row_line(row: Row) -> str:
+    s, f = row.stats, row.finished
+    itl = s.itl
+    parts = [
+        f"run {row.label:<5} [{s.levers.label()}]",
+        f"prompt {s.prompt_tokens} tok",
+        f"new {s.n_tokens} tok",
+        f"TTFT {fmt.ms(s.ttft_s)}",
+        f"ITL p50 {fmt.ms(itl.p50)} p95 {fmt.ms(itl.p95)}",
+        f"{fmt.num(s.decode_tps)} tok/s",
+        f"e2e {fmt.num(s.e2e_s, 2)} s",
+        f"KV {fmt.nbytes(s.kv_bytes)}",
+    ]
+    if s.proposed:
+        parts.append(f"accept {fmt.pct(s.accept_rate)} ({fmt.num(s.mean_accepted_len, 2)} tok/step)")
+    if f is not None:
+        parts.append(f"peak RSS {fmt.nbytes(f.peak_rss)}")
+        if f.perplexity is not None:
+            parts.append(f"ppl {f.perplexity:.2f}")
+        parts.append(f.diff_note)
+    return "  ".join(parts)
+
+
+def _recorder(args):
+    if getattr(args, "no_record", True):
+        return None
+    path = args.record or default_record_path()
+    return Recorder(path)
+
+
+def run_headless(args) -> int:
+    try:
+        recorder = _recorder(args)
+    except RecordError as exc:
+        print(f"tokentop: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    session = Session(recorder=recorder)
+    errors: list[str] = []
+    session.listeners.append(lambda ev: errors.append(ev.message) if isinstance(ev, EngineError) else None)
+    try:
+        engine = load_engine(args, session)
+        if engine is None:
+            return EXIT_USAGE
+        r = session.ready
+        print(f"{r.model} on {r.device} ({r.dtype}, {r.threads} threads): {r.n_params / 1e6:.0f}M params, "
+              f"{fmt.nbytes(r.weight_bytes)} weights, loaded from {r.source} in {r.load_s:.1f} s", flush=True)
+        for _ in range(args.runs):
+            errors.clear()
+            fin = engine.run(run_request(args))
+            if fin is None:
+                print(f"tokentop: {errors[-1] if errors else 'run failed'}", file=sys.stderr)
+                return EXIT_USAGE
+            if args.runs == 1:
+                print(fin.text.strip(), flush=True)
+            rows = [row for row in session.rows() if row.run_id == fin.run_id]
+            for row in rows:
+                print(row_line(row), flush=True)
+        if session.verdict and args.runs > 1:
+            print(session.verdict.text())
+        return 0
+    finally:
+        if recorder is not None:
+            recorder.close()
+            print(f"recorded to {recorder.path}", file=sys.stderr)
+
+
+def leakcheck(args) -> int:
+    """Repeated runs; exit 1 when the baseline trend says the engine leaks (for CI)."""
+    session = Session()
+    engine = load_engine(args, session)
+    if engine is None:
+        return EXIT_USAGE
+    req = run_request(args)
+    baselines: list[float] = []
+    for i in range(args.runs):
+        fin = engine.run(req)
+        if not isinstance(fin, RunFinished):
+            print("tokentop: run failed", file=sys.stderr)
+            return EXIT_USAGE
+        baselines.append(fin.baseline_rss / MB)
+        print(f"\rrun {i + 1}/{args.runs}  baseline {baselines[-1]:.1f} MiB  {session.verdict.text()}", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    print(text_plot(baselines, width=min(60, max(10, len(baselines))), height=8, title="engine RSS baseline after each run (MiB)"))
+    verdict = session.verdict
+    print(verdict.text())
+    return 1 if verdict.status == "suspected" else 0

@@ -1,0 +1,58 @@
+"""`?`: what each key does and what each pane shows."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Markdown
+
+HELP = """\
+# tokentop keys
+
+| key | what it does |
+|---|---|
+| `k` | KV cache on/off (off: every step recomputes the whole context) |
+| `c` | compile: static KV cache + `torch.compile` of the decode step (CUDA graphs on GPU) |
+| `w` | weight quantization: off → int8 → int4 |
+| `s` | speculative decoding: off → prompt lookup → draft model |
+| `b` | batch size 1 → 2 → 4 → 8 (the prompt replicated) |
+| `l` | prompt length preset: short → long (→ file), and a new run |
+| `n` | new prompt |
+| `r` | rerun the prompt |
+| `space` | pause / resume generation |
+| `a` | auto-repeat: run in a loop (demos, leak watching) |
+| `v` | next chart, when the terminal is too small for all of them |
+| `e` | export the session as JSON |
+| `ctrl+s` | screenshot (SVG) |
+| `R` | restart the engine after it died |
+| `q`, `ctrl+q`, `ctrl+c` | quit |
+
+Levers switch at the next token boundary and continue the same text; a change that needs the
+cache rebuilt re-prefills the whole text, shown as a labelled spike. A lever the device or the
+current setting cannot do is refused with the reason.
+
+**Panes.** *tokens*: the prompt dimmed, lever switches inline. *per-token latency*: inter-token
+latency of each token, TTFT marked, lever switches as vertical marks, mean and p95 lines.
+*KV cache*: bytes measured from the cache object over the formula
+2 × bytes/elem × batch × seq_len × layers × kv_heads × head_dim. *memory*: engine and UI RSS,
+GPU and torch allocator memory, run ends marked, and the leak verdict (trend of the memory left
+after each run). *runs*: one row per run and lever segment; *output* says whether the text equals
+plain greedy decoding, and *ppl* is the perplexity of a fixed reference text under the current
+weights: a speedup that breaks the model shows there.
+
+Press `escape` or `?` to close.
+"""
+
+
+class HelpScreen(ModalScreen):
+    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "close")]
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll { width: 90%; height: 90%; border: thick $primary; background: $surface; padding: 0 1; }
+    """
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Markdown(HELP)

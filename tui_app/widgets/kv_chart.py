@@ -1,0 +1,46 @@
+"""KV cache: bytes against sequence length, measured from the cache object over the formula;
+for a static cache, what is allocated against what is used."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from tui_app import fmt
+from tui_app.charts import Canvas, bounds, plot
+from tui_app.widgets.chart import Chart
+
+
+class KVChart(Chart):
+    def draw(self, width: int, height: int) -> Text:
+        s = self.session
+        canvas = Canvas(width, height - 1)
+        pts = [p for p in s.kv if p.seq_len]
+        self.border_title = "KV cache"
+        r = s.ready
+        if not pts or r is None:
+            msg = "KV cache off: every step recomputes the whole context" if not s.levers.cache else "waiting for tokens…"
+            self.border_subtitle = ""
+            return Text(msg, style="dim")
+        # Only the points since the last time the sequence shrank (a new run or a rebuild).
+        start = 0
+        for i in range(1, len(pts)):
+            if pts[i].seq_len < pts[i - 1].seq_len:
+                start = i
+        pts = pts[start:]
+        xs = [p.seq_len for p in pts]
+        measured = [p.measured / 2**20 for p in pts]
+        formula = [p.formula / 2**20 for p in pts]
+        alloc = [p.alloc / 2**20 for p in pts]
+        static = any(a > m for a, m in zip(alloc, measured))
+        series = [measured, formula] + ([alloc] if static else [])
+        lo, hi = bounds(series)
+        plot(canvas, series, lo, hi, xs=[xs] * len(series), x_lo=0, x_hi=max(xs[-1], 1))
+        last = pts[-1]
+        same = "=" if last.measured == last.formula else "≠"
+        self.border_subtitle = (
+            f"{fmt.nbytes(last.measured)} measured {same} {fmt.nbytes(last.formula)} formula "
+            f"(2×{r.kv_bytes_per_elem}B×{s.levers.batch}×{last.seq_len}×{r.n_layers}×{r.kv_heads}×{r.head_dim})"
+            + (f"  static: {fmt.nbytes(last.alloc)} allocated" if static else "")
+        )
+        legend = [("measured", 0), ("formula", 1)] + ([("allocated", 2)] if static else [])
+        return self.compose_text(canvas, lo, hi, lambda v: f"{v:.1f}MiB", legend)

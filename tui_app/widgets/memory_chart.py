@@ -1,0 +1,47 @@
+"""Memory over time: engine and UI RSS, GPU memory (process and device), torch allocated/reserved,
+run ends marked; the leak detector's verdict in the title."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from tui_app.charts import Canvas, bounds, plot
+from tui_app.widgets.chart import Chart
+
+MIB = 2**20
+
+
+class MemoryChart(Chart):
+    def draw(self, width: int, height: int) -> Text:
+        s = self.session
+        canvas = Canvas(width, height - 1)
+        samples = list(s.samples)[-canvas.px_w:]
+        verdict = s.verdict.text() if s.verdict else "leak: collecting (0 runs)"
+        self.border_title = f"memory — {verdict}"
+        if not samples:
+            return Text("waiting for samples…", style="dim")
+        t0 = samples[0].t_ns
+
+        def col(attr):
+            return [getattr(x, attr) / MIB if getattr(x, attr) is not None else None for x in samples]
+
+        names = [("engine RSS", col("engine_rss")), ("UI RSS", col("app_rss"))]
+        if any(x.gpu_mem_used is not None for x in samples):
+            names += [("GPU proc", col("gpu_proc_mem")), ("GPU device", col("gpu_mem_used"))]
+        torch_mem = [m for m in s.torch_mem if m.t_ns >= t0]
+        series = [v for _, v in names]
+        xs = [[x.t_ns for x in samples] for _ in names]
+        if torch_mem:
+            names += [("torch alloc", [m.allocated / MIB for m in torch_mem]), ("torch reserved", [m.reserved / MIB for m in torch_mem])]
+            series += [names[-2][1], names[-1][1]]
+            xs += [[m.t_ns for m in torch_mem]] * 2
+        lo, hi = bounds(series)
+        t1 = max(samples[-1].t_ns, t0 + 1)
+        plot(canvas, series, lo, hi, xs=xs, x_lo=t0, x_hi=t1)
+        for t in s.run_marks:
+            if t0 <= t <= t1:
+                canvas.vline(round((t - t0) / (t1 - t0) * (canvas.px_w - 1)), 5)
+        last = samples[-1]
+        gpu = f"  GPU: {last.gpu_reason}" if last.gpu_mem_used is None else ""
+        self.border_subtitle = f"engine {(last.engine_rss or 0) / MIB:.0f} MiB  UI {(last.app_rss or 0) / MIB:.0f} MiB{gpu}"
+        return self.compose_text(canvas, lo, hi, lambda v: f"{v:.0f}MiB", [(n, i) for i, (n, _) in enumerate(names)] + [("run end", 5)])

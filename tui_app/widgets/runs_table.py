@@ -1,0 +1,58 @@
+"""One row per run and per lever segment: the side-by-side comparison the levers exist for."""
+
+from __future__ import annotations
+
+from textual.widgets import DataTable
+
+from tui_app import fmt
+
+COLUMNS = ("run", "levers", "prompt", "new", "TTFT", "ITL p50", "p95", "p99", "tok/s", "accept", "KV", "peak RSS", "ppl", "output")
+
+
+def row_cells(row) -> tuple[str, ...]:
+    s, f = row.stats, row.finished
+    itl = s.itl
+    return (
+        row.label, s.levers.label(), str(s.prompt_tokens), str(s.n_tokens), fmt.ms(s.ttft_s, 0),
+        fmt.ms(itl.p50), fmt.ms(itl.p95), fmt.ms(itl.p99), fmt.num(s.decode_tps), fmt.pct(s.accept_rate),
+        fmt.nbytes(s.kv_bytes), fmt.nbytes(f.peak_rss) if f else "", fmt.num(f.perplexity, 2) if f else "",
+        row.note,
+    )
+
+
+class RunsTable(DataTable):
+    DEFAULT_CSS = """
+    RunsTable {
+        height: 10;
+        border: round $primary-darken-2;
+    }
+    """
+
+    def __init__(self, session, *, id: str | None = None, classes: str | None = None):
+        super().__init__(id=id, classes=classes, cursor_type="row", zebra_stripes=True)
+        self.session = session
+        self.dirty = True
+        self.border_title = "runs"
+
+    def on_mount(self) -> None:
+        self.add_columns(*COLUMNS)
+
+    def redraw(self) -> None:
+        if not self.dirty or not self.display:
+            return
+        self.dirty = False
+        rows = self.session.rows()
+        keys = [r.label for r in rows]
+        existing = {str(k.value) for k in self.rows}
+        if existing - set(keys):  # rows trimmed away: rebuild once
+            self.clear()
+            existing = set()
+        for row, key in zip(rows, keys):
+            cells = row_cells(row)
+            if key in existing:
+                for col, value in zip(self.columns, cells):
+                    self.update_cell(key, col, value)
+            else:
+                self.add_row(*cells, key=key)
+        if rows:
+            self.move_cursor(row=len(rows) - 1, animate=False)

@@ -1,0 +1,43 @@
+"""One line: lever states, the current run's TTFT, ITL p50 and tok/s, and what the engine is doing."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from tui_app import fmt
+
+
+class StatusBar(Static):
+    DEFAULT_CSS = """
+    StatusBar {
+        height: 1;
+        background: $panel;
+        color: $text;
+        padding: 0 1;
+    }
+    """
+
+    def show(self, session, state: str, preset: str, auto: bool) -> None:
+        lev = session.levers
+        t = Text()
+
+        def lever(key: str, label: str, on: bool) -> None:
+            t.append(f"{key}:", style="dim")
+            t.append(label, style="bold green" if on else "bold")
+            t.append("  ")
+
+        lever("k", "cache" if lev.cache else "no-cache", lev.cache)
+        lever("c", "compile" if lev.compile else "eager", lev.compile)
+        lever("w", lev.quant if lev.quant != "off" else "fp", lev.quant != "off")
+        lever("s", f"spec:{lev.spec}", lev.spec != "off")
+        lever("b", f"batch {lev.batch}", lev.batch != 1)
+        lever("l", preset, preset != "short")
+        if auto:
+            t.append("auto ", style="bold magenta")
+        rec = session.current
+        if rec is not None:
+            st = rec.total
+            t.append(f"│ TTFT {fmt.ms(st.ttft_s, 0)}  ITL p50 {fmt.ms(st.itl.p50)}  {fmt.num(st.decode_tps)} tok/s ", style="bold")
+        t.append(f"│ {state}", style="italic")
+        self.update(t)

@@ -1,0 +1,30 @@
+"""Utilization: CPU % of the engine process and of the system, GPU SM %; power in the subtitle."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from tui_app.charts import Canvas, plot
+from tui_app.widgets.chart import Chart
+
+
+class UtilChart(Chart):
+    def draw(self, width: int, height: int) -> Text:
+        s = self.session
+        canvas = Canvas(width, height - 1)
+        samples = list(s.samples)[-canvas.px_w:]
+        self.border_title = "utilization"
+        if not samples:
+            return Text("waiting for samples…", style="dim")
+        names = [("engine CPU%", [x.engine_cpu for x in samples]), ("system CPU%", [x.sys_cpu for x in samples]),
+                 ("UI CPU%", [x.app_cpu for x in samples])]
+        has_gpu = any(x.gpu_sm is not None for x in samples)
+        if has_gpu:
+            names.append(("GPU SM%", [x.gpu_sm for x in samples]))
+        series = [v for _, v in names]
+        hi = max([100.0] + [v for ser in series for v in ser if v is not None]) * 1.05
+        plot(canvas, series, 0.0, hi, x_hi=canvas.px_w - 1)
+        last = samples[-1]
+        power = f"  power {last.gpu_power_w:.0f} W" if last.gpu_power_w is not None else f"  GPU: {last.gpu_reason or 'n/a'}"
+        self.border_subtitle = f"engine {last.engine_cpu or 0:.0f}%  UI {last.app_cpu or 0:.0f}%  system {last.sys_cpu or 0:.0f}%{power}"
+        return self.compose_text(canvas, 0.0, hi, lambda v: f"{v:.0f}%", [(n, i) for i, (n, _) in enumerate(names)])
