@@ -69,7 +69,7 @@ def read_recording(path: str | os.PathLike) -> Recording:
         except UnicodeDecodeError:
             return Recording(events, f"{p}: line {n} is not UTF-8 text; {len(events)} events before it were read")
         except EventDecodeError as exc:
-            what = "truncated or corrupt" if not events or n > 1 else "not a tokentop recording"
+            what = "truncated or corrupt" if events else "not a tokentop recording"
             return Recording(events, f"{p}: line {n} is {what}: {exc}; {len(events)} events before it were read")
     if not events:
         return Recording([], f"{p} holds no tokentop events")

@@ -1,0 +1,40 @@
+import os
+
+import pytest
+
+# Library chatter (torchao's optional kernels, transformers' progress bars) is not what tests check.
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENTOP_DATA", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "tokentop-data"))
+
+
+@pytest.fixture(scope="session")
+def engine_events():
+    return []
+
+
+@pytest.fixture(scope="session")
+def engine(engine_events):
+    """The real default model, loaded once for the whole session, in this process."""
+    from tui_app.engine.generation import Engine, EngineConfig
+
+    eng = Engine(EngineConfig(), engine_events.append)
+    eng.load()
+    return eng
+
+
+@pytest.fixture
+def collect(engine, engine_events):
+    """Events emitted by the shared engine during one test."""
+    engine_events.clear()
+    return engine_events
+
+
+@pytest.fixture
+def plain(engine):
+    """Reset the shared engine's levers to plain before and after a test."""
+    from tui_app.bench import apply_levers
+
+    apply_levers(engine, {})
+    yield engine
+    apply_levers(engine, {})

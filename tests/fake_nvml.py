@@ -1,0 +1,119 @@
+"""A stand-in for the pynvml module, for machines without an NVIDIA GPU.
+
+It mirrors the parts of NVML's Python API that monitors.gpu uses, including the error classes
+(NVMLError with .value, and the subclasses pynvml generates per error code), so the failure
+paths are exercised the way the real library raises them.
+"""
+
+from types import SimpleNamespace
+
+NVML_SUCCESS = 0
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+NVML_TEMPERATURE_GPU = 0
+NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
+
+_STRINGS = {
+    NVML_ERROR_UNINITIALIZED: "Uninitialized",
+    NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+    NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+    NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
+    NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+    NVML_ERROR_LIB_RM_VERSION_MISMATCH: "RM has detected an NVML/RM version mismatch.",
+}
+
+
+class NVMLError(Exception):
+    def __init__(self, value):
+        self.value = value
+
+    def __str__(self):
+        return _STRINGS.get(self.value, f"Unknown Error {self.value}")
+
+
+class NVMLError_NotSupported(NVMLError):
+    def __init__(self):
+        super().__init__(NVML_ERROR_NOT_SUPPORTED)
+
+
+class NVMLError_GpuIsLost(NVMLError):
+    def __init__(self):
+        super().__init__(NVML_ERROR_GPU_IS_LOST)
+
+
+def nvmlErrorString(value):
+    return _STRINGS.get(value, f"Unknown Error {value}")
+
+
+class FakeNVML:
+    """Configurable: devices, a failure at init, per-device loss, unsupported queries."""
+
+    def __init__(self, n=2, init_error=None, unsupported=(), procs=None):
+        self.n = n
+        self.init_error = init_error
+        self.lost: set[int] = set()
+        self.unsupported = set(unsupported)
+        self.procs = procs or {}
+        self.calls = 0
+        self.shutdown_called = False
+        # Module-like attributes
+        self.NVMLError = NVMLError
+        self.NVML_TEMPERATURE_GPU = NVML_TEMPERATURE_GPU
+        self.NVML_CLOCK_SM = NVML_CLOCK_SM
+        self.NVML_CLOCK_MEM = NVML_CLOCK_MEM
+        self.nvmlErrorString = nvmlErrorString
+
+    def nvmlInit(self):
+        if self.init_error is not None:
+            raise NVMLError(self.init_error)
+
+    def nvmlShutdown(self):
+        self.shutdown_called = True
+
+    def nvmlDeviceGetCount(self):
+        return self.n
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        if i in self.lost:
+            raise NVMLError_GpuIsLost()
+        return i
+
+    def _check(self, name, h):
+        self.calls += 1
+        if h in self.lost:
+            raise NVMLError_GpuIsLost()
+        if name in self.unsupported:
+            raise NVMLError_NotSupported()
+
+    def nvmlDeviceGetName(self, h):
+        self._check("name", h)
+        return b"NVIDIA Fake H100"
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        self._check("util", h)
+        return SimpleNamespace(gpu=40 + h, memory=20 + h)
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        self._check("mem", h)
+        return SimpleNamespace(used=(1 + h) * 2**30, total=80 * 2**30, free=(79 - h) * 2**30)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        self._check("procs", h)
+        return [SimpleNamespace(pid=pid, usedGpuMemory=mem) for pid, mem in self.procs.get(h, [])]
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        self._check("power", h)
+        return 250_000 + h  # milliwatts
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        self._check("temp", h)
+        return 55
+
+    def nvmlDeviceGetClockInfo(self, h, kind):
+        self._check("clock", h)
+        return 1980 if kind == NVML_CLOCK_SM else 2619

@@ -1,0 +1,206 @@
+"""The engine on the real default model: every lever's greedy output against `model.generate`."""
+
+import pytest
+import torch
+
+from monitors.events import EngineError, LeverChanged, LeverRefused, Phase, Step
+from monitors.kvcache import kv_formula_bytes
+from tui_app.bench import apply_levers
+from tui_app.engine.generation import RunRequest
+
+N = 24
+REQ = RunRequest(preset="short", max_new_tokens=N, ignore_eos=True)
+LONG = RunRequest(preset="long", max_new_tokens=N, ignore_eos=True)
+
+
+def run(engine, events, req=REQ, poll=lambda: ()):
+    events.clear()
+    fin = engine.run(req, poll)
+    steps = [e for e in events if isinstance(e, Step)]
+    return [t for s in steps for t in s.token_ids], steps, fin
+
+
+def reference(engine, req, batch=1):
+    ids, _ = engine.prompt_ids(req)
+    with torch.inference_mode():
+        out = engine.model.generate(torch.tensor([ids] * batch), max_new_tokens=req.max_new_tokens, do_sample=False,
+                                    min_new_tokens=req.max_new_tokens)
+    return out[:, len(ids):].tolist()
+
+
+@pytest.fixture(scope="module")
+def ref_short(engine):
+    return reference(engine, REQ)[0]
+
+
+@pytest.fixture(scope="module")
+def ref_long(engine):
+    return reference(engine, LONG)[0]
+
+
+@pytest.mark.parametrize("levers", [{}, {"cache": False}, {"spec": "lookup"}, {"spec": "draft"}], ids=["plain", "no-cache", "lookup", "draft"])
+def test_greedy_output_equals_generate(plain, collect, ref_short, ref_long, levers):
+    assert apply_levers(plain, levers) == ""
+    # Without a cache every step recomputes the ~500-token long prompt: the short one suffices there.
+    cases = ((REQ, ref_short),) if levers == {"cache": False} else ((REQ, ref_short), (LONG, ref_long))
+    for req, ref in cases:
+        tokens, steps, fin = run(plain, collect, req)
+        assert tokens == ref, levers
+        assert fin.n_tokens == N and fin.stop_reason == "max tokens"
+        assert steps[0].kind == "prefill"
+
+
+def test_speculative_steps_report_proposals_and_gain_tokens_on_a_summary(plain, collect, ref_long):
+    apply_levers(plain, {"spec": "lookup"})
+    tokens, steps, _ = run(plain, collect, LONG)
+    verify = [s for s in steps if s.kind == "verify"]
+    assert verify, "prompt lookup found nothing to propose on a summarize-this prompt"
+    assert all(0 <= s.accepted <= s.proposed and s.n_tokens == s.accepted + 1 for s in verify)
+    assert sum(s.accepted for s in verify) > 0
+    assert len(steps) < N  # some steps produced several tokens
+
+
+def test_batch_replicates_the_prompt_and_every_row_is_greedy(plain, collect, ref_short):
+    apply_levers(plain, {"batch": 2})
+    tokens, steps, _ = run(plain, collect)
+    assert tokens == ref_short
+    assert reference(plain, REQ, batch=2) == [ref_short, ref_short]
+    last = steps[-1]
+    assert last.kv_bytes == kv_formula_bytes(4, 2, last.seq_len, plain.n_layers, plain.kv_heads, plain.head_dim)
+
+
+def test_kv_bytes_of_every_step_equal_the_formula(plain, collect):
+    tokens, steps, _ = run(plain, collect, LONG)
+    prompt_len = steps[0].seq_len
+    for i, s in enumerate(steps):
+        assert s.seq_len == prompt_len + i  # the last token is fed at the next step
+        assert s.kv_bytes == s.kv_alloc_bytes == kv_formula_bytes(4, 1, s.seq_len, 30, 3, 64)
+    apply_levers(plain, {"cache": False})
+    _, steps, _ = run(plain, collect)
+    assert all(s.kv_bytes == 0 for s in steps)
+
+
+@pytest.mark.slow
+def test_compile_static_cache_greedy_equals_generate_and_reports_allocated_vs_used(plain, collect, ref_short):
+    assert apply_levers(plain, {"compile": True}) == ""
+    tokens, steps, fin = run(plain, collect)
+    phases = [e for e in collect if isinstance(e, Phase) and e.name == "compile" and e.done]
+    assert tokens == ref_short
+    last = steps[-1]
+    assert last.kv_alloc_bytes == kv_formula_bytes(4, 1, 256, 30, 3, 64)  # a 256-slot static cache
+    assert last.kv_bytes == kv_formula_bytes(4, 1, last.seq_len, 30, 3, 64)
+    # compiled variants are reused: a second run compiles nothing
+    run(plain, collect)
+    assert not [e for e in collect if isinstance(e, Phase) and e.name == "compile"]
+    assert phases or ("off", 1, 256) in plain._warm
+
+
+def test_int8_is_coherent_deterministic_and_reports_its_quality(plain, collect, ref_short):
+    run(plain, collect)  # a plain run of this prompt: the reference for first_diff
+    assert apply_levers(plain, {"quant": "int8"}) == ""
+    a, _, fin_a = run(plain, collect)
+    b, _, fin_b = run(plain, collect)
+    assert a == b
+    fp32 = plain.perplexity("off")
+    assert fin_a.perplexity == pytest.approx(fp32, rel=0.05)  # sound: quality barely moves
+    assert a[:4] == ref_short[:4]
+    assert fin_a.first_diff is None or fin_a.first_diff >= 4
+    assert "plain greedy" in fin_a.diff_note
+    text = plain.tok.decode(a)
+    assert sum(ch.isalpha() or ch.isspace() for ch in text) > 0.8 * len(text)
+
+
+def test_int4_runs_and_its_quality_cost_is_visible(plain, collect):
+    assert apply_levers(plain, {"quant": "int4"}) == ""
+    a, _, fin = run(plain, collect)
+    b, _, _ = run(plain, collect)
+    assert a == b
+    assert fin.perplexity > plain.perplexity("off")
+
+
+def test_a_lever_switched_mid_run_continues_the_text(plain, collect, ref_long):
+    """Switches that do not change the weights keep the greedy text exact; steps after a switch carry the new segment."""
+    plan = {3: ("lever", "cache", False), 6: ("lever", "cache", True), 9: ("lever", "spec", "lookup"), 10: ("lever", "spec", "off")}
+    seen = {"steps": 0}
+
+    def poll():
+        seen["steps"] = sum(isinstance(e, Step) for e in collect)
+        cmd = plan.pop(seen["steps"], None)
+        return [cmd] if cmd else []
+
+    tokens, steps, fin = run(plain, collect, LONG, poll)
+    assert tokens == ref_long
+    changes = [e for e in collect if isinstance(e, LeverChanged)]
+    assert [(c.lever, c.value, c.segment) for c in changes] == [("cache", False, 1), ("cache", True, 2), ("spec", "lookup", 3), ("spec", "off", 4)]
+    segs = [s.segment for s in steps]
+    assert segs == sorted(segs) and set(segs) == {0, 1, 2, 3, 4}
+    assert all(s.kv_bytes == 0 for s in steps if s.segment == 1)
+    first_after_on = next(s for s in steps if s.segment == 2)
+    assert first_after_on.kind == "reprefill" and first_after_on.kv_bytes > 0
+
+
+def test_quant_switched_mid_run_reprefills_and_continues(plain, collect, ref_short):
+    sent = []
+
+    def poll():
+        n = sum(isinstance(e, Step) for e in collect)
+        if n == 6 and not sent:
+            sent.append(1)
+            return [("lever", "quant", "int8")]
+        return []
+
+    tokens, steps, fin = run(plain, collect, REQ, poll)
+    assert tokens[:6] == ref_short[:6] and len(tokens) == N
+    assert steps[6].kind == "reprefill" and steps[6].segment == 1
+    assert all(s.segment == 1 for s in steps[6:])
+
+
+def test_stop_ends_a_run_at_a_token_boundary(plain, collect):
+    def poll():
+        return [("stop",)] if sum(isinstance(e, Step) for e in collect) >= 3 else []
+
+    tokens, steps, fin = run(plain, collect, REQ, poll)
+    assert fin.stop_reason == "stopped" and len(steps) == 3
+
+
+@pytest.mark.parametrize("levers,lever,value,needle", [
+    ({"batch": 2}, "spec", "lookup", "batch size 1"),
+    ({"spec": "lookup"}, "cache", False, "needs the KV cache"),
+    ({"cache": False}, "compile", True, "needs the (static) KV cache"),
+    ({}, "batch", 3, "one of 1, 2, 4, 8"),
+    ({}, "quant", "int2", "one of off, int8, int4"),
+])
+def test_levers_the_setting_cannot_do_are_refused_with_the_reason(plain, collect, levers, lever, value, needle):
+    apply_levers(plain, levers)
+    collect.clear()
+    assert plain.set_lever(lever, value) is False
+    refused = [e for e in collect if isinstance(e, LeverRefused)]
+    assert refused and needle in refused[0].reason
+    tokens, _, fin = run(plain, collect)  # the session goes on
+    assert fin.n_tokens == N
+
+
+def test_prompt_errors_are_clear_and_the_engine_goes_on(plain, collect, monkeypatch):
+    too_long = RunRequest(prompt_ids=[1] * 8190, max_new_tokens=10)
+    _, _, fin = run(plain, collect, too_long)
+    errs = [e.message for e in collect if isinstance(e, EngineError)]
+    assert fin is None and "context is 8192" in errs[0] and "--truncate left" in errs[0]
+    # Left-truncation, checked against a smaller context so the prefill stays quick.
+    monkeypatch.setattr(plain, "context_len", 300)
+    _, steps, fin = run(plain, collect, RunRequest(prompt_ids=list(range(1000, 1400)), max_new_tokens=4, truncate=True))
+    assert fin.n_tokens == 4 and steps[0].seq_len == 296
+    monkeypatch.undo()
+    for req, needle in [(RunRequest(prompt="   "), "empty"), (RunRequest(max_new_tokens=0), "at least 1"),
+                        (RunRequest(max_new_tokens=9000), "does not fit")]:
+        _, _, fin = run(plain, collect, req)
+        assert fin is None and needle in [e.message for e in collect if isinstance(e, EngineError)][0]
+
+
+def test_sampling_is_seeded(engine, engine_events):
+    engine.cfg.temperature, engine.cfg.top_p = 0.9, 0.95
+    try:
+        a, _, fin = run(engine, engine_events)
+        b, _, _ = run(engine, engine_events)
+    finally:
+        engine.cfg.temperature, engine.cfg.top_p = 0.0, 1.0
+    assert a == b and fin.diff_note == "sampling: not compared"

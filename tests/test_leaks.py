@@ -1,0 +1,46 @@
+import random
+
+import numpy as np
+import pytest
+
+from monitors.leaks import LeakDetector, fit_slope, t_quantile_975
+
+MB = 1024 * 1024
+
+
+def test_slope_and_standard_error_match_scipy():
+    from scipy import stats
+
+    rng = random.Random(1)
+    ys = [100 + 0.7 * i + rng.gauss(0, 2) for i in range(40)]
+    slope, se = fit_slope(ys)
+    ref = stats.linregress(np.arange(40), ys)
+    assert slope == pytest.approx(ref.slope, rel=1e-9)
+    assert se == pytest.approx(ref.stderr, rel=1e-9)
+
+
+@pytest.mark.parametrize("df", [1, 2, 5, 10, 29, 30, 31, 48, 100, 500])
+def test_t_quantiles_are_within_half_a_percent(df):
+    from scipy import stats
+
+    assert t_quantile_975(df) == pytest.approx(stats.t.ppf(0.975, df), rel=0.005)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_1_mb_per_run_leak_is_caught_within_20_runs(seed):
+    rng = random.Random(seed)
+    det = LeakDetector()
+    verdicts = [det.add(int((900 + i * 1.0 + rng.gauss(0, 0.5)) * MB)) for i in range(20)]
+    assert verdicts[-1].status == "suspected"
+    assert verdicts[-1].mb_per_run == pytest.approx(1.0, abs=0.2)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_clean_noisy_runs_with_an_allocator_step_stay_quiet(seed):
+    rng = random.Random(seed)
+    det = LeakDetector()
+    for i in range(200):
+        step = 4 if i > 100 else 0  # the allocator grabbing one more arena once
+        v = det.add(int((900 + step + rng.gauss(0, 1.0)) * MB))
+        if v.status != "collecting":
+            assert v.status == "none", (i, v)

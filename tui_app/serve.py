@@ -1,0 +1,33 @@
+"""`tokentop serve`: the same app in a browser through textual-serve, bound to 127.0.0.1 unless told otherwise."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+
+def serve(args) -> int:
+    try:
+        from textual_serve.server import Server
+    except ImportError:
+        print("tokentop: `serve` needs textual-serve (pip install textual-serve)", file=sys.stderr)
+        return 2
+    argv = sys.argv[1:]
+    passthrough: list[str] = []
+    skip = False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a == "serve":
+            continue
+        if a in ("--host", "--port"):
+            skip = True
+            continue
+        if a.startswith(("--host=", "--port=")):
+            continue
+        passthrough.append(a)
+    command = shlex.join([sys.executable, "-m", "tui_app", "run", *passthrough])
+    print(f"serving tokentop on http://{args.host}:{args.port} (command: {command})", file=sys.stderr)
+    Server(command, host=args.host, port=args.port, title="tokentop").serve()
+    return 0
