@@ -1,0 +1,88 @@
+"""The command line, as a user runs it: clear one-line errors with exit code 2, never a traceback."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from monitors.record import read_recording
+from tui_app.replay import fold
+
+
+def tokentop(*args, timeout=180, env=None):
+    e = dict(os.environ, **(env or {}))
+    r = subprocess.run([sys.executable, "-m", "tui_app", *args], capture_output=True, text=True, timeout=timeout,
+                       stdin=subprocess.DEVNULL, env=e)
+    assert "Traceback" not in r.stderr, r.stderr
+    return r
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--batch", "3"], "invalid choice: 3"),
+    (["--quant", "int2"], "invalid choice: 'int2'"),
+    (["--temperature", "hot"], "expected a number"),
+    (["run", "--no-tui", "--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
+    (["run", "--no-tui", "--prompt", "  "], "--prompt is empty"),
+    (["run", "--no-tui", "--preset", "file"], "--preset file needs --prompt-file"),
+    (["bench", "--lengths", "12x4"], "bad length pair"),
+    (["bench", "--levers", "turbo"], "unknown lever preset 'turbo'"),
+])
+def test_command_line_misuse_exits_2_with_one_clear_line(args, needle):
+    r = tokentop(*args)
+    assert r.returncode == 2 and needle in r.stderr
+
+
+def test_no_terminal_refuses_the_tui_and_points_to_headless():
+    r = tokentop("--no-record")
+    assert r.returncode == 2 and "no terminal" in r.stderr and "--no-tui" in r.stderr
+
+
+def test_unknown_model_without_network(tmp_path):
+    r = tokentop("run", "--no-tui", "--no-record", "--model", "someone/unknown-model")
+    assert r.returncode == 2 and "not in the local Hugging Face cache" in r.stderr and "hf download" in r.stderr
+
+
+def test_binary_prompt_file_and_unwritable_record_path(tmp_path):
+    binary = tmp_path / "blob.bin"
+    binary.write_bytes(b"\x00\x01\x02abc")
+    r = tokentop("run", "--no-tui", "--no-record", "--prompt-file", str(binary))
+    assert r.returncode == 2 and "looks binary" in r.stderr
+    blocker = tmp_path / "f"
+    blocker.write_text("")
+    r = tokentop("run", "--no-tui", "--record", str(blocker / "x.jsonl"))
+    assert r.returncode == 2 and "cannot write the recording" in r.stderr
+
+
+def test_prompt_longer_than_the_context_offers_truncation(tmp_path):
+    big = tmp_path / "big.txt"
+    big.write_text("word " * 9000)
+    r = tokentop("run", "--no-tui", "--no-record", "--prompt-file", str(big), "--max-new-tokens", "4")
+    assert r.returncode == 2 and "context is 8192" in r.stderr and "--truncate left" in r.stderr
+
+
+def test_headless_run_records_and_replay_gives_the_same_statistics(tmp_path):
+    rec = tmp_path / "s.jsonl"
+    odd = tmp_path / "odd.txt"
+    odd.write_bytes("Résumé: naïve café — 東京 🚀 \xff\n".encode("utf-8", errors="surrogateescape") + b"\xff tail")
+    r = tokentop("run", "--no-tui", "--record", str(rec), "--prompt-file", str(odd), "--max-new-tokens", "8", "--runs", "2",
+                 "--ignore-eos")
+    assert r.returncode == 0, r.stderr
+    live = [line for line in r.stdout.splitlines() if line.startswith("run ")]
+    assert len(live) == 2 and all("TTFT" in line and "tok/s" in line and "KV" in line for line in live)
+    got = read_recording(rec)
+    assert got.error is None
+    replayed = tokentop("replay", "--stats", str(rec))
+    assert replayed.returncode == 0
+    assert [line for line in replayed.stdout.splitlines() if line.startswith("run ")] == live
+    # the same folding in-process, field by field
+    rows = fold(got.events).rows()
+    assert [row.stats.n_tokens for row in rows] == [8, 8]
+
+
+def test_replay_of_something_that_is_not_a_recording(tmp_path):
+    f = tmp_path / "x.jsonl"
+    f.write_text("hello\n")
+    r = tokentop("replay", "--stats", str(f))
+    assert r.returncode == 2 and "line 1" in r.stderr and "not a tokentop recording" in r.stderr

@@ -1,0 +1,72 @@
+"""The engine in its own process: commands in, events out, and its death reported, not suffered."""
+
+import os
+import signal
+import time
+
+import pytest
+
+from monitors.events import EngineError, EngineReady, LeverChanged, RunFinished, Step
+from tui_app.engine.generation import EngineConfig, RunRequest
+from tui_app.engine.process import EngineProcess
+
+
+def wait_for(proc, kind, timeout=120, seen=None):
+    seen = [] if seen is None else seen
+    end = time.time() + timeout
+    while time.time() < end:
+        ev = proc.get(timeout=0.5)
+        if ev is not None:
+            seen.append(ev)
+            if isinstance(ev, kind):
+                return ev, seen
+        elif not proc.alive():
+            break
+    raise AssertionError(f"no {kind.__name__}; got {[type(e).__name__ for e in seen][-10:]}, {proc.exit_info()}")
+
+
+@pytest.fixture
+def proc():
+    p = EngineProcess(EngineConfig()).start()
+    yield p
+    p.shutdown()
+
+
+def test_run_and_lever_across_the_process_boundary(proc):
+    wait_for(proc, EngineReady)
+    proc.run(RunRequest(max_new_tokens=12, ignore_eos=True))
+    fin, seen = wait_for(proc, RunFinished)
+    assert fin.n_tokens == 12 and sum(e.n_tokens for e in seen if isinstance(e, Step)) == 12
+    proc.lever("cache", False)
+    ch, _ = wait_for(proc, LeverChanged)
+    assert ch.levers.cache is False and ch.run_id is None
+    # stop mid-run, then a queued run still happens
+    proc.run(RunRequest(max_new_tokens=200, ignore_eos=True))
+    wait_for(proc, Step)
+    proc.stop_run()
+    proc.run(RunRequest(max_new_tokens=3, ignore_eos=True))
+    first, _ = wait_for(proc, RunFinished)
+    second, _ = wait_for(proc, RunFinished)
+    assert first.stop_reason == "stopped" and second.n_tokens == 3
+
+
+def test_engine_killed_mid_run_is_reported(proc):
+    wait_for(proc, EngineReady)
+    proc.run(RunRequest(max_new_tokens=500, ignore_eos=True))
+    wait_for(proc, Step)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.proc.join(10)
+    info = proc.exit_info()
+    assert info.exitcode == -signal.SIGKILL and "SIGKILL" in info.message and "out of memory" in info.message
+    proc.drain()  # draining a dead engine's queue does not raise
+
+
+def test_a_model_that_cannot_load_is_a_fatal_event_not_a_traceback():
+    p = EngineProcess(EngineConfig(model="no-such-org/no-such-model")).start()
+    try:
+        err, _ = wait_for(p, EngineError, timeout=60)
+        assert err.fatal and "never downloads" in err.message
+        p.proc.join(10)
+        assert p.exit_info().exitcode == 0
+    finally:
+        p.shutdown()
