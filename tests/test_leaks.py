@@ -44,3 +44,32 @@ def test_clean_noisy_runs_with_an_allocator_step_stay_quiet(seed):
         v = det.add(int((900 + step + rng.gauss(0, 1.0)) * MB))
         if v.status != "collecting":
             assert v.status == "none", (i, v)
+
+
+def _baselines(engine, runs):
+    from tui_app.engine.generation import RunRequest
+
+    det = LeakDetector()
+    req = RunRequest(max_new_tokens=2, ignore_eos=True)
+    verdicts = []
+    for _ in range(runs):
+        fin = engine.run(req)
+        verdicts.append(det.add(fin.baseline_rss))
+    return verdicts
+
+
+def test_real_model_debug_leak_of_1_mb_per_run_is_caught_within_20_runs(plain):
+    plain.cfg.debug_leak_mb = 1.0
+    try:
+        verdicts = _baselines(plain, 20)
+    finally:
+        plain.cfg.debug_leak_mb = 0.0
+        plain._leak.clear()
+    assert verdicts[-1].status == "suspected", verdicts[-1]
+    assert 0.5 < verdicts[-1].mb_per_run < 1.5
+
+
+@pytest.mark.slow
+def test_real_model_200_clean_runs_stay_quiet(plain):
+    verdicts = _baselines(plain, 200)
+    assert [v for v in verdicts if v.status == "suspected"] == []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import deque
 import signal
 import time
 from dataclasses import asdict, replace
@@ -96,6 +97,11 @@ class TokentopApp(App):
         self._table_t = 0.0
         self._wanted: dict[str, object] = {}
         self._mode = ""
+        self.told: deque[str] = deque(maxlen=50)  # what notify() said, for tests and export
+
+    def notify(self, message: str, **kwargs) -> None:
+        self.told.append(message)
+        super().notify(message, **kwargs)
 
     # ------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
@@ -150,6 +156,7 @@ class TokentopApp(App):
 
     # ------------------------------------------------------------ the frame
     def tick(self) -> None:
+        self._apply_size()  # cheap when the size class is unchanged; resize events do not always reach the App
         events = self.source.drain()
         if self.sampler is not None:
             from monitors.sampler import to_event

@@ -51,6 +51,9 @@ class Canvas:
             self.dot(x, y, series)
 
     def label(self, col: int, row: int, text: str, series: int) -> None:
+        """Text over the canvas; skipped where it would overwrite another label."""
+        if any((row, col + i) in self.text for i in range(-1, len(text) + 1)):
+            return
         for i, ch in enumerate(text):
             if 0 <= col + i < self.width and 0 <= row < self.height:
                 self.text[(row, col + i)] = (ch, series)

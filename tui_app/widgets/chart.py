@@ -75,6 +75,6 @@ class Chart(Widget):
                 out.append("".join(run_chars), style=run_style)
             out.append("\n")
         for name, idx in legend:
-            out.append(" ■ ", style=Style(color=self.COLORS[idx % len(self.COLORS)]))
-            out.append(name, style="dim")
+            out.append("■ ", style=Style(color=self.COLORS[idx % len(self.COLORS)]))
+            out.append(name + "  ", style="dim")
         return out

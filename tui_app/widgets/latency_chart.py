@@ -31,10 +31,10 @@ class LatencyChart(Chart):
             if 0 <= x < canvas.px_w:
                 if p.kind in ("decode", "verify"):
                     series[0 if p.kind == "decode" else 1][x] = min(p.seconds * 1000, hi)
-        plot(canvas, series, lo, hi, x_hi=canvas.px_w - 1)
-        if itl_ms:
+        if itl_ms:  # reference lines first, so the data is drawn over them
             canvas.hline(y_to_px(canvas, mean(itl_ms), lo, hi), 2)
             canvas.hline(y_to_px(canvas, percentile(itl_ms, 95), lo, hi), 3)
+        plot(canvas, series, lo, hi, x_hi=canvas.px_w - 1)
         for p in window:
             if p.kind in ("prefill", "reprefill"):
                 x = p.index - first

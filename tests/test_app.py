@@ -1,0 +1,173 @@
+"""The TUI with Textual's pilot: every key changes the state and the panes show it (live engine, real model),
+and snapshots of the main layouts on deterministic data."""
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from monitors.sampler import Sampler
+from tests.synthetic import session_events
+from tui_app.app import TokentopApp
+from tui_app.engine.generation import EngineConfig, RunRequest
+from tui_app.screens.help import HelpScreen
+from tui_app.screens.prompt import PromptScreen
+from tui_app.sources import LiveSource, ReplaySource
+from tui_app.widgets.token_stream import TokenStream
+
+APP_SIZE = (160, 45)
+
+
+async def until(pilot, cond, timeout=90.0, what=""):
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while loop.time() < end:
+        if cond():
+            return
+        await pilot.pause(0.1)
+    raise AssertionError(f"timed out waiting for {what or cond}")
+
+
+def live_app(tmp_path, max_new=40):
+    return TokentopApp(LiveSource(EngineConfig()), RunRequest(max_new_tokens=max_new), sampler=Sampler(hz=4), fps=8,
+                       out_dir=str(tmp_path))
+
+
+def status_text(app) -> str:
+    return str(app.query_one("#status").render())
+
+
+def finished(app):
+    return len(app.session.finished_ids)
+
+
+def notes(app):
+    """What the app told the user (refusals, errors, lever switches)."""
+    return [text for _, text in app.session.messages] + list(app.told)
+
+
+async def test_every_key_on_the_live_engine(tmp_path):
+    app = live_app(tmp_path)
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await until(pilot, lambda: finished(app) >= 1, what="the first run")
+        assert "cache" in status_text(app) and "tok/s" in status_text(app)
+        assert "run 1" in "".join(t for t, _ in app.query_one(TokenStream).chunks)
+        assert app.session.samples, "the sampler feeds the memory and utilization charts"
+
+        await pilot.press("k")
+        await until(pilot, lambda: not app.session.levers.cache, what="cache off")
+        assert "no-cache" in status_text(app)
+        await pilot.press("c")  # compile needs the cache: refused, with the reason, and the session goes on
+        await until(pilot, lambda: any("static" in n for n in notes(app)), what="compile refused")
+        await pilot.press("k")
+        await until(pilot, lambda: app.session.levers.cache, what="cache on")
+
+        await pilot.press("w")
+        await until(pilot, lambda: app.session.levers.quant == "int8", what="int8")
+        assert "int8" in status_text(app)
+        await pilot.press("s")
+        await until(pilot, lambda: app.session.levers.spec == "lookup", what="lookup")
+        await pilot.press("b")  # batch > 1 with speculation: refused
+        await until(pilot, lambda: any("batch" in n and "turn speculation off" in n for n in notes(app)), what="batch refused")
+        await pilot.press("s", "s")
+        await until(pilot, lambda: app.session.levers.spec == "off", what="spec off")
+        await pilot.press("b")
+        await until(pilot, lambda: app.session.levers.batch == 2, what="batch 2")
+        await pilot.press("w", "w")
+        await until(pilot, lambda: app.session.levers.quant == "off", what="quant off")
+
+        n = finished(app)
+        await pilot.press("r")
+        await until(pilot, lambda: finished(app) > n, what="rerun")
+        rows = app.session.rows()
+        assert rows[-1].stats.levers.batch == 2
+
+        n = len(app.session.timer.runs)
+        await pilot.press("l")
+        await until(pilot, lambda: len(app.session.timer.runs) > n, what="long preset run")
+        assert app.session.current.started.preset == "long" and app.session.current.started.prompt_tokens > 300
+
+        await pilot.press("space")
+        await until(pilot, lambda: app.state == "paused", what="paused")
+        tokens_then = app.session.token_count
+        await pilot.pause(1.0)
+        assert app.session.token_count - tokens_then <= 1
+        await pilot.press("space")
+        await until(pilot, lambda: app.session.token_count > tokens_then + 2, what="resumed")
+
+        await pilot.press("n")
+        assert isinstance(app.screen, PromptScreen)
+        await pilot.press(*"Say hi.", "enter")
+        await until(pilot, lambda: app.session.current and app.session.current.started.prompt_text == "Say hi.", what="custom prompt")
+
+        await pilot.press("a")
+        assert app.auto
+        n = finished(app)
+        await until(pilot, lambda: finished(app) >= n + 2, timeout=120, what="auto-repeat")
+        await pilot.press("a")
+
+        await pilot.press("e")
+        await until(pilot, lambda: list(Path(tmp_path).glob("tokentop-session-*.json")), what="export")
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: list(Path(tmp_path).glob("*.svg")), what="screenshot")
+
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+        table = app.query_one("#runs")
+        assert table.row_count >= finished(app)
+        await pilot.press("q")
+    assert app.return_code in (0, None)
+
+
+async def test_engine_killed_mid_run_is_shown_and_restart_recovers(tmp_path):
+    app = live_app(tmp_path, max_new=400)
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await until(pilot, lambda: app.session.token_count > 3, what="tokens")
+        os.kill(app.source.pid, signal.SIGKILL)
+        await until(pilot, lambda: app.session.fatal is not None, what="death noticed")
+        assert "SIGKILL" in app.state and "R" in app.state
+        assert app.session.rows()[-1].note == "engine died"
+        await pilot.press("R")
+        await until(pilot, lambda: finished(app) >= 1, timeout=120, what="run after restart")
+
+
+async def test_small_terminals_stack_then_hide_panes():
+    app = TokentopApp(ReplaySource(session_events(), speed=0), None)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.5)
+        shown = [c.id for c in app.query("#charts > *") if c.display]
+        assert shown == ["latency"]
+        await pilot.press("v")
+        assert [c.id for c in app.query("#charts > *") if c.display] == ["kv"]
+        await pilot.resize_terminal(20, 5)
+        await pilot.pause(0.3)
+        assert app.screen.has_class("-tiny")
+        await pilot.resize_terminal(200, 60)
+        await pilot.pause(0.3)
+        assert not app.screen.has_class("-narrow") and all(c.display for c in app.query("#charts > *"))
+
+
+async def test_replay_shows_the_recorded_runs_and_refuses_levers():
+    app = TokentopApp(ReplaySource(session_events(), speed=0), None)
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await pilot.pause(0.5)
+        assert len(app.session.finished_ids) == 3
+        assert app.query_one("#runs").row_count == 3 + 2  # run 2 has two lever segments
+        await pilot.press("w")
+        await pilot.pause(0.1)
+        assert any("replay" in n for n in notes(app))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 60)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_layout_snapshots(snap_compare, size):
+    app = TokentopApp(ReplaySource(session_events(), speed=0), None)
+
+    async def settle(pilot):
+        await pilot.pause(0.5)
+
+    assert snap_compare(app, terminal_size=size, run_before=settle)
