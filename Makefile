@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup run test bench screenshots check clean
+.PHONY: setup run test bench bench-peer screenshots check clean
 
 setup: $(VENV)/.installed
 
@@ -27,7 +27,21 @@ check: setup
 	$(VENV)/bin/lint-imports
 
 screenshots: setup
+	command -v rsvg-convert >/dev/null || apt-get install -y librsvg2-bin
 	$(PY) screenshots/make_screenshots.py
+
+# The peer for benchmarks/ceiling.py: llama.cpp's Python binding, built from source in its own
+# venv-less target directory so it never becomes a dependency of tokentop.
+bench-peer: setup
+	$(PIP) install --target .peer llama-cpp-python
+	PYTHONPATH=.peer $(PY) benchmarks/ceiling.py
+
+bench: setup
+	$(PY) benchmarks/framework_overhead.py
+	$(PY) benchmarks/levers.py
+	$(PY) benchmarks/ceiling.py
+	$(PY) benchmarks/startup.py
+	$(PY) benchmarks/observer_overhead.py
 
 clean:
 	rm -rf $(VENV)

@@ -5,6 +5,8 @@ import pytest
 # Library chatter (torchao's optional kernels, transformers' progress bars) is not what tests check.
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Snapshots must not catch a colour mid-transition.
+os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
 os.environ.setdefault("TOKENTOP_DATA", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "tokentop-data"))
 
 

@@ -58,7 +58,7 @@ async def test_every_key_on_the_live_engine(tmp_path):
 
         await pilot.press("k")
         await until(pilot, lambda: not app.session.levers.cache, what="cache off")
-        assert "no-cache" in status_text(app)
+        assert "k:no-cache" in status_text(app)
         await pilot.press("c")  # compile needs the cache: refused, with the reason, and the session goes on
         await until(pilot, lambda: any("static" in n for n in notes(app)), what="compile refused")
         await pilot.press("k")

@@ -59,6 +59,9 @@ def _baselines(engine, runs):
 
 
 def test_real_model_debug_leak_of_1_mb_per_run_is_caught_within_20_runs(plain):
+    # Free 200 MB of heap first: without trimming, the leak would reuse those resident pages and hide.
+    junk = [bytearray(b"x" * MB) for _ in range(200)]
+    del junk
     plain.cfg.debug_leak_mb = 1.0
     try:
         verdicts = _baselines(plain, 20)

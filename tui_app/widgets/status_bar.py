@@ -19,25 +19,27 @@ class StatusBar(Static):
     """
 
     def show(self, session, state: str, preset: str, auto: bool) -> None:
+        """Levers first, then what the engine is doing (so load/compile/quantize progress stays
+        visible at 80 columns), then the current run's numbers."""
         lev = session.levers
         t = Text()
 
         def lever(key: str, label: str, on: bool) -> None:
             t.append(f"{key}:", style="dim")
             t.append(label, style="bold green" if on else "bold")
-            t.append("  ")
+            t.append(" ")
 
         lever("k", "cache" if lev.cache else "no-cache", lev.cache)
         lever("c", "compile" if lev.compile else "eager", lev.compile)
         lever("w", lev.quant if lev.quant != "off" else "fp", lev.quant != "off")
-        lever("s", f"spec:{lev.spec}", lev.spec != "off")
-        lever("b", f"batch {lev.batch}", lev.batch != 1)
+        lever("s", lev.spec, lev.spec != "off")
+        lever("b", str(lev.batch), lev.batch != 1)
         lever("l", preset, preset != "short")
         if auto:
             t.append("auto ", style="bold magenta")
+        t.append(f"│ {state} ", style="italic")
         rec = session.current
         if rec is not None:
             st = rec.total
-            t.append(f"│ TTFT {fmt.ms(st.ttft_s, 0)}  ITL p50 {fmt.ms(st.itl.p50)}  {fmt.num(st.decode_tps)} tok/s ", style="bold")
-        t.append(f"│ {state}", style="italic")
+            t.append(f"│ TTFT {fmt.ms(st.ttft_s, 0)}  ITL p50 {fmt.ms(st.itl.p50)}  {fmt.num(st.decode_tps)} tok/s", style="bold")
         self.update(t)

@@ -1,0 +1,54 @@
+"""Drive the real app in a detached tmux session, as a user's terminal would show it."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOKENTOP = [sys.executable, "-m", "tui_app"]
+
+
+class TmuxApp:
+    def __init__(self, name: str, args: list[str], width: int = 160, height: int = 45, env: dict | None = None):
+        self.name = name
+        envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
+        # The pane outlives the app, so its exit status and the restored terminal can be read.
+        cmd = f"cd {shlex.quote(ROOT)} && {envs} {shlex.join(TOKENTOP + args)}; echo TOKENTOP-EXIT=$?; sleep 60"
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        self.t0 = time.perf_counter()
+        subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", str(width), "-y", str(height), cmd], check=True)
+
+    def pane(self) -> str:
+        r = subprocess.run(["tmux", "capture-pane", "-t", self.name, "-p"], capture_output=True, text=True)
+        return r.stdout
+
+    def pid(self) -> int:
+        """The app's (UI) process: the child of the pane's shell that runs tui_app."""
+        import psutil
+
+        r = subprocess.run(["tmux", "list-panes", "-t", self.name, "-F", "#{pane_pid}"], capture_output=True, text=True, check=True)
+        shell = psutil.Process(int(r.stdout.split()[0]))
+        for p in [shell, *shell.children(recursive=True)]:
+            if p.cmdline()[1:3] == ["-m", "tui_app"]:  # not the shell around it, nor the engine
+                return p.pid
+        raise LookupError("the app is not running")
+
+    def wait_for(self, predicate, timeout: float, poll: float = 0.05) -> float:
+        end = time.perf_counter() + timeout
+        while time.perf_counter() < end:
+            if predicate(self.pane()):
+                return time.perf_counter() - self.t0
+            time.sleep(poll)
+        raise TimeoutError(f"tmux {self.name}: condition not met in {timeout} s; screen:\n{self.pane()}")
+
+    def keys(self, *keys: str) -> None:
+        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], capture_output=True)
+
+    def close(self) -> None:
+        self.keys("q")
+        time.sleep(1.5)
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)

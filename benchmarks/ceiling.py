@@ -1,0 +1,130 @@
+"""Against the ceiling: decode is memory-bound, so compare the bandwidth each weight format achieves
+(bytes read per token × tok/s) with the machine's measured memory bandwidth, and the best sound
+lever mix with llama.cpp decoding the same GGUF (when llama-cpp-python is installed: `make bench-peer`).
+
+Bytes per token = the weights (each tensor once; a tied embedding/LM head once, since the head reads
+all of it) + the KV cache read at the mean context length. Bandwidth: numpy summing a 1 GiB array
+with one thread, the same thread count the engine decodes with.
+
+    .venv/bin/python benchmarks/ceiling.py [--tokens 64] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def read_bandwidth(gib: float = 1.0, repeats: int = 5) -> float:
+    a = np.ones(int(gib * 2**30 / 8), dtype=np.float64)
+    a.sum()
+    best = 0.0
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a.sum()
+        best = max(best, a.nbytes / (time.perf_counter() - t))
+    return best
+
+
+def tensor_bytes(t) -> int:
+    """Storage bytes of a tensor, looking inside tensor subclasses (torchao's quantized weights)."""
+    if hasattr(t, "__tensor_flatten__"):
+        names, _ = t.__tensor_flatten__()
+        return sum(tensor_bytes(getattr(t, n)) for n in names)
+    return t.numel() * t.element_size()
+
+
+def weight_bytes(model) -> int:
+    seen = {}
+    for _, p in list(model.named_parameters()) + list(model.named_buffers()):
+        seen[id(p)] = p
+    return sum(tensor_bytes(p) for p in seen.values())
+
+
+def llama_cpp_tps(gguf: str, tokens: int, threads: int) -> float | None:
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        return None
+    llm = Llama(model_path=gguf, n_threads=threads, n_ctx=512, verbose=False)
+    prompt = "Write a short story about a robot who learns to paint."
+    llm(prompt, max_tokens=8)
+    out = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        first = None
+        n = 0
+        for _chunk in llm(prompt, max_tokens=tokens, stream=True, temperature=0):
+            n += 1
+            if first is None:
+                first = time.perf_counter()
+        out.append((n - 1) / (time.perf_counter() - first))
+        del t0
+    return statistics.median(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    from tui_app import fmt
+    from tui_app.bench import apply_levers
+    from tui_app.engine.generation import Engine, EngineConfig, RunRequest
+    from tui_app.engine.models import find_default_gguf
+    from tui_app.session import Session
+
+    session = Session()
+    engine = Engine(EngineConfig(), session.feed)
+    engine.load()
+    bw = read_bandwidth()
+    req = RunRequest(max_new_tokens=args.tokens, ignore_eos=True)
+    rows = []
+    for name, combo in [("fp32", {}), ("int8", {"quant": "int8"}), ("int4", {"quant": "int4"}), ("int8+compile", {"quant": "int8", "compile": True})]:
+        refused = apply_levers(engine, combo)
+        if refused:
+            rows.append((name, None, None, None, refused))
+            continue
+        engine.run(req)
+        tps, kv = [], []
+        for _ in range(args.repeats):
+            fin = engine.run(req)
+            st = session.timer.runs[fin.run_id].total
+            tps.append(st.decode_tps)
+            kv.append(st.kv_bytes / 2)  # the mean context over the run holds about half the final KV
+        wb = weight_bytes(engine._variants[engine.levers.quant])
+        per_token = wb + statistics.mean(kv)
+        t = statistics.median(tps)
+        rows.append((name, t, per_token, per_token * t / bw, ""))
+    apply_levers(engine, {})
+    peer = {}
+    for threads in (1, 2):
+        peer[threads] = llama_cpp_tps(str(find_default_gguf()), args.tokens, threads)
+    print(f"\n{engine.ready.model} on {engine.device}, {engine.threads} torch thread(s); measured read bandwidth "
+          f"{bw / 1e9:.1f} GB/s (numpy, 1 thread)\n")
+    print("| weights | decode tok/s | bytes/token | achieved GB/s | ÷ bandwidth | target |\n|---|---|---|---|---|---|")
+    for name, t, per_token, frac, refused in rows:
+        if refused:
+            print(f"| {name} | refused: {refused} | | | | |")
+        else:
+            print(f"| {name} | {t:.1f} | {fmt.nbytes(per_token)} | {per_token * t / 1e9:.1f} | {frac:.2f} | ≥ 0.8 |")
+    best = max((r for r in rows if r[1]), key=lambda r: r[1])
+    print()
+    if peer[1] is None:
+        print("llama.cpp: llama-cpp-python is not installed (`make bench-peer` builds it into .venv-peer)")
+    else:
+        for threads, t in peer.items():
+            print(f"llama.cpp on the same GGUF, {threads} thread(s): {t:.1f} tok/s; best sound tokentop mix ({best[0]}) "
+                  f"÷ llama.cpp = {best[1] / t:.2f} (target ≥ 0.5)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

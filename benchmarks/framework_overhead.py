@@ -1,0 +1,133 @@
+"""Framework overhead per token, on a tiny Llama where compute is nil and overhead is everything.
+
+hidden 16, 1 layer, 1 head, vocab 256, 64 new tokens from a 1-token prompt, greedy (the setup of
+transformers issue #43089). In one process, side by side: `model.generate`, a bare loop of forward
+calls over a DynamicCache, tokentop's engine (eager), and the engine with the compile lever.
+On CUDA it also counts device→host syncs per token (aten::_local_scalar_dense in the profiler).
+
+    .venv/bin/python benchmarks/framework_overhead.py [--device cuda] [--repeats 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+NEW = 64
+
+
+def tiny_llama(folder: str):
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from tui_app.engine.models import _gguf_cache_dir, find_default_gguf, load_model
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=256, hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=1,
+                      num_key_value_heads=1, max_position_embeddings=2048, bos_token_id=1, eos_token_id=2)
+    LlamaForCausalLM(cfg).save_pretrained(folder)
+    # The engine wants a tokenizer to detokenize; ids < 256 decode with the default model's.
+    cached = _gguf_cache_dir(find_default_gguf())
+    if not (cached / "tokenizer.json").exists():
+        load_model("default", "cpu", torch.float32)
+    AutoTokenizer.from_pretrained(str(cached)).save_pretrained(folder)
+
+
+def sync(device):
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def time_it(fn, device, repeats):
+    for _ in range(3):
+        fn()
+    sync(device)
+    out = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        sync(device)
+        out.append((time.perf_counter() - t) * 1000 / NEW)
+    return statistics.median(out)
+
+
+def count_syncs(fn, device) -> float:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+    n = sum(e.count for e in prof.key_averages() if e.key == "aten::_local_scalar_dense")
+    return n / NEW
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--repeats", type=int, default=20)
+    args = ap.parse_args()
+    from transformers import DynamicCache
+
+    from tui_app.bench import apply_levers
+    from tui_app.engine.generation import Engine, EngineConfig, RunRequest
+
+    folder = tempfile.mkdtemp(prefix="tiny-llama-")
+    tiny_llama(folder)
+    engine = Engine(EngineConfig(model=folder, device=args.device, dtype="fp32"), lambda ev: None)
+    engine.load()
+    model, dev = engine.model, engine.device
+    ids = torch.tensor([[1]], device=dev)
+    mask = torch.ones_like(ids)
+
+    def generate():
+        with torch.inference_mode():
+            model.generate(ids, attention_mask=mask, max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False, pad_token_id=0)
+
+    def bare():
+        with torch.inference_mode():
+            cache = DynamicCache(config=model.config)
+            x = ids
+            for _ in range(NEW):
+                x = model(input_ids=x, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+
+    req = RunRequest(prompt_ids=[1], max_new_tokens=NEW, ignore_eos=True)
+
+    def eng():
+        engine.run(req)
+
+    rows = {}
+    rows["generate"] = time_it(generate, dev, args.repeats)
+    rows["bare forward loop"] = time_it(bare, dev, args.repeats)
+    rows["engine (eager)"] = time_it(eng, dev, args.repeats)
+    t = time.perf_counter()
+    refused = apply_levers(engine, {"compile": True})
+    compile_s = time.perf_counter() - t
+    if not refused:
+        eng()  # the compile phase itself happens before the first compiled run
+        rows["engine (compile)"] = time_it(eng, dev, args.repeats)
+    print(f"tiny Llama (hidden 16, 1 layer, vocab 256), {NEW} new tokens, device {dev}, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads, median of {args.repeats}\n")
+    print("| loop | ms/token | ÷ generate | target |")
+    print("|---|---|---|---|")
+    targets = {"engine (eager)": "≤ 0.6", "engine (compile)": "≤ 0.25"}
+    for name, v in rows.items():
+        print(f"| {name} | {v:.3f} | {v / rows['generate']:.2f} | {targets.get(name, '')} |")
+    if refused:
+        print(f"\ncompile lever refused: {refused}")
+    else:
+        print(f"\ncompile preparation (own phase, not in the numbers above): {compile_s:.1f} s")
+    if dev.startswith("cuda"):
+        apply_levers(engine, {})
+        print("\n| loop | device→host syncs per token | target |\n|---|---|---|")
+        print(f"| generate | {count_syncs(generate, dev):.2f} | |")
+        print(f"| engine (eager) | {count_syncs(eng, dev):.2f} | ≤ 1 |")
+        apply_levers(engine, {"compile": True})
+        print(f"| engine (compile) | {count_syncs(eng, dev):.2f} | ≤ 1 |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""Observer overhead and UI cost, side by side in one run.
+
+1. decode tok/s of the default model with the full TUI running (real rendering in a 160×45 tmux
+   terminal at the default fps, all panes visible) ÷ the same engine process with no UI. Target ≥ 0.97.
+2. CPU % of one core used by the UI process during full-speed generation. Target ≤ 10 %.
+
+Rounds alternate engine-alone and TUI so drift on the machine hits both alike.
+
+    .venv/bin/python benchmarks/observer_overhead.py [--runs 6] [--rounds 2] [--tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import psutil
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks._tmux import TmuxApp  # noqa: E402
+from monitors.events import RunFinished  # noqa: E402
+from monitors.record import read_recording  # noqa: E402
+from tui_app.replay import fold  # noqa: E402
+
+
+def decode_tps(events, skip_first: int = 1) -> list[float]:
+    session = fold(events)
+    runs = [r for r in session.timer.runs.values() if r.finished is not None]
+    return [r.total.decode_tps for r in runs[skip_first:]]
+
+
+def engine_alone(runs: int, tokens: int) -> list[float]:
+    from tui_app.engine.generation import EngineConfig, RunRequest
+    from tui_app.engine.process import EngineProcess
+
+    proc = EngineProcess(EngineConfig()).start()
+    events = []
+    try:
+        req = RunRequest(max_new_tokens=tokens, ignore_eos=True)
+        for _ in range(runs + 1):
+            proc.run(req)
+            while True:
+                ev = proc.get(timeout=120)
+                if ev is None:
+                    raise RuntimeError(f"engine stalled: {proc.exit_info().message}")
+                events.append(ev)
+                if isinstance(ev, RunFinished):
+                    break
+    finally:
+        proc.shutdown()
+    return decode_tps(events)
+
+
+def with_tui(runs: int, tokens: int, fps: float) -> tuple[list[float], float]:
+    rec = tempfile.mktemp(suffix=".jsonl", prefix="tokentop-bench-")
+    app = TmuxApp("tt-observer", ["--auto", "--ignore-eos", "--max-new-tokens", str(tokens), "--record", rec, "--fps", str(fps)])
+    try:
+        app.wait_for(lambda s: "run 1 done" in s or "run 2" in s, timeout=180)
+        ui = psutil.Process(app.pid())
+        c0, t0 = ui.cpu_times(), time.perf_counter()
+        app.wait_for(lambda s: f"run {runs + 2}:" in s or f"run {runs + 1} done" in s, timeout=60 * runs)
+        c1, t1 = ui.cpu_times(), time.perf_counter()
+    finally:
+        app.close()
+    cpu = ((c1.user - c0.user) + (c1.system - c0.system)) / (t1 - t0) * 100
+    events = read_recording(rec).events
+    os.unlink(rec)
+    return decode_tps(events)[:runs], cpu
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--fps", type=float, default=8.0)
+    args = ap.parse_args()
+    alone, tui, cpus = [], [], []
+    for r in range(args.rounds):
+        a = engine_alone(args.runs, args.tokens)
+        t, cpu = with_tui(args.runs, args.tokens, args.fps)
+        print(f"round {r + 1}: engine alone {statistics.median(a):.2f} tok/s, with TUI {statistics.median(t):.2f} tok/s, UI CPU {cpu:.1f} %", flush=True)
+        alone += a
+        tui += t
+        cpus.append(cpu)
+    ma, mt = statistics.median(alone), statistics.median(tui)
+    print(f"\ndefault model, {args.tokens} tokens/run, {len(alone)} runs each, TUI at 160×45, {args.fps:g} fps, {os.cpu_count()} cores\n")
+    print("| measure | value | target |\n|---|---|---|")
+    print(f"| decode tok/s, engine alone (median) | {ma:.2f} | |")
+    print(f"| decode tok/s, with the TUI (median) | {mt:.2f} | |")
+    print(f"| ratio TUI ÷ alone | {mt / ma:.3f} | ≥ 0.97 |")
+    print(f"| UI process CPU, % of one core (mean of rounds) | {statistics.mean(cpus):.1f} | ≤ 10 |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""Signals and keys that end the app at every phase: clean exit, terminal restored, recording intact,
+engine process gone. The app runs in a real (tmux) terminal here."""
+
+import os
+import re
+import shutil
+import signal
+import time
+
+import psutil
+import pytest
+
+from benchmarks._tmux import TmuxApp
+from monitors.record import read_recording
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+
+
+def _engine_of(ui_pid):
+    return [p for p in psutil.Process(ui_pid).children(recursive=True) if "multiprocessing" in " ".join(p.cmdline())]
+
+
+def _stop(app, how):
+    if how == "ctrl+c":
+        app.keys("C-c")
+    else:
+        os.kill(app.pid(), {"SIGTERM": signal.SIGTERM, "SIGHUP": signal.SIGHUP}[how])
+
+
+@pytest.mark.parametrize("phase,how", [
+    ("load", "SIGTERM"),
+    ("generate", "SIGTERM"),
+    ("generate", "SIGHUP"),
+    ("generate", "ctrl+c"),
+    ("quantize", "ctrl+c"),
+    ("compile", "SIGTERM"),
+])
+def test_ending_the_app_at_any_phase(tmp_path, phase, how):
+    rec = tmp_path / "s.jsonl"
+    app = TmuxApp(f"tt-sig-{phase}-{how}".replace("+", ""), ["--record", str(rec), "--max-new-tokens", "400", "--ignore-eos"])
+    try:
+        if phase == "load":
+            app.wait_for(lambda s: "starting engine" in s or "load" in s, timeout=60)
+        else:
+            app.wait_for(lambda s: re.search(r"TTFT \d+ ms", s), timeout=120)
+            if phase == "quantize":
+                app.keys("w")
+                app.wait_for(lambda s: "quantize" in s, timeout=30, poll=0.02)
+            elif phase == "compile":
+                app.keys("c")
+                app.wait_for(lambda s: "compile" in s, timeout=30, poll=0.02)
+        ui = app.pid()
+        engines = _engine_of(ui)
+        _stop(app, how)
+        app.wait_for(lambda s: "TOKENTOP-EXIT=" in s, timeout=30)
+        screen = app.pane()
+        assert "Traceback" not in screen
+        code = int(re.search(r"TOKENTOP-EXIT=(\d+)", screen).group(1))
+        assert code in (0, 1, 130, 143), screen
+        assert "k KV cache" not in screen  # the alternate screen is gone: the terminal is restored
+        time.sleep(1)
+        assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in engines), "engine process left behind"
+        got = read_recording(rec)
+        assert got.error is None or not rec.stat().st_size, got.error  # whatever was written reads back cleanly
+    finally:
+        app.close()
