@@ -25,7 +25,7 @@ from monitors.events import RunFinished  # noqa: E402
 from monitors.record import Recorder, read_recording  # noqa: E402
 from monitors.sampler import Sampler  # noqa: E402
 from tui_app.app import TokentopApp  # noqa: E402
-from tui_app.engine.generation import EngineConfig, RunRequest  # noqa: E402
+from tui_app.engine.config import EngineConfig, RunRequest  # noqa: E402
 from tui_app.sources import LiveSource  # noqa: E402
 
 # q and ctrl+c end the app; c compiles for a minute on CPU, too long for the short variant.
@@ -44,29 +44,38 @@ class SoakResult:
     rss_end: int
     verdict: str
     crashed: str | None
+    rss_trace: list  # (seconds, MiB) every 10 s: a plateau is warm-up, a slope is a leak
 
     @property
     def rss_growth(self) -> float:
+        """From the end of the warm-up to the end of the soak."""
         return self.rss_end / self.rss_start - 1
 
 
-async def soak(seconds: float, max_runs: int, seed: int, keys=KEYS, out_dir: str | None = None) -> SoakResult:
+async def soak(seconds: float, max_runs: int, seed: int, keys=KEYS, out_dir: str | None = None, history: int = 4000) -> SoakResult:
     rng = random.Random(seed)
     out_dir = out_dir or tempfile.mkdtemp(prefix="tokentop-soak-")
     rec_path = os.path.join(out_dir, "soak.jsonl")
     app = TokentopApp(LiveSource(EngineConfig()), RunRequest(max_new_tokens=24), recorder=Recorder(rec_path),
-                      sampler=Sampler(hz=4), fps=8, auto=True, out_dir=out_dir)
+                      sampler=Sampler(hz=4, history=history), fps=8, auto=True, out_dir=out_dir,
+                      history=history)
     me = psutil.Process()
     presses = 0
     crashed = None
     rss_start = 0
+    warmup = min(60.0, seconds * 0.25)  # first-use growth (screens, fonts, caches) is not a leak
     t0 = time.monotonic()
     async with app.run_test(size=(160, 45)) as pilot:
         while not app.session.finished_ids and time.monotonic() - t0 < 120:
             await pilot.pause(0.2)
-        rss_start = me.memory_info().rss
         t0 = time.monotonic()
+        trace: list = []
         while time.monotonic() - t0 < seconds and len(app.session.finished_ids) < max_runs:
+            elapsed = time.monotonic() - t0
+            if not trace or elapsed - trace[-1][0] >= 10:
+                trace.append((round(elapsed), round(me.memory_info().rss / 2**20, 1)))
+            if not rss_start and time.monotonic() - t0 > warmup:
+                rss_start = me.memory_info().rss
             key = rng.choice(keys)
             if key == "n":
                 await pilot.press("n", *"Count to five.", "enter")
@@ -94,7 +103,7 @@ async def soak(seconds: float, max_runs: int, seed: int, keys=KEYS, out_dir: str
         await pilot.press("q")
     recorded = {e.run_id for e in read_recording(rec_path).events if isinstance(e, RunFinished)}
     return SoakResult(time.monotonic() - t0, presses, len(finished), len(recorded), [r for r in finished if r not in recorded],
-                      rss_start, rss_end, ("SUSPECTED " if suspected else "") + verdict, crashed)
+                      rss_start, rss_end, ("SUSPECTED " if suspected else "") + verdict, crashed, trace)
 
 
 def main() -> int:
@@ -106,7 +115,7 @@ def main() -> int:
     r = asyncio.run(soak(args.minutes * 60, args.runs, args.seed))
     print(f"soak: {r.seconds / 60:.1f} min, {r.presses} key presses, {r.runs} runs finished, {r.recorded_runs} in the recording, "
           f"missing {r.missing}; UI RSS {r.rss_start / 2**20:.0f} → {r.rss_end / 2**20:.0f} MiB ({r.rss_growth * 100:+.1f} %); "
-          f"{r.verdict}; crashed: {r.crashed}")
+          f"{r.verdict}; crashed: {r.crashed}\nUI RSS every 10 s (s, MiB): {r.rss_trace}")
     ok = r.crashed is None and not r.missing and abs(r.rss_growth) <= 0.05 and not r.verdict.startswith("SUSPECTED")
     return 0 if ok else 1
 

@@ -64,6 +64,12 @@ class LeakDetector:
         self.seen = 0
         self.baselines: deque[float] = deque(maxlen=window)
 
+    def reset(self) -> None:
+        """Start a new series: after a lever is prepared (a quantized copy, a compiled graph)
+        the baseline rises for a legitimate reason, and only runs after it compare."""
+        self.seen = 0
+        self.baselines.clear()
+
     def add(self, baseline_bytes: int) -> LeakVerdict:
         self.seen += 1
         if self.seen > self.warmup:

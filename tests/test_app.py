@@ -171,3 +171,18 @@ def test_layout_snapshots(snap_compare, size):
         await pilot.pause(0.5)
 
     assert snap_compare(app, terminal_size=size, run_before=settle)
+
+
+async def test_events_keep_flowing_while_a_modal_is_open():
+    """With help or the prompt dialog open, the engine's events still reach the panes behind."""
+    from tests.synthetic import session_events as events
+
+    source = ReplaySource(events(), speed=5)  # about 2 s of events, most arriving behind the modal
+    app = TokentopApp(source, None)
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await pilot.press("question_mark")
+        assert len(app.session.finished_ids) < 3
+        await pilot.pause(3.5)
+        assert isinstance(app.screen, HelpScreen)
+        assert len(app.session.finished_ids) == 3 and app.tokens.chunks
+        await pilot.press("escape")

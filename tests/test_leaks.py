@@ -76,3 +76,18 @@ def test_real_model_debug_leak_of_1_mb_per_run_is_caught_within_20_runs(plain):
 def test_real_model_200_clean_runs_stay_quiet(plain):
     verdicts = _baselines(plain, 200)
     assert [v for v in verdicts if v.status == "suspected"] == []
+
+
+def test_a_preparation_phase_restarts_the_baseline_series():
+    from monitors.events import Phase, RunFinished
+    from tui_app.session import Session
+
+    s = Session()
+    for i in range(12):
+        s.feed(RunFinished(i, 1, "eos", "", 0, (900 + i) * MB, None, None, None, None, ""))
+    assert s.verdict.status == "suspected"
+    s.feed(Phase("quantize", "int8", True, 1.0))  # a quantized copy: +100 MB, legitimately
+    assert s.verdict is None and s.leak.seen == 0
+    for i in range(12):
+        s.feed(RunFinished(100 + i, 1, "eos", "", 0, 1100 * MB, None, None, None, None, ""))
+    assert s.verdict.status == "none"

@@ -32,6 +32,7 @@ from monitors.events import (
     Sampled,
     Step,
 )
+from monitors.system import trim_heap
 from tui_app.screens.help import HelpScreen
 from tui_app.screens.prompt import PromptScreen
 from tui_app.session import Session, short_value
@@ -79,7 +80,7 @@ class TokentopApp(App):
     ]
 
     def __init__(self, source, request=None, *, recorder=None, sampler=None, fps: float = 8.0, auto: bool = False,
-                 prompt_file: str | None = None, out_dir: str | None = None):
+                 prompt_file: str | None = None, out_dir: str | None = None, history: int = 4000):
         super().__init__()
         self.source = source
         self.request = request
@@ -88,7 +89,7 @@ class TokentopApp(App):
         self.auto = auto
         self.prompt_file = prompt_file
         self.out_dir = out_dir or os.getcwd()
-        self.session = Session(recorder=recorder)
+        self.session = Session(recorder=recorder, history=history)
         self.running = False
         self.paused = False
         self.view = 0
@@ -105,16 +106,19 @@ class TokentopApp(App):
 
     # ------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
-        yield StatusBar(id="status")
+        # References, not queries: with a modal open, queries search the modal's screen.
+        self.status = StatusBar(id="status")
+        self.tokens = TokenStream(id="tokens")
+        charts = [LatencyChart(self.session, id="latency"), KVChart(self.session, id="kv"),
+                  MemoryChart(self.session, id="memory"), UtilChart(self.session, id="util")]
+        self.panes = {w.id: w for w in (self.tokens, RunsTable(self.session, id="runs"), *charts)}
+        yield self.status
         with Horizontal(id="main"):
             with Vertical(id="left"):
-                yield TokenStream(id="tokens")
-                yield RunsTable(self.session, id="runs")
+                yield self.tokens
+                yield self.panes["runs"]
             with Container(id="charts"):
-                yield LatencyChart(self.session, id="latency")
-                yield KVChart(self.session, id="kv")
-                yield MemoryChart(self.session, id="memory")
-                yield UtilChart(self.session, id="util")
+                yield from charts
         yield Static("terminal too small for the charts: enlarge it (60×16 or more)", id="tiny-note")
         yield Footer()
 
@@ -137,12 +141,14 @@ class TokentopApp(App):
         self._apply_size()
 
     def _apply_size(self) -> None:
+        if not self.screen_stack:
+            return
         w, h = self.size
         mode = "tiny" if (w < TINY_W or h < TINY_H) else "narrow" if (w < NARROW_W or h < NARROW_H) else "wide"
         if mode == self._mode:
             return
         self._mode = mode
-        screen = self.screen
+        screen = self.screen_stack[0]
         screen.set_class(mode == "tiny", "-tiny")
         screen.set_class(mode != "wide", "-narrow")
         self._show_view()
@@ -150,7 +156,7 @@ class TokentopApp(App):
     def _show_view(self) -> None:
         single = self._mode != "wide"
         for i, name in enumerate(CHARTS):
-            chart = self.query_one(f"#{name}")
+            chart = self.panes[name]
             chart.display = (not single) or i == self.view
             chart.dirty = True
 
@@ -175,18 +181,18 @@ class TokentopApp(App):
         if self.running and now - self._table_t > 1.0:
             self._table_t = now
             self._mark("runs")
-        for widget in self.query("#charts > *, #tokens, #runs"):
+        for widget in self.panes.values():
             widget.redraw()
-        self.query_one(StatusBar).show(self.session, self.state, self.request.preset if self.request else "replay", self.auto)
+        self.status.show(self.session, self.state, self.request.preset if self.request else "replay", self.auto)
         if not self.source.live and self.source.done and self.state != "replay finished":
             self.state = "replay finished"
 
     def _mark(self, *names: str) -> None:
         for name in names:
-            self.query_one(f"#{name}").dirty = True
+            self.panes[name].dirty = True
 
     def _on_event(self, ev) -> None:
-        tokens = self.query_one(TokenStream)
+        tokens = self.tokens
         if isinstance(ev, Step):
             tokens.add_text(ev.text)
             self._mark("latency", "kv")
@@ -201,6 +207,7 @@ class TokentopApp(App):
             self.running = False
             self.state = f"run {ev.run_id} done ({ev.stop_reason})" + (" · auto" if self.auto else "")
             self.session.trim()
+            trim_heap()  # the UI's own RSS then tracks its live memory, which the soak checks stays flat
             self._mark("runs", "memory")
             if self.auto and not self.paused and self.source.live:
                 self.set_timer(0.3, self._auto_next)
@@ -233,7 +240,7 @@ class TokentopApp(App):
         self.running = False
         self.session.engine_died(message)
         self.state = f"{message} — press R to restart; finished runs are kept"
-        self.query_one(TokenStream).add_mark(message, error=True)
+        self.tokens.add_mark(message, error=True)
         self.notify(f"{message}. Press R to restart the engine.", title="engine", severity="error", timeout=15)
         self._mark("runs")
 

@@ -133,7 +133,7 @@ def apply_levers(engine, combo: dict) -> str:
 
 
 def measure(engine, session, errors: list, name: str, combo: dict, prompt_len: int, new: int, warmup: int, repeats: int, progress) -> Result:
-    from tui_app.engine.generation import RunRequest
+    from tui_app.engine.config import RunRequest
 
     res = Result(name, prompt_len, new, repeats)
     res.refused = apply_levers(engine, combo)

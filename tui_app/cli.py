@@ -111,7 +111,7 @@ def levers_from(args) -> Levers:
 
 
 def engine_config(args):
-    from tui_app.engine.generation import EngineConfig
+    from tui_app.engine.config import EngineConfig
 
     if args.threads < 0:
         raise UsageError("--threads must be 0 (auto) or more")
@@ -123,7 +123,7 @@ def engine_config(args):
 
 
 def run_request(args):
-    from tui_app.engine.generation import RunRequest
+    from tui_app.engine.config import RunRequest
     from tui_app.engine.prompts import read_prompt_file
 
     preset = args.preset or ("file" if args.prompt_file else "short")

@@ -26,6 +26,8 @@ from monitors.leaks import LeakDetector, LeakVerdict
 from monitors.timing import RunRecord, RunTimer, TimingStats
 
 HISTORY = 4000
+# Phases that legitimately raise the memory baseline (new weights, graphs, a draft model).
+PREPARATION_PHASES = ("load", "quantize", "compile", "draft")
 
 
 @dataclass
@@ -71,19 +73,20 @@ class Row:
 @dataclass
 class Session:
     recorder: object | None = None
+    history: int = HISTORY
     ready: EngineReady | None = None
     levers: Levers = field(default_factory=Levers)
     phase: Phase | None = None
     timer: RunTimer = field(default_factory=RunTimer)
     leak: LeakDetector = field(default_factory=LeakDetector)
     gpu_leak: LeakDetector = field(default_factory=LeakDetector)
-    latency: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
-    kv: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+    latency: deque = field(init=False)
+    kv: deque = field(init=False)
     markers: deque = field(default_factory=lambda: deque(maxlen=200))
     run_marks: deque = field(default_factory=lambda: deque(maxlen=200))  # t_ns of run ends, for the memory chart
     messages: deque = field(default_factory=lambda: deque(maxlen=50))
-    torch_mem: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
-    samples: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+    torch_mem: deque = field(init=False)
+    samples: deque = field(init=False)
     finished_ids: deque = field(default_factory=lambda: deque(maxlen=1000))
     current: RunRecord | None = None
     verdict: LeakVerdict | None = None
@@ -92,6 +95,10 @@ class Session:
     fatal: str | None = None
     died: dict = field(default_factory=dict)  # run id → why it never finished
     listeners: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for name in ("latency", "kv", "torch_mem", "samples"):
+            setattr(self, name, deque(maxlen=self.history))
 
     def feed(self, ev: Event) -> None:
         if self.recorder is not None:
@@ -122,6 +129,10 @@ class Session:
         elif isinstance(ev, Phase):
             self.phase = ev
             self.timer.phase(ev)
+            if ev.done and ev.name in PREPARATION_PHASES:
+                self.leak.reset()
+                self.gpu_leak.reset()
+                self.verdict = self.gpu_verdict = None
             if ev.done:
                 self.say(f"{ev.name}: {ev.detail} ({ev.seconds:.1f} s)")
         elif isinstance(ev, EngineReady):

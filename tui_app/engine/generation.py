@@ -12,7 +12,7 @@ import gc
 import math
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import torch
 
@@ -32,41 +32,15 @@ from monitors.events import (
     now_ns,
 )
 from monitors.kvcache import measure_cache
-from monitors.system import rss_bytes
+from monitors.system import rss_bytes, trim_heap
 from monitors.torch_memory import read_torch_memory
 from tui_app.engine import levers as lv
+from tui_app.engine.config import EngineConfig, RunRequest
 from tui_app.engine.models import ModelError, load_model, resolve_device, resolve_dtype
 from tui_app.engine.prompts import preset_prompt, reference_text
 from tui_app.engine.speculative import DraftProposer, accept_greedy, lookup_proposals
 
 MB = 1024 * 1024
-
-
-@dataclass
-class EngineConfig:
-    model: str = "default"
-    device: str = "auto"
-    dtype: str = "auto"
-    draft_model: str | None = None
-    draft_layers: int = 4
-    threads: int = 0  # 0: all cores but one on CPU, leaving one for the UI
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int = 0
-    levers: Levers = field(default_factory=Levers)
-    debug_leak_mb: float = 0.0  # debug only: keep this much memory per run, to prove the leak detector
-
-
-@dataclass
-class RunRequest:
-    prompt: str | None = None
-    preset: str = "short"
-    prompt_file: str | None = None
-    prompt_ids: list[int] | None = None
-    max_new_tokens: int = 64
-    ignore_eos: bool = False
-    truncate: bool = False
-    chat: bool = True
 
 
 class PromptError(ValueError):
@@ -557,29 +531,6 @@ class Engine:
             nll = torch.nn.functional.cross_entropy(logits, ids[0, 1:])
             self._ppl[level] = float(math.exp(float(nll)))
         return self._ppl[level]
-
-
-def _load_malloc_trim():
-    try:
-        import ctypes
-
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc: the baseline is plain RSS
-        return None
-
-
-_MALLOC_TRIM = _load_malloc_trim()
-
-
-def trim_heap() -> None:
-    """Give free heap pages back to the OS, so RSS is live memory.
-
-    Without it a leak can hide for many runs: new allocations reuse pages freed earlier that
-    still count in RSS, and the baseline stays flat (seen in our own tests: a 1 MB/run leak
-    read as +0.0002 MB/run after a heavy test had freed hundreds of MB).
-    """
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
 
 
 def _first_diff(ref: list[int], out: list[int]) -> int | None:

@@ -17,7 +17,7 @@ import traceback
 from dataclasses import dataclass
 
 from monitors.events import EngineError, Event
-from tui_app.engine.generation import EngineConfig, RunRequest
+from tui_app.engine.config import EngineConfig, RunRequest
 
 
 @dataclass

@@ -33,6 +33,7 @@ class RunsTable(DataTable):
         self.session = session
         self.dirty = True
         self.border_title = "runs"
+        self._shown: dict[str, tuple[str, ...]] = {}
 
     def on_mount(self) -> None:
         self.add_columns(*COLUMNS)
@@ -43,16 +44,20 @@ class RunsTable(DataTable):
         self.dirty = False
         rows = self.session.rows()
         keys = [r.label for r in rows]
-        existing = {str(k.value) for k in self.rows}
-        if existing - set(keys):  # rows trimmed away: rebuild once
+        if set(self._shown) - set(keys):  # rows trimmed away: rebuild once
             self.clear()
-            existing = set()
+            self._shown.clear()
         for row, key in zip(rows, keys):
             cells = row_cells(row)
-            if key in existing:
-                for col, value in zip(self.columns, cells):
-                    self.update_cell(key, col, value)
-            else:
+            old = self._shown.get(key)
+            if old is None:
                 self.add_row(*cells, key=key)
-        if rows:
+            else:
+                # Only changed cells: each update invalidates DataTable's render caches,
+                # and rewriting every cell every second grew the UI's memory by MBs a minute.
+                for col, value, before in zip(self.columns, cells, old):
+                    if value != before:
+                        self.update_cell(key, col, value)
+            self._shown[key] = cells
+        if rows and self.cursor_row != len(rows) - 1:
             self.move_cursor(row=len(rows) - 1, animate=False)
