@@ -118,7 +118,7 @@ def main() -> int:
     best = max((r for r in rows if r[1]), key=lambda r: r[1])
     print()
     if peer[1] is None:
-        print("llama.cpp: llama-cpp-python is not installed (`make bench-peer` builds it into .venv-peer)")
+        print("llama.cpp: llama-cpp-python is not installed (`make bench-peer` builds it into .peer/)")
     else:
         for threads, t in peer.items():
             print(f"llama.cpp on the same GGUF, {threads} thread(s): {t:.1f} tok/s; best sound tokentop mix ({best[0]}) "

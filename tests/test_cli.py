@@ -86,3 +86,55 @@ def test_replay_of_something_that_is_not_a_recording(tmp_path):
     f.write_text("hello\n")
     r = tokentop("replay", "--stats", str(f))
     assert r.returncode == 2 and "line 1" in r.stderr and "not a tokentop recording" in r.stderr
+
+
+def test_bench_end_to_end_writes_table_and_files(tmp_path):
+    import json
+
+    out = tmp_path / "b"
+    r = tokentop("bench", "--lengths", "8:4", "--levers", "plain,int8,lookup+b2", "--repeats", "2", "--warmup", "0",
+                 "-o", "json", "-o", "csv", "--out", str(out), timeout=300)
+    assert r.returncode == 0, r.stderr
+    table = [line for line in r.stdout.splitlines() if line.startswith("| ")]
+    assert len(table) == 1 + 3
+    assert "refused" in table[-1] and "batch size 1" in table[-1]  # lookup needs batch 1
+    data = json.loads((tmp_path / "b.json").read_text())
+    assert data["environment"]["versions"]["torch"] and data["environment"]["device"] == "cpu"
+    plain = data["results"][0]
+    assert plain["levers"] == "plain" and plain["repeats"] == 2 and plain["ttft_p50"] > 0 and plain["tps_mean"] > 0
+    assert (tmp_path / "b.csv").read_text().startswith("levers,")
+
+
+def test_leakcheck_exits_1_on_a_leak_and_0_without(tmp_path):
+    leaky = tokentop("leakcheck", "--runs", "14", "--max-new-tokens", "2", "--debug-leak-mb", "2")
+    assert leaky.returncode == 1, leaky.stdout + leaky.stderr
+    assert "suspected" in leaky.stdout and "MiB" in leaky.stdout and "┤" in leaky.stdout  # verdict and the plot
+    clean = tokentop("leakcheck", "--runs", "14", "--max-new-tokens", "2")
+    assert clean.returncode == 0 and "leak: none" in clean.stdout, clean.stdout
+
+
+def test_serve_binds_to_localhost_and_serves_the_page():
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "tui_app", "serve", "--port", str(port), "--no-record"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        page = None
+        for _ in range(100):
+            try:
+                page = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2).read().decode()
+                break
+            except OSError:
+                import time
+
+                time.sleep(0.2)
+        assert page and "tokentop" in page
+        conns = [c for c in __import__("psutil").Process(proc.pid).net_connections() if c.status == "LISTEN"]
+        assert conns and all(c.laddr.ip == "127.0.0.1" for c in conns)
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -47,6 +47,8 @@ def test_greedy_output_equals_generate(plain, collect, ref_short, ref_long, leve
         tokens, steps, fin = run(plain, collect, req)
         assert tokens == ref, levers
         assert fin.n_tokens == N and fin.stop_reason == "max tokens"
+        if levers:  # checked live against the plain run of the same prompt, not just here
+            assert fin.diff_note == "identical to plain greedy" and fin.first_diff is None
         assert steps[0].kind == "prefill"
 
 

@@ -386,20 +386,12 @@ def export_session(session: Session, path: str) -> None:
         json.dump(data, f, indent=2, default=str, allow_nan=True)
 
 
-def make_app(args) -> TokentopApp:
-    """The one factory for the entry point, `serve` and the tests."""
-    from monitors.record import Recorder
+def make_app(args, source, recorder=None) -> TokentopApp:
+    """The app for parsed command-line arguments (the entry point; `serve` runs the same command)."""
     from monitors.sampler import Sampler
-    from tui_app.cli import default_record_path, engine_config, run_request
-    from tui_app.sources import LiveSource
+    from tui_app.cli import run_request
 
-    request = run_request(args)
-    recorder = None if args.no_record else Recorder(args.record or default_record_path())
-    from tui_app.engine.models import cache_root
-
-    log_dir = cache_root()
-    log_dir.mkdir(parents=True, exist_ok=True)
     return TokentopApp(
-        LiveSource(engine_config(args), str(log_dir / "engine.log")), request, recorder=recorder, sampler=Sampler(hz=args.hz or 4.0),
+        source, run_request(args), recorder=recorder, sampler=Sampler(hz=args.hz or 4.0),
         fps=args.fps, auto=args.auto, prompt_file=args.prompt_file,
     )

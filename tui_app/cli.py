@@ -159,10 +159,25 @@ def _tui(args) -> int:
     if not (sys.stdin.isatty() and sys.stdout.isatty()) and not os.environ.get("TOKENTOP_FORCE_TUI"):
         print("tokentop: no terminal here, so no TUI; for the numbers use `tokentop run --no-tui` (or `tokentop bench`)", file=sys.stderr)
         return EXIT_USAGE
-    from tui_app.app import make_app
+    from monitors.record import RecordError, Recorder
+    from tui_app.sources import live_source
 
-    app = make_app(args)
-    app.run()
+    try:
+        recorder = None if args.no_record else Recorder(args.record or default_record_path())
+    except RecordError as exc:
+        raise UsageError(str(exc)) from None
+    # The engine starts loading torch and the model while this process imports Textual.
+    source = live_source(args)
+    source.start()
+    try:
+        from tui_app.app import make_app
+
+        app = make_app(args, source, recorder)
+        app.run()
+    finally:
+        source.close()
+        if recorder is not None:
+            recorder.close()
     return app.return_code or 0
 
 

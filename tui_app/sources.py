@@ -18,6 +18,9 @@ class LiveSource:
         self._reported_death = False
 
     def start(self) -> None:
+        """Idempotent: the CLI starts the engine before importing Textual, so both load at once."""
+        if self.proc is not None and self.proc.alive():
+            return
         from tui_app.engine.process import EngineProcess
 
         self.proc = EngineProcess(self.config, self.log_path).start()
@@ -29,6 +32,7 @@ class LiveSource:
 
     def restart(self, levers) -> None:
         self.close()
+        self.proc = None
         self.config = replace(self.config, levers=levers)
         self.start()
 
@@ -49,6 +53,16 @@ class LiveSource:
     def close(self) -> None:
         if self.proc is not None:
             self.proc.shutdown()
+
+
+def live_source(args) -> LiveSource:
+    """The engine process for these arguments, its output going to a log beside the model cache."""
+    from tui_app.cli import engine_config
+    from tui_app.engine.models import cache_root
+
+    log_dir = cache_root()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    return LiveSource(engine_config(args), str(log_dir / "engine.log"))
 
 
 class ReplaySource:

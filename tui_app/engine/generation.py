@@ -109,6 +109,7 @@ class Engine:
             context_len=self.context_len, load_s=loaded.load_s, threads=self.threads,
             quant_impl=lv.quant_impl(self.device, self.dtype),
         )
+        self.ready = ready
         _freeze()
         self.emit(ready)
         initial, self.levers = self.levers, Levers()
@@ -505,16 +506,20 @@ class Engine:
             torch_peak = int(torch.cuda.max_memory_allocated(self.device))
             gpu_base = int(torch.cuda.memory_allocated(self.device))
         key = (tuple(prompt_ids), req.ignore_eos)
+        ref = self._reference.get(key)
+        complete = stop_reason in ("max tokens", "eos")
         if self.cfg.temperature > 0:
             first_diff, note = None, "sampling: not compared"
-        elif lev.is_plain() and stop_reason in ("max tokens", "eos"):
-            ref = self._reference.get(key)
-            if ref is None or len(out_ids) > len(ref):
-                self._reference[key] = list(out_ids)
-            first_diff, note = None, "plain greedy (reference)"
-        elif key in self._reference:
-            first_diff = _first_diff(self._reference[key], out_ids)
+        elif ref is not None:
+            # Every greedy run is checked against plain greedy: cache, compile and speculation must
+            # match it exactly, so a mismatch here is a bug made visible, not a quality trade-off.
+            first_diff = _first_diff(ref, out_ids)
             note = "identical to plain greedy" if first_diff is None else f"differs from plain greedy at token {first_diff}"
+            if lev.is_plain() and complete and first_diff is None and len(out_ids) > len(ref):
+                self._reference[key] = list(out_ids)
+        elif lev.is_plain() and complete:
+            self._reference[key] = list(out_ids)
+            first_diff, note = None, "plain greedy (reference)"
         else:
             first_diff, note = None, "no plain run of this prompt yet"
         ev = RunFinished(
