@@ -78,7 +78,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--fps", type=float, default=8.0)
+    ap.add_argument("--fps", type=float, default=4.0)  # the app's default
     args = ap.parse_args()
     alone, tui, cpus = [], [], []
     for r in range(args.rounds):

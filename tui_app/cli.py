@@ -68,7 +68,8 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
 
 
 def _ui_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--fps", type=_nonneg_float, default=8.0, help="redraws per second (default 8)")
+    # 4 by measurement: at 8 the UI took 30 % of a core on the 2-core machine and slowed decode (README).
+    p.add_argument("--fps", type=_nonneg_float, default=4.0, help="redraws per second (default 4)")
     p.add_argument("--hz", type=_nonneg_float, default=4.0, help="system/GPU samples per second (default 4)")
     p.add_argument("--record", default=None, help="record every event to this JSONL file (default: the user data folder)")
     p.add_argument("--no-record", action="store_true", help="do not record the session")

@@ -5,8 +5,10 @@ Redrawn only when the app marks it dirty, at the app's bounded frame rate, and n
 
 from __future__ import annotations
 
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.strip import Strip
 from textual.widget import Widget
 
 from tui_app.charts import Canvas
@@ -29,29 +31,37 @@ class Chart(Widget):
         super().__init__(id=id, classes=classes)
         self.session = session
         self.dirty = True
-        self._rendered: Text = Text("")
+        self._strips: list[Strip] = []
+        self._styles = [Style(color=c) for c in self.COLORS]
 
     def redraw(self) -> None:
         """Called each frame by the app; cheap when nothing changed or the pane is hidden."""
         if not self.dirty or not self.display or self.size.width <= self.AXIS + 2 or self.size.height < 2:
             return
         self.dirty = False
-        self._rendered = self.draw(self.size.width - self.AXIS, self.size.height)
+        drawn = self.draw(self.size.width - self.AXIS, self.size.height)
+        if isinstance(drawn, Text):  # a message instead of a chart
+            console = self.app.console
+            lines = console.render_lines(drawn, console.options.update_width(self.size.width), pad=False)
+            drawn = [Strip(line) for line in lines]
+        self._strips = drawn
         self.refresh()
 
     def on_resize(self) -> None:
         self.dirty = True
         self.redraw()
 
-    def render(self) -> Text:
-        return self._rendered
+    def render_line(self, y: int) -> Strip:
+        """The line API: strips built once per redraw, so a frame costs no text layout."""
+        return self._strips[y] if y < len(self._strips) else Strip.blank(self.size.width)
 
     def draw(self, width: int, height: int) -> Text:
         raise NotImplementedError
 
-    def compose_text(self, canvas: Canvas, lo: float, hi: float, unit_fmt, legend: list[tuple[str, int]]) -> Text:
-        """Canvas + y-axis labels + a legend in the last row, as Rich Text."""
-        out = Text()
+    def compose_text(self, canvas: Canvas, lo: float, hi: float, unit_fmt, legend: list[tuple[str, int]]) -> list[Strip]:
+        """Canvas + y-axis labels + a legend in the last row, as strips of styled segments."""
+        dim = Style(dim=True)
+        strips = []
         rows = canvas.rows()
         for i, row in enumerate(rows):
             if i == 0:
@@ -62,19 +72,20 @@ class Chart(Widget):
                 label = unit_fmt((hi + lo) / 2)
             else:
                 label = ""
-            out.append(f"{label:>{self.AXIS - 1}.{self.AXIS - 1}}┤" if label else " " * (self.AXIS - 1) + "│", style="dim")
-            run_style, run_chars = None, []
+            segs = [Segment(f"{label:>{self.AXIS - 1}.{self.AXIS - 1}}┤" if label else " " * (self.AXIS - 1) + "│", dim)]
+            run_owner, run_chars = None, []
             for ch, owner in row:
-                style = Style(color=self.COLORS[owner % len(self.COLORS)]) if owner >= 0 else None
-                if style != run_style and run_chars:
-                    out.append("".join(run_chars), style=run_style)
+                if owner != run_owner and run_chars:
+                    segs.append(Segment("".join(run_chars), self._styles[run_owner % len(self._styles)] if run_owner >= 0 else None))
                     run_chars = []
-                run_style = style
+                run_owner = owner
                 run_chars.append(ch)
             if run_chars:
-                out.append("".join(run_chars), style=run_style)
-            out.append("\n")
+                segs.append(Segment("".join(run_chars), self._styles[run_owner % len(self._styles)] if run_owner >= 0 else None))
+            strips.append(Strip(segs))
+        legend_segs = []
         for name, idx in legend:
-            out.append("■ ", style=Style(color=self.COLORS[idx % len(self.COLORS)]))
-            out.append(name + "  ", style="dim")
-        return out
+            legend_segs.append(Segment("■ ", self._styles[idx % len(self._styles)]))
+            legend_segs.append(Segment(name + "  ", dim))
+        strips.append(Strip(legend_segs).crop(0, self.size.width))
+        return strips
