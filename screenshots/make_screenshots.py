@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from monitors.sampler import Sampler  # noqa: E402
 from tui_app.app import TokentopApp  # noqa: E402
-from tui_app.engine.generation import EngineConfig, RunRequest  # noqa: E402
+from tui_app.engine.config import EngineConfig, RunRequest  # noqa: E402
 from tui_app.sources import LiveSource  # noqa: E402
 
 SIZES = [(160, 45), (80, 24)]
