@@ -355,12 +355,7 @@ class Engine:
             self._gen.manual_seed(self.cfg.seed)
         max_new = req.max_new_tokens
         if self.levers.compile:
-            try:
-                self._warm_compile(self.levers.batch, self._static_len(len(ids_list) + max_new))
-            except Exception as exc:  # noqa: BLE001 - inductor failures vary; the session goes on uncompiled
-                self._compiled.pop(self.levers.quant, None)
-                self.levers = replace(self.levers, compile=False)
-                self.emit(LeverRefused("compile", True, f"torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}"))
+            self._prepare_compile(len(ids_list) + max_new)
         state = {"segment": 0, "reprefill": False, "cache": None}
         tokens: list[list[int]] = [list(ids_list) for _ in range(self.levers.batch)]
         prompt_len = len(ids_list)
@@ -387,7 +382,7 @@ class Engine:
                 if state["reprefill"]:
                     need_prefill, state["reprefill"] = True, False
                     if lev.compile:
-                        self._warm_compile_in_run(len(tokens[0]) + max_new - len(out_ids))
+                        self._prepare_compile(len(tokens[0]) + max_new - len(out_ids))
                         lev = self.levers
                 ctx_len = len(tokens[0])
                 if ctx_len >= self.context_len:
@@ -483,7 +478,8 @@ class Engine:
             stop_reason = "error"
         return self._finish(run_id, ids_list, out_ids, stop_reason, peak_rss, decoder.text, req)
 
-    def _warm_compile_in_run(self, needed: int) -> None:
+    def _prepare_compile(self, needed: int) -> None:
+        """Compile for this shape now (its own phase); if inductor fails, the run goes on uncompiled."""
         try:
             self._warm_compile(self.levers.batch, self._static_len(needed))
         except Exception as exc:  # noqa: BLE001 - inductor failures vary; the run goes on uncompiled
