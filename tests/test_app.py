@@ -176,10 +176,16 @@ def normalized_svg(svg: str) -> str:
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 60)], ids=lambda s: f"{s[0]}x{s[1]}")
 async def test_layout_snapshots(size):
-    """Deterministic data (no model, no clock); TOKENTOP_UPDATE_SNAPSHOTS=1 rewrites the files."""
-    app = TokentopApp(ReplaySource(session_events(), speed=0), None)
+    """Deterministic data (no model, no clock); TOKENTOP_UPDATE_SNAPSHOTS=1 rewrites the files.
+    Two runs (four table rows) fit the runs table at 80×24 unscrolled: where a scroll lands is timing."""
+    app = TokentopApp(ReplaySource(session_events(runs=2), speed=0), None)
     async with app.run_test(size=size) as pilot:
+        # Wait for the state being photographed, not a fixed time: on a loaded machine (an engine
+        # from an earlier test still loading) the first frames can take longer than any pause.
+        await until(pilot, lambda: app.state == "replay finished", timeout=30, what="replay drawn")
         await pilot.pause(0.5)
+        await until(pilot, lambda: not any(w.dirty for w in app.panes.values() if w.display), timeout=30, what="panes drawn")
+
         svg = normalized_svg(app.export_screenshot())
     path = SNAPSHOTS / f"layout-{size[0]}x{size[1]}.svg"
     if os.environ.get("TOKENTOP_UPDATE_SNAPSHOTS"):

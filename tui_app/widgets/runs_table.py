@@ -59,5 +59,5 @@ class RunsTable(DataTable):
                     if value != before:
                         self.update_cell(key, col, value)
             self._shown[key] = cells
-        if rows and self.cursor_row != len(rows) - 1:
-            self.move_cursor(row=len(rows) - 1, animate=False)
+        if rows:  # follow the newest run; only vertically (moving the cursor also scrolled sideways)
+            self.scroll_end(animate=False, immediate=True)
