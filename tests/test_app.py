@@ -192,7 +192,10 @@ async def test_layout_snapshots(size):
         path.parent.mkdir(exist_ok=True)
         path.write_text(svg, encoding="utf-8")
     assert path.exists(), f"no snapshot {path.name}: run with TOKENTOP_UPDATE_SNAPSHOTS=1 and look at it"
-    assert svg == path.read_text(encoding="utf-8"), f"the {size[0]}x{size[1]} layout changed"
+    if svg != path.read_text(encoding="utf-8"):
+        got = path.with_name(f"failed-{path.name}")
+        got.write_text(svg, encoding="utf-8")
+        raise AssertionError(f"the {size[0]}x{size[1]} layout changed: compare {got} with {path}")
 
 
 async def test_events_keep_flowing_while_a_modal_is_open():

@@ -29,7 +29,10 @@ class RunsTable(DataTable):
     """
 
     def __init__(self, session, *, id: str | None = None, classes: str | None = None):
-        super().__init__(id=id, classes=classes, cursor_type="row", zebra_stripes=True)
+        # No cursor and no focus: nothing selects rows, and a focus that lands at a
+        # timing-dependent moment made the screen differ between identical sessions.
+        super().__init__(id=id, classes=classes, cursor_type="none", zebra_stripes=True)
+        self.can_focus = False
         self.session = session
         self.dirty = True
         self.border_title = "runs"
