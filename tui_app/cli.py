@@ -156,15 +156,22 @@ def default_record_path() -> str:
     return os.path.join(folder, "recordings", time.strftime("session-%Y%m%d-%H%M%S.jsonl"))
 
 
+def make_recorder(args):
+    """The session's recorder: --record FILE, else the user data folder; None with --no-record."""
+    from monitors.record import Recorder
+
+    return None if args.no_record else Recorder(args.record or default_record_path())
+
+
 def _tui(args) -> int:
     if not (sys.stdin.isatty() and sys.stdout.isatty()) and not os.environ.get("TOKENTOP_FORCE_TUI"):
         print("tokentop: no terminal here, so no TUI; for the numbers use `tokentop run --no-tui` (or `tokentop bench`)", file=sys.stderr)
         return EXIT_USAGE
-    from monitors.record import RecordError, Recorder
+    from monitors.record import RecordError
     from tui_app.sources import live_source
 
     try:
-        recorder = None if args.no_record else Recorder(args.record or default_record_path())
+        recorder = make_recorder(args)
     except RecordError as exc:
         raise UsageError(str(exc)) from None
     # The engine starts loading torch and the model while this process imports Textual.

@@ -8,10 +8,10 @@ from __future__ import annotations
 import sys
 
 from monitors.events import EngineError, RunFinished
-from monitors.record import RecordError, Recorder
+from monitors.record import RecordError
 from tui_app import fmt
 from tui_app.charts import text_plot
-from tui_app.cli import EXIT_USAGE, default_record_path, engine_config, run_request
+from tui_app.cli import EXIT_USAGE, engine_config, make_recorder, run_request
 from tui_app.session import Row, Session
 
 MB = 1024 * 1024
@@ -54,16 +54,9 @@ def row_line(row: Row) -> str:
     return "  ".join(parts)
 
 
-def _recorder(args):
-    if getattr(args, "no_record", True):
-        return None
-    path = args.record or default_record_path()
-    return Recorder(path)
-
-
 def run_headless(args) -> int:
     try:
-        recorder = _recorder(args)
+        recorder = make_recorder(args)
     except RecordError as exc:
         print(f"tokentop: {exc}", file=sys.stderr)
         return EXIT_USAGE
