@@ -146,8 +146,8 @@ class RunFinished:
     torch_peak: int | None
     gpu_baseline: int | None
     perplexity: float | None
-    first_diff: int | None
-    diff_note: str
+    first_diff: int | None  # first token that differs from plain greedy on the same prompt
+    diff_note: str  # the output against plain greedy: identical, differs at token N, reference, …
     t_ns: int = field(default_factory=now_ns)
 
 

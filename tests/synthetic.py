@@ -45,5 +45,5 @@ def session_events(runs: int = 3, tokens: int = 60) -> list:
                                    app_cpu=6.0 + (i % 4), sys_cpu=55.0 + (i % 5), sys_mem_used=6 * 2**30,
                                    sys_mem_total=24 * 2**30, gpu_reason="n/a: NVML unavailable (Driver Not Loaded)"))
         out.append(RunFinished(run, tokens, "max tokens", text, rss + 40 * MIB, rss + run * MIB, None, None, 24.6 if run != 2 else 24.63,
-                               None if run != 2 else 37, "plain greedy (reference)" if run != 2 else "differs from plain greedy at token 37", t_ns=t))
+                               None if run != 2 else 37, "reference" if run != 2 else "differs at token 37", t_ns=t))
     return out

@@ -9,7 +9,7 @@ def _make():
         Phase("load", "x", True, 1.0),
         RunStarted(1, Levers(), 3, 2, "p"),
         Step(1, 1, "prefill", [5], "a", 1, 10, 5, 4, 100, 100, 4),
-        RunFinished(1, 1, "eos", "a", 1, 1, None, None, 12.0, None, "plain greedy (reference)"),
+        RunFinished(1, 1, "eos", "a", 1, 1, None, None, 12.0, None, "reference"),
     ]
 
 

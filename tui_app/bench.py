@@ -165,7 +165,7 @@ def measure(engine, session, errors: list, name: str, combo: dict, prompt_len: i
 
 
 def markdown(results: list[Result]) -> str:
-    head = "| levers | prompt→new | TTFT mean (p50/p95) | ITL mean (p50/p95/p99) | decode tok/s (min–max) | e2e s | peak RSS | KV | accept | ppl | output |"
+    head = "| levers | prompt→new | TTFT mean (p50/p95) | ITL mean (p50/p95/p99) | decode tok/s (min–max) | e2e s | peak RSS | KV | accept | ppl | vs plain greedy |"
     lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
     for r in results:
         if r.refused:

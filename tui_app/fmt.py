@@ -9,8 +9,12 @@ def _bad(x) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
 
-def ms(seconds: float | None, digits: int = 1) -> str:
-    return "–" if _bad(seconds) else f"{seconds * 1000:.{digits}f} ms"
+def ms(seconds: float | None, digits: int = 1, unit: bool = True) -> str:
+    return "–" if _bad(seconds) else f"{seconds * 1000:.{digits}f}" + (" ms" if unit else "")
+
+
+def mib(n: float | None) -> str:
+    return "–" if _bad(n) else f"{n / 2**20:.1f}"
 
 
 def num(x: float | None, digits: int = 1, unit: str = "") -> str:

@@ -50,7 +50,7 @@ def row_line(row: Row) -> str:
         parts.append(f"peak RSS {fmt.nbytes(f.peak_rss)}")
         if f.perplexity is not None:
             parts.append(f"ppl {f.perplexity:.2f}")
-        parts.append(f.diff_note)
+        parts.append(f"vs plain greedy: {f.diff_note}")
     return "  ".join(parts)
 
 

@@ -505,19 +505,19 @@ class Engine:
         ref = self._reference.get(key)
         complete = stop_reason in ("max tokens", "eos")
         if self.cfg.temperature > 0:
-            first_diff, note = None, "sampling: not compared"
+            first_diff, note = None, "sampled: not compared"
         elif ref is not None:
             # Every greedy run is checked against plain greedy: cache, compile and speculation must
             # match it exactly, so a mismatch here is a bug made visible, not a quality trade-off.
             first_diff = _first_diff(ref, out_ids)
-            note = "identical to plain greedy" if first_diff is None else f"differs from plain greedy at token {first_diff}"
+            note = "identical" if first_diff is None else f"differs at token {first_diff}"
             if lev.is_plain() and complete and first_diff is None and len(out_ids) > len(ref):
                 self._reference[key] = list(out_ids)
         elif lev.is_plain() and complete:
             self._reference[key] = list(out_ids)
-            first_diff, note = None, "plain greedy (reference)"
+            first_diff, note = None, "reference"
         else:
-            first_diff, note = None, "no plain run of this prompt yet"
+            first_diff, note = None, "no reference yet"
         ev = RunFinished(
             run_id, len(out_ids), stop_reason, text, peak_rss, rss_bytes(), torch_peak, gpu_base,
             self.perplexity(lev.quant), first_diff, note,

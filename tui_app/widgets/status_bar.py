@@ -18,6 +18,8 @@ class StatusBar(Static):
     }
     """
 
+    _shown: Text | None = None
+
     def show(self, session, state: str, preset: str, auto: bool) -> None:
         """Levers first, then what the engine is doing (so load/compile/quantize progress stays
         visible at 80 columns), then the current run's numbers."""
@@ -42,4 +44,7 @@ class StatusBar(Static):
         if rec is not None:
             st = rec.total
             t.append(f"│ TTFT {fmt.ms(st.ttft_s, 0)}  ITL p50 {fmt.ms(st.itl.p50)}  {fmt.num(st.decode_tps)} tok/s", style="bold")
-        self.update(t)
+        if t != self._shown:
+            # Height is fixed at one line, so no layout pass: a layout refresh repaints the whole screen.
+            self._shown = t
+            self.update(t, layout=False)

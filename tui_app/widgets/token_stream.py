@@ -1,18 +1,22 @@
 """The text as it is generated: the prompt dimmed, lever switches marked inline.
 
-Holds a bounded deque of styled chunks and renders only the lines that fit, so the cost of a
-redraw does not grow with the session.
+Drawn through the line API from wrapped lines that are kept between frames: a finished paragraph
+is wrapped once, and a frame re-wraps only the paragraph still growing. Re-wrapping the visible
+tail every frame cost more than all four charts together (measured by benchmarks/ui_cost.py).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from itertools import islice
 
 from rich.text import Text
+from textual.strip import Strip
 from textual.widget import Widget
 
-MAX_CHUNKS = 4000
-TAIL_CHARS = 6000
+MAX_CHUNKS = 4000  # what a resize re-wraps from
+MAX_LINES = 1000  # wrapped lines kept; far more than any terminal shows
+FREEZE_CHARS = 2000  # a paragraph longer than this has all but its last line frozen
 
 
 class TokenStream(Widget):
@@ -30,41 +34,77 @@ class TokenStream(Widget):
         self.chunks: deque[tuple[str, str]] = deque(maxlen=MAX_CHUNKS)
         self.dirty = True
         self.border_title = "tokens"
+        self._done: deque[Strip] = deque(maxlen=MAX_LINES)  # lines of finished paragraphs
+        self._para = Text()  # the paragraph still growing
+        self._width = 0
+        self._view: list[Strip] = []
 
     def add_prompt(self, run_id: int, text: str, levers: str) -> None:
         if self.chunks:
-            self.chunks.append(("\n\n", ""))
-        self.chunks.append((f" run {run_id} · {levers} ", "reverse"))
-        self.chunks.append(("\n" + text.strip() + "\n", "dim"))
-        self.dirty = True
+            self._add("\n\n", "")
+        self._add(f" run {run_id} · {levers} ", "reverse")
+        self._add("\n" + text.strip() + "\n", "dim")
 
     def add_text(self, text: str) -> None:
         if text:
-            self.chunks.append((text, ""))
-            self.dirty = True
+            self._add(text, "")
 
     def add_mark(self, label: str, error: bool = False) -> None:
-        self.chunks.append((f"⟨{label}⟩", "bold red" if error else "bold black on yellow"))
+        self._add(f"⟨{label}⟩", "bold red" if error else "bold black on yellow")
+
+    def _add(self, text: str, style: str) -> None:
+        self.chunks.append((text, style))
+        self._feed(text, style)
         self.dirty = True
 
-    def redraw(self) -> None:
-        if self.dirty and self.display:
-            self.dirty = False
-            self.refresh()
+    def _feed(self, text: str, style: str) -> None:
+        *finished, rest = text.split("\n")
+        for part in finished:
+            self._para.append(part, style or None)
+            self._done.extend(self._wrap(self._para))
+            self._para = Text()
+        self._para.append(rest, style or None)
 
-    def render(self) -> Text:
-        # Only the tail can be seen; building Text from it keeps the cost per frame flat.
-        picked, total = [], 0
-        for text, style in reversed(self.chunks):
-            picked.append((text, style))
-            total += len(text)
-            if total > TAIL_CHARS:
-                break
-        out = Text()
-        for text, style in reversed(picked):
-            out.append(text, style=style or None)
-        width = max(self.content_size.width, 10)
-        lines = out.wrap(self.app.console, width)
-        height = max(self.content_size.height, 1)
-        tail = Text("\n").join(lines[-height:])
-        return tail
+    def _wrap(self, text: Text) -> list[Strip]:
+        if self._width <= 0:
+            return []
+        if not text:
+            return [Strip([])]
+        console = self.app.console
+        return [Strip(list(line.render(console)), line.cell_len) for line in text.wrap(console, self._width)]
+
+    def _rewrap(self) -> None:
+        """A new width: wrap the kept chunks again."""
+        self._done.clear()
+        self._para = Text()
+        for text, style in self.chunks:
+            self._feed(text, style)
+
+    def redraw(self) -> None:
+        if not self.dirty or not self.display:
+            return
+        self.dirty = False
+        width, height = self.content_size.width, self.content_size.height
+        if width <= 0 or height <= 0:
+            return
+        if width != self._width:
+            self._width = width
+            self._rewrap()
+        tail = self._wrap(self._para)
+        if len(self._para) > FREEZE_CHARS and len(tail) > 1:
+            # A paragraph with no newline in sight: stop re-wrapping the lines it has filled.
+            self._done.extend(tail[:-1])
+            self._para = self._para.wrap(self.app.console, width)[-1]
+            tail = tail[-1:]
+        above = max(0, height - len(tail))
+        view = list(islice(self._done, max(0, len(self._done) - above), None))
+        base = self.rich_style  # else the terminal's background shows behind the text
+        self._view = [strip.apply_style(base) for strip in (view + tail)[-height:]]
+        self.refresh()
+
+    def on_resize(self) -> None:
+        self.dirty = True
+        self.redraw()
+
+    def render_line(self, y: int) -> Strip:
+        return self._view[y] if y < len(self._view) else Strip.blank(self.content_size.width, self.rich_style)

@@ -1,0 +1,98 @@
+"""The panes drawn by our own code: what they show must equal what a plain computation gives."""
+
+import random
+
+from rich.text import Text
+from textual.app import App
+
+from tests.synthetic import session_events
+from tui_app.replay import fold
+from tui_app.widgets.runs_table import COLUMNS, GAP, RunsTable, fit_columns
+from tui_app.widgets.token_stream import FREEZE_CHARS, TokenStream
+
+WORDS = ["the", "keeper", "wrote", "down", "weather,", "a", "lighthouse", "ships.", "extraordinarily", "x" * 50]
+
+
+def wrapped_tail(app: App, text: str, width: int, height: int) -> list[str]:
+    """The reference: the whole text wrapped at once, paragraph by paragraph, last `height` lines."""
+    lines = []
+    for para in text.split("\n"):
+        lines += [line.plain.rstrip() for line in Text(para).wrap(app.console, width)] or [""]
+    return lines[-height:]
+
+
+class One(App):
+    def __init__(self, widget):
+        super().__init__()
+        self.widget = widget
+
+    def compose(self):
+        yield self.widget
+
+
+async def test_token_stream_wraps_incrementally_as_a_full_wrap_would():
+    rng = random.Random(7)
+    pane = TokenStream()
+    app = One(pane)
+    async with app.run_test(size=(50, 500)) as pilot:  # tall enough to show every line
+        await pilot.pause()
+        width, height = pane.content_size.width, pane.content_size.height
+        pane.add_prompt(1, "Tell me a story.", "cache")
+        for i in range(900):  # long enough that one paragraph passes FREEZE_CHARS
+            token = (" " if rng.random() < 0.8 else "") + rng.choice(WORDS)
+            if i % 400 == 399:
+                token += "\n\n"
+            pane.add_text(token)
+            if i % 7 == 0:  # redraws land between tokens at arbitrary points, as frames do
+                pane.redraw()
+        pane.add_text(" " + "y" * (FREEZE_CHARS + 10))  # a word longer than the freeze limit
+        pane.redraw()
+        shown = [strip.text.rstrip() for strip in pane._view]
+        expected = wrapped_tail(app, "".join(t for t, _ in pane.chunks), width, height)
+        assert shown == expected
+
+        assert len(shown) < height, "the whole text is on screen, frozen lines included"
+        await pilot.resize_terminal(70, 20)  # a new width re-wraps what is kept
+        await pilot.pause()
+        pane.redraw()
+        shown = [strip.text.rstrip() for strip in pane._view]
+        assert shown == wrapped_tail(app, "".join(t for t, _ in pane.chunks), pane.content_size.width, pane.content_size.height)
+
+
+def test_fit_columns_keeps_whole_cells_and_leaves_out_the_least_important():
+    rows = [tuple(c.cell(r) for c in COLUMNS) for r in fold(session_events(runs=3)).rows()]
+    everything, widths = fit_columns(rows, 1000)
+    assert everything == list(range(len(COLUMNS)))
+    full = sum(widths) + GAP * (len(widths) - 1)
+    for width in range(full, 20, -1):
+        shown, widths = fit_columns(rows, width)
+        assert [COLUMNS[i].title for i in shown][:2] == ["run", "levers"]
+        if sum(widths) + GAP * (len(shown) - 1) > width:  # only the columns that are never left out remain
+            assert all(COLUMNS[i].priority == 0 for i in shown)
+        left_out = set(range(len(COLUMNS))) - set(shown)
+        if left_out:  # nothing shown is less important than something left out
+            assert max(COLUMNS[i].priority for i in shown) <= min(COLUMNS[i].priority for i in left_out)
+        for i, w in zip(shown, widths):
+            assert all(len(r[i]) <= w for r in rows if len(r[i]) <= COLUMNS[i].cap)
+
+
+async def test_runs_table_shows_every_number_whole():
+    session = fold(session_events(runs=12))  # more rows than the table's nine
+    table = RunsTable(session)
+    app = One(table)
+    async with app.run_test(size=(60, 12)) as pilot:
+        await pilot.pause()
+        table.redraw()
+        lines = [strip.text for strip in table._strips]
+        header, body = lines[0], lines[1:]
+        rows = session.rows()
+        assert len(body) == min(len(rows), table.content_size.height - 1)
+        for line, row in zip(body, rows[-len(body):]):
+            for col in COLUMNS:
+                if col.title in header:
+                    assert col.cell(row) in line, (col.title, col.cell(row), line)
+        assert "tok/s" in header and "ITL p50" in header
+
+        table._scroll(2)  # the wheel shows older rows and says so
+        assert "newer below" in table.border_title
+        assert table._strips[1].text.split()[0] == rows[-len(body) - 2].label
