@@ -10,7 +10,7 @@ least important columns whole (the priorities below), so every number shown is c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 from rich.segment import Segment
 from rich.style import Style
