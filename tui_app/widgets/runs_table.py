@@ -9,8 +9,8 @@ least important columns whole (the priorities below), so every number shown is c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from rich.segment import Segment
 from rich.style import Style
