@@ -15,7 +15,8 @@ import random
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+import tracemalloc
+from dataclasses import dataclass, field
 
 import psutil
 
@@ -45,6 +46,7 @@ class SoakResult:
     verdict: str
     crashed: str | None
     rss_trace: list  # (seconds, MiB) every 10 s: a plateau is warm-up, a slope is a leak
+    grew: list = field(default_factory=list)  # with trace_allocations: where Python memory grew after the warm-up
 
     @property
     def rss_growth(self) -> float:
@@ -52,7 +54,8 @@ class SoakResult:
         return self.rss_end / self.rss_start - 1
 
 
-async def soak(seconds: float, max_runs: int, seed: int, keys=KEYS, out_dir: str | None = None, history: int = 4000) -> SoakResult:
+async def soak(seconds: float, max_runs: int, seed: int, keys=KEYS, out_dir: str | None = None, history: int = 4000,
+               trace_allocations: bool = False) -> SoakResult:
     rng = random.Random(seed)
     out_dir = out_dir or tempfile.mkdtemp(prefix="tokentop-soak-")
     rec_path = os.path.join(out_dir, "soak.jsonl")
@@ -65,6 +68,9 @@ async def soak(seconds: float, max_runs: int, seed: int, keys=KEYS, out_dir: str
     rss_start = 0
     warmup = min(60.0, seconds * 0.25)  # first-use growth (screens, fonts, caches) is not a leak
     t0 = time.monotonic()
+    before = None
+    if trace_allocations:
+        tracemalloc.start(8)
     async with app.run_test(size=(160, 45)) as pilot:
         while not app.session.finished_ids and time.monotonic() - t0 < 120:
             await pilot.pause(0.2)
@@ -76,6 +82,7 @@ async def soak(seconds: float, max_runs: int, seed: int, keys=KEYS, out_dir: str
                 trace.append((round(elapsed), round(me.memory_info().rss / 2**20, 1)))
             if not rss_start and time.monotonic() - t0 > warmup:
                 rss_start = me.memory_info().rss
+                before = tracemalloc.take_snapshot() if trace_allocations else None
             key = rng.choice(keys)
             if key == "n":
                 await pilot.press("n", *"Count to five.", "enter")
@@ -97,13 +104,19 @@ async def soak(seconds: float, max_runs: int, seed: int, keys=KEYS, out_dir: str
         app.auto = False
         await pilot.pause(2.0)
         rss_end = me.memory_info().rss
+        grew = []
+        if before is not None:
+            stats = tracemalloc.take_snapshot().compare_to(before, "traceback")
+            grew = [f"{st.size_diff / 2**20:+.2f} MiB in {st.count_diff:+d} blocks at " + " < ".join(
+                f"{os.path.basename(fr.filename)}:{fr.lineno}" for fr in list(st.traceback)[-4:]) for st in stats[:12]]
+            tracemalloc.stop()
         finished = list(app.session.finished_ids)
         verdict = app.session.verdict.text() if app.session.verdict else "no verdict"
         suspected = app.session.verdict is not None and app.session.verdict.status == "suspected"
         await pilot.press("q")
     recorded = {e.run_id for e in read_recording(rec_path).events if isinstance(e, RunFinished)}
     return SoakResult(time.monotonic() - t0, presses, len(finished), len(recorded), [r for r in finished if r not in recorded],
-                      rss_start, rss_end, ("SUSPECTED " if suspected else "") + verdict, crashed, trace)
+                      rss_start, rss_end, ("SUSPECTED " if suspected else "") + verdict, crashed, trace, grew)
 
 
 def main() -> int:
@@ -111,11 +124,14 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=30)
     ap.add_argument("--runs", type=int, default=500)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--trace-allocations", action="store_true", help="print where Python memory grew after the warm-up (slow)")
     args = ap.parse_args()
-    r = asyncio.run(soak(args.minutes * 60, args.runs, args.seed))
+    r = asyncio.run(soak(args.minutes * 60, args.runs, args.seed, trace_allocations=args.trace_allocations))
     print(f"soak: {r.seconds / 60:.1f} min, {r.presses} key presses, {r.runs} runs finished, {r.recorded_runs} in the recording, "
           f"missing {r.missing}; UI RSS {r.rss_start / 2**20:.0f} → {r.rss_end / 2**20:.0f} MiB ({r.rss_growth * 100:+.1f} %); "
           f"{r.verdict}; crashed: {r.crashed}\nUI RSS every 10 s (s, MiB): {r.rss_trace}")
+    for line in r.grew:
+        print(line)
     ok = r.crashed is None and not r.missing and abs(r.rss_growth) <= 0.05 and not r.verdict.startswith("SUSPECTED")
     return 0 if ok else 1
 
