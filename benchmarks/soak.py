@@ -66,7 +66,9 @@ async def soak(seconds: float, max_runs: int, seed: int, keys=KEYS, out_dir: str
     presses = 0
     crashed = None
     rss_start = 0
-    warmup = min(60.0, seconds * 0.25)  # first-use growth (screens, fonts, caches) is not a leak
+    # Growth before every ring buffer is full is the bound being reached, not a leak: the sample
+    # rings (history points at 4 Hz) fill last. First-use growth (screens, caches) comes before.
+    warmup = min(max(60.0, history / 4.0), seconds / 2)
     t0 = time.monotonic()
     before = None
     if trace_allocations:
@@ -83,6 +85,7 @@ async def soak(seconds: float, max_runs: int, seed: int, keys=KEYS, out_dir: str
             if not rss_start and time.monotonic() - t0 > warmup:
                 rss_start = me.memory_info().rss
                 before = tracemalloc.take_snapshot() if trace_allocations else None
+                traced_start = tracemalloc.get_traced_memory()[0]
             key = rng.choice(keys)
             if key == "n":
                 await pilot.press("n", *"Count to five.", "enter")
@@ -107,7 +110,8 @@ async def soak(seconds: float, max_runs: int, seed: int, keys=KEYS, out_dir: str
         grew = []
         if before is not None:
             stats = tracemalloc.take_snapshot().compare_to(before, "traceback")
-            grew = [f"{st.size_diff / 2**20:+.2f} MiB in {st.count_diff:+d} blocks at " + " < ".join(
+            traced_end = tracemalloc.get_traced_memory()[0]
+            grew = [f"Python objects (traced): {traced_start / 2**20:.1f} → {traced_end / 2**20:.1f} MiB"] + [f"{st.size_diff / 2**20:+.2f} MiB in {st.count_diff:+d} blocks at " + " < ".join(
                 f"{os.path.basename(fr.filename)}:{fr.lineno}" for fr in list(st.traceback)[-4:]) for st in stats[:12]]
             tracemalloc.stop()
         finished = list(app.session.finished_ids)

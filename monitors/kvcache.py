@@ -19,11 +19,13 @@ class KVMeasure:
     seq_len: int
 
 
-def measure_cache(cache) -> KVMeasure:
+def measure_cache(cache, seq_len: int | None = None) -> KVMeasure:
     """Bytes held by a transformers Cache, read from its tensors (not from the formula).
 
     A dynamic cache holds exactly what it uses. A static cache preallocates `max_cache_len`
-    slots per layer; what it uses is the filled fraction of those buffers.
+    slots per layer; what it uses is the filled fraction of those buffers. `seq_len`, when the
+    caller knows it, saves asking the cache: a static cache keeps its length in a device tensor,
+    so asking costs a device→host sync per step on a GPU.
     """
     if cache is None:
         return KVMeasure(0, 0, 0)
@@ -36,7 +38,8 @@ def measure_cache(cache) -> KVMeasure:
             continue
         alloc += keys.nbytes + values.nbytes
         max_len = max(max_len, keys.shape[-2])
-    seq_len = int(cache.get_seq_length())
+    if seq_len is None:
+        seq_len = int(cache.get_seq_length())
     if max_len == 0:
         return KVMeasure(0, 0, seq_len)
     used = alloc if seq_len >= max_len else alloc * seq_len // max_len

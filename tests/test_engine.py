@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from monitors.events import EngineError, LeverChanged, LeverRefused, Phase, Step
-from monitors.kvcache import kv_formula_bytes
+from monitors.kvcache import kv_formula_bytes, measure_cache
 from tui_app.bench import apply_levers
 from tui_app.engine.generation import RunRequest
 
@@ -80,6 +80,18 @@ def test_kv_bytes_of_every_step_equal_the_formula(plain, collect):
     apply_levers(plain, {"cache": False})
     _, steps, _ = run(plain, collect)
     assert all(s.kv_bytes == 0 for s in steps)
+
+
+def test_static_cache_length_the_engine_counts_is_the_caches_own(plain):
+    """The engine passes its own count of cached tokens (asking a static cache syncs on a GPU)."""
+    from transformers import StaticCache
+
+    cache = StaticCache(config=plain.model.config, max_cache_len=64)
+    with torch.inference_mode():
+        plain.model(input_ids=torch.tensor([[1, 2, 3, 4, 5]]), past_key_values=cache, use_cache=True)
+    asked = measure_cache(cache)
+    assert asked.seq_len == 5 and measure_cache(cache, 5) == asked
+    assert asked.alloc_bytes == kv_formula_bytes(4, 1, 64, 30, 3, 64) and asked.used_bytes == kv_formula_bytes(4, 1, 5, 30, 3, 64)
 
 
 @pytest.mark.slow

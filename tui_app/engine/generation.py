@@ -36,6 +36,7 @@ from monitors.system import rss_bytes, trim_heap
 from monitors.torch_memory import read_torch_memory
 from tui_app.engine import levers as lv
 from tui_app.engine.config import EngineConfig, RunRequest
+from tui_app.engine.lean import LeanDecode
 from tui_app.engine.models import ModelError, load_model, resolve_device, resolve_dtype
 from tui_app.engine.prompts import preset_prompt, reference_text
 from tui_app.engine.speculative import DraftProposer, accept_greedy, lookup_proposals
@@ -63,6 +64,7 @@ class Engine:
         self.pending: list[tuple] = []
         self._variants: dict[str, torch.nn.Module] = {}
         self._compiled: dict[str, object] = {}
+        self._lean: dict[int, LeanDecode | None] = {}  # per weight variant (id of the module)
         self._warm: set[tuple] = set()
         self._ppl: dict[str, float] = {}
         self._reference: dict[tuple, list[int]] = {}
@@ -83,6 +85,9 @@ class Engine:
         loaded = load_model(cfg.model, self.device, self.dtype, progress=lambda m: self.emit(Phase("load", m, False)))
         self.model, self.tok, self.model_name = loaded.model, loaded.tokenizer, loaded.name
         self.model.generation_config.pad_token_id = self.tok.pad_token_id or self.tok.eos_token_id
+        from transformers import DynamicCache
+
+        self._dynamic_cache = DynamicCache
         self._variants["off"] = self.model
         self.emit(Phase("load", f"{loaded.name} from {loaded.source}", True, loaded.load_s))
         c = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
@@ -245,6 +250,12 @@ class Engine:
     def _forward(self, model, ids: torch.Tensor, cache, pos: int, keep: int = 1, fn=None) -> torch.Tensor:
         n = ids.shape[1]
         position_ids = torch.arange(pos, pos + n, device=ids.device).unsqueeze(0).expand(ids.shape[0], -1)
+        if n == 1 and fn is None and isinstance(cache, self._dynamic_cache):
+            key = id(model)
+            if key not in self._lean:
+                self._lean[key] = LeanDecode(model) if LeanDecode.supports(model) else None
+            if self._lean[key] is not None:
+                return self._lean[key](ids, cache, position_ids)
         call = fn if fn is not None else model
         out = call(input_ids=ids, past_key_values=cache, position_ids=position_ids, use_cache=cache is not None, logits_to_keep=keep)
         return out.logits
@@ -447,7 +458,8 @@ class Engine:
                                 break
                 out_ids.extend(new_rows[0])
                 t1 = now_ns()
-                kv = measure_cache(state["cache"])
+                # Every token but the newest is in the cache (verify steps crop the rejected ones).
+                kv = measure_cache(state["cache"], len(tokens[0]) - 1)
                 step_no += 1
                 self.emit(Step(
                     run_id, step_no, kind, new_rows[0], decoder.push(new_rows[0]), len(new_rows[0]),
