@@ -249,16 +249,22 @@ class Engine:
     # ---------------------------------------------------------------- generation
     def _forward(self, model, ids: torch.Tensor, cache, pos: int, keep: int = 1, fn=None) -> torch.Tensor:
         n = ids.shape[1]
-        position_ids = torch.arange(pos, pos + n, device=ids.device).unsqueeze(0).expand(ids.shape[0], -1)
-        if n == 1 and fn is None and isinstance(cache, self._dynamic_cache):
-            key = id(model)
-            if key not in self._lean:
-                self._lean[key] = LeanDecode(model) if LeanDecode.supports(model) else None
-            if self._lean[key] is not None:
-                return self._lean[key](ids, cache, position_ids)
-        call = fn if fn is not None else model
-        out = call(input_ids=ids, past_key_values=cache, position_ids=position_ids, use_cache=cache is not None, logits_to_keep=keep)
+        if n == 1:  # the cheapest way to a [B, 1] tensor; it is the compiled step's input (measured)
+            position_ids = torch.full((ids.shape[0], 1), pos, device=ids.device)
+        else:
+            position_ids = torch.arange(pos, pos + n, device=ids.device).unsqueeze(0).expand(ids.shape[0], -1)
+        if fn is not None:  # a compiled decode step
+            return fn(ids, cache, position_ids)
+        if n == 1 and isinstance(cache, self._dynamic_cache) and (lean := self._lean_step(model)) is not None:
+            return lean(ids, cache, position_ids)
+        out = model(input_ids=ids, past_key_values=cache, position_ids=position_ids, use_cache=cache is not None, logits_to_keep=keep)
         return out.logits
+
+    def _lean_step(self, model) -> LeanDecode | None:
+        key = id(model)
+        if key not in self._lean:
+            self._lean[key] = LeanDecode(model) if LeanDecode.supports(model) else None
+        return self._lean[key]
 
     def _pick(self, logits: torch.Tensor) -> torch.Tensor:
         """Next token per row from last-position logits [B, V]."""
@@ -277,9 +283,26 @@ class Engine:
         return min(self.context_len, max(256, -(-needed // 256) * 256))
 
     def _compiled_fn(self, model, level: str):
+        """A compiled decode step (ids, static cache, position ids) → logits [B, 1, V]."""
         if level not in self._compiled:
-            mode = "reduce-overhead" if self.device.startswith("cuda") else "default"
-            self._compiled[level] = torch.compile(model, mode=mode, dynamic=False)
+            if self.device.startswith("cuda"):
+                mode = "reduce-overhead"  # CUDA graphs: one launch per step
+            else:
+                import torch._inductor.config as inductor
+
+                # On CPU the per-step cost left is the generated wrapper calling each kernel from
+                # Python; a C++ wrapper cuts it by a fifth (framework_overhead.py).
+                mode, inductor.cpp_wrapper = "default", True
+            # Each weight variant × batch × cache bucket is its own graph of one step function;
+            # past dynamo's default of 8 it would fall back to eager under the "compile" label.
+            torch._dynamo.config.recompile_limit = 64
+            lean = self._lean_step(model)
+            if lean is not None:
+                step = lean.static_step
+            else:
+                def step(ids, cache, position_ids):
+                    return model(input_ids=ids, past_key_values=cache, position_ids=position_ids, use_cache=True, logits_to_keep=1).logits
+            self._compiled[level] = torch.compile(step, mode=mode, dynamic=False)
         return self._compiled[level]
 
     def _warm_compile(self, batch: int, max_len: int) -> None:
