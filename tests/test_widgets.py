@@ -47,7 +47,7 @@ async def test_token_stream_wraps_incrementally_as_a_full_wrap_would():
                 pane.redraw()
         pane.add_text(" " + "y" * (FREEZE_CHARS + 10))  # a word longer than the freeze limit
         pane.redraw()
-        shown = [strip.text.rstrip() for strip in pane._view]
+        shown = [strip.text.rstrip() for strip in pane._strips]
         expected = wrapped_tail(app, "".join(t for t, _ in pane.chunks), width, height)
         assert shown == expected
 
@@ -55,7 +55,7 @@ async def test_token_stream_wraps_incrementally_as_a_full_wrap_would():
         await pilot.resize_terminal(70, 20)  # a new width re-wraps what is kept
         await pilot.pause()
         pane.redraw()
-        shown = [strip.text.rstrip() for strip in pane._view]
+        shown = [strip.text.rstrip() for strip in pane._strips]
         assert shown == wrapped_tail(app, "".join(t for t, _ in pane.chunks), pane.content_size.width, pane.content_size.height)
 
 

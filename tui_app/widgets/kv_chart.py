@@ -11,7 +11,7 @@ from tui_app.widgets.chart import Chart
 
 
 class KVChart(Chart):
-    def draw(self, width: int, height: int) -> Text:
+    def draw_chart(self, width: int, height: int) -> list | Text:
         s = self.session
         canvas = Canvas(width, height - 1)
         pts = [p for p in s.kv if p.seq_len]

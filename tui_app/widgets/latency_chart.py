@@ -12,7 +12,7 @@ from tui_app.widgets.chart import Chart
 
 
 class LatencyChart(Chart):
-    def draw(self, width: int, height: int) -> Text:
+    def draw_chart(self, width: int, height: int) -> list | Text:
         s = self.session
         canvas = Canvas(width, height - 1)
         window = list(s.latency)[-canvas.px_w:]

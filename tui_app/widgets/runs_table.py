@@ -16,10 +16,10 @@ from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.strip import Strip
-from textual.widget import Widget
 
 from tui_app import fmt
 from tui_app.session import Row
+from tui_app.widgets.pane import LinePane
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def _cell(text: str, width: int, left: bool) -> str:
     return text.ljust(width) if left else text.rjust(width)
 
 
-class RunsTable(Widget):
+class RunsTable(LinePane):
     DEFAULT_CSS = """
     RunsTable {
         height: 10;
@@ -89,47 +89,33 @@ class RunsTable(Widget):
     def __init__(self, session, *, id: str | None = None, classes: str | None = None):
         super().__init__(id=id, classes=classes)
         self.session = session
-        self.dirty = True
         self.border_title = "runs"
         self.scrolled = 0  # rows scrolled back from the newest (mouse wheel)
         self._rows: list[Row] = []
-        self._strips: list[Strip] = []
 
     @property
     def row_count(self) -> int:
         return len(self._rows)
 
-    def redraw(self) -> None:
-        if not self.dirty or not self.display:
-            return
-        self.dirty = False
-        width, height = self.content_size.width, self.content_size.height
-        if width <= 0 or height <= 0:
-            return
+    def draw(self, width: int, height: int) -> list[Strip]:
         self._rows = self.session.rows()
         cells = [tuple(c.cell(r) for c in COLUMNS) for r in self._rows]
         shown, widths = fit_columns(cells, width)
         gap = " " * GAP
-        base = self.rich_style  # else the terminal's background shows behind the text
 
         def line(values, style) -> Strip:
             text = gap.join(_cell(values[i], w, COLUMNS[i].left) for i, w in zip(shown, widths))
-            return Strip([Segment(text, base + style if style else base)]).crop(0, width)
+            return Strip([Segment(text, style)]).crop(0, width)
 
         visible = max(height - 1, 0)
         self.scrolled = min(self.scrolled, max(len(cells) - visible, 0))
         end = len(cells) - self.scrolled
         body = range(max(end - visible, 0), end)
         self.border_title = f"runs · {self.scrolled} newer below (wheel down)" if self.scrolled else "runs"
-        self._strips = [line([c.title for c in COLUMNS], self.HEADER)] + [
+        return [line([c.title for c in COLUMNS], self.HEADER)] + [
             line(cells[k], self.SEGMENT if self._rows[k].segment is not None else self.RUN if k == len(cells) - 1 else None)
             for k in body
         ]
-        self.refresh()
-
-    def on_resize(self) -> None:
-        self.dirty = True
-        self.redraw()
 
     def _scroll(self, by: int) -> None:
         self.scrolled = max(self.scrolled + by, 0)
@@ -141,6 +127,3 @@ class RunsTable(Widget):
 
     def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
         self._scroll(-1)
-
-    def render_line(self, y: int) -> Strip:
-        return self._strips[y] if y < len(self._strips) else Strip.blank(self.content_size.width, self.rich_style)

@@ -12,14 +12,15 @@ from itertools import islice
 
 from rich.text import Text
 from textual.strip import Strip
-from textual.widget import Widget
+
+from tui_app.widgets.pane import LinePane
 
 MAX_CHUNKS = 4000  # what a resize re-wraps from
 MAX_LINES = 1000  # wrapped lines kept; far more than any terminal shows
 FREEZE_CHARS = 2000  # a paragraph longer than this has all but its last line frozen
 
 
-class TokenStream(Widget):
+class TokenStream(LinePane):
     DEFAULT_CSS = """
     TokenStream {
         border: round $primary-darken-2;
@@ -32,12 +33,10 @@ class TokenStream(Widget):
     def __init__(self, *, id: str | None = None, classes: str | None = None):
         super().__init__(id=id, classes=classes)
         self.chunks: deque[tuple[str, str]] = deque(maxlen=MAX_CHUNKS)
-        self.dirty = True
         self.border_title = "tokens"
         self._done: deque[Strip] = deque(maxlen=MAX_LINES)  # lines of finished paragraphs
         self._para = Text()  # the paragraph still growing
         self._width = 0
-        self._view: list[Strip] = []
 
     def add_prompt(self, run_id: int, text: str, levers: str) -> None:
         if self.chunks:
@@ -80,13 +79,7 @@ class TokenStream(Widget):
         for text, style in self.chunks:
             self._feed(text, style)
 
-    def redraw(self) -> None:
-        if not self.dirty or not self.display:
-            return
-        self.dirty = False
-        width, height = self.content_size.width, self.content_size.height
-        if width <= 0 or height <= 0:
-            return
+    def draw(self, width: int, height: int) -> list[Strip]:
         if width != self._width:
             self._width = width
             self._rewrap()
@@ -97,14 +90,4 @@ class TokenStream(Widget):
             self._para = self._para.wrap(self.app.console, width)[-1]
             tail = tail[-1:]
         above = max(0, height - len(tail))
-        view = list(islice(self._done, max(0, len(self._done) - above), None))
-        base = self.rich_style  # else the terminal's background shows behind the text
-        self._view = [strip.apply_style(base) for strip in (view + tail)[-height:]]
-        self.refresh()
-
-    def on_resize(self) -> None:
-        self.dirty = True
-        self.redraw()
-
-    def render_line(self, y: int) -> Strip:
-        return self._view[y] if y < len(self._view) else Strip.blank(self.content_size.width, self.rich_style)
+        return (list(islice(self._done, max(0, len(self._done) - above), None)) + tail)[-height:]

@@ -13,7 +13,7 @@ class UtilChart(Chart):
     # needs no 4 fps, and these two panes were a third of the UI's drawing cost (benchmarks/ui_cost.py).
     MAX_HZ = 2.0
 
-    def draw(self, width: int, height: int) -> Text:
+    def draw_chart(self, width: int, height: int) -> list | Text:
         s = self.session
         canvas = Canvas(width, height - 1)
         samples = list(s.samples)[-canvas.px_w:]
