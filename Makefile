@@ -33,7 +33,8 @@ screenshots: setup
 # The peer for benchmarks/ceiling.py: llama.cpp's Python binding, built from source in its own
 # venv-less target directory so it never becomes a dependency of tokentop.
 bench-peer: setup
-	$(PIP) install --target .peer llama-cpp-python
+	# --no-deps: its numpy and jinja2 would shadow the venv's; diskcache is the one it lacks there.
+	$(PIP) install --target .peer --no-deps llama-cpp-python diskcache
 	PYTHONPATH=.peer $(PY) benchmarks/ceiling.py
 
 bench: setup

@@ -82,6 +82,19 @@ def test_kv_bytes_of_every_step_equal_the_formula(plain, collect):
     assert all(s.kv_bytes == 0 for s in steps)
 
 
+@pytest.mark.slow
+def test_compile_with_int8_weights_keeps_int8s_greedy_output(plain, collect):
+    """The compiled step (static cache, masked empty slots) over torchao's int8 weights, batch 2:
+    the same tokens as the eager int8 run, in every row."""
+    assert apply_levers(plain, {"quant": "int8", "batch": 2}) == ""
+    eager, _, _ = run(plain, collect)
+    assert apply_levers(plain, {"quant": "int8", "batch": 2, "compile": True}) == ""
+    compiled, steps, _ = run(plain, collect)
+    assert not [e for e in collect if isinstance(e, LeverRefused)]
+    assert compiled == eager
+    assert steps[-1].kv_alloc_bytes == kv_formula_bytes(4, 2, 256, 30, 3, 64)
+
+
 def test_static_cache_length_the_engine_counts_is_the_caches_own(plain):
     """The engine passes its own count of cached tokens (asking a static cache syncs on a GPU)."""
     from transformers import StaticCache
