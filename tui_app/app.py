@@ -16,7 +16,7 @@ from dataclasses import asdict, replace
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Container, Horizontal, Vertical
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from monitors.events import (
     BATCH_SIZES,
@@ -36,6 +36,7 @@ from monitors.system import trim_heap
 from tui_app.screens.help import HelpScreen
 from tui_app.screens.prompt import PromptScreen
 from tui_app.session import Session, short_value
+from tui_app.widgets.key_bar import KeyBar
 from tui_app.widgets.kv_chart import KVChart
 from tui_app.widgets.latency_chart import LatencyChart
 from tui_app.widgets.memory_chart import MemoryChart
@@ -120,7 +121,7 @@ class TokentopApp(App):
             with Container(id="charts"):
                 yield from charts
         yield Static("terminal too small for the charts: enlarge it (60×16 or more)", id="tiny-note")
-        yield Footer()
+        yield KeyBar(id="keys")
 
     def on_mount(self) -> None:
         self.source.start()
