@@ -15,7 +15,7 @@ from dataclasses import asdict, replace
 
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.containers import Container, Horizontal, Vertical
+from textual.containers import Container, Horizontal
 from textual.widgets import Static
 
 from monitors.events import (
@@ -115,11 +115,10 @@ class TokentopApp(App):
         self.panes = {w.id: w for w in (self.tokens, RunsTable(self.session, id="runs"), *charts)}
         yield self.status
         with Horizontal(id="main"):
-            with Vertical(id="left"):
-                yield self.tokens
-                yield self.panes["runs"]
+            yield self.tokens
             with Container(id="charts"):
                 yield from charts
+        yield self.panes["runs"]  # full width: its columns are the comparison the levers exist for
         yield Static("terminal too small for the charts: enlarge it (60×16 or more)", id="tiny-note")
         yield KeyBar(id="keys")
 
