@@ -43,8 +43,10 @@ class Levers:
         return " ".join(parts)
 
     def is_plain(self) -> bool:
-        """Plain greedy output is the reference every other setting is compared with."""
-        return self.quant == "off"
+        """The settings whose greedy output is the reference every other run is compared with:
+        full-precision weights through the plainest path (no compile, speculation or batching),
+        so that a bug in any of those shows as a difference instead of becoming the reference."""
+        return self == Levers(cache=self.cache)
 
 
 @dataclass

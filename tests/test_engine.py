@@ -95,6 +95,18 @@ def test_compile_with_int8_weights_keeps_int8s_greedy_output(plain, collect):
     assert steps[-1].kv_alloc_bytes == kv_formula_bytes(4, 2, 256, 30, 3, 64)
 
 
+def test_only_a_plain_run_becomes_the_reference(plain, collect):
+    req = RunRequest(prompt="Name three colors.", max_new_tokens=8, ignore_eos=True)
+    assert apply_levers(plain, {"spec": "lookup"}) == ""
+    assert run(plain, collect, req)[2].diff_note == "no reference yet"
+    assert apply_levers(plain, {"batch": 2}) == ""
+    assert run(plain, collect, req)[2].diff_note == "no reference yet"
+    assert apply_levers(plain, {}) == ""
+    assert run(plain, collect, req)[2].diff_note == "reference"
+    assert apply_levers(plain, {"spec": "lookup"}) == ""
+    assert run(plain, collect, req)[2].diff_note == "identical"
+
+
 def test_static_cache_length_the_engine_counts_is_the_caches_own(plain):
     """The engine passes its own count of cached tokens (asking a static cache syncs on a GPU)."""
     from transformers import StaticCache

@@ -49,4 +49,5 @@ def test_bad_lines_raise_a_clear_error(line, needle):
 def test_levers_label_and_plain():
     assert Levers().label() == "cache"
     assert Levers(cache=False, compile=True, quant="int8", spec="draft", batch=2).label() == "no-cache compile int8 spec:draft b2"
-    assert Levers(spec="lookup").is_plain() and not Levers(quant="int4").is_plain()
+    assert Levers().is_plain() and Levers(cache=False).is_plain()
+    assert not any(Levers(**kw).is_plain() for kw in ({"spec": "lookup"}, {"quant": "int4"}, {"compile": True}, {"batch": 2}))

@@ -511,7 +511,7 @@ class Engine:
         except Exception as exc:  # noqa: BLE001 - one broken run is reported, the session goes on
             self.emit(EngineError(f"generation failed: {type(exc).__name__}: {str(exc)[:300]}"))
             stop_reason = "error"
-        return self._finish(run_id, ids_list, out_ids, stop_reason, peak_rss, decoder.text, req)
+        return self._finish(run_id, ids_list, out_ids, stop_reason, peak_rss, decoder.text, req, mixed=state["segment"] > 0)
 
     def _prepare_compile(self, needed: int) -> None:
         """Compile for this shape now (its own phase); if inductor fails, the run goes on uncompiled."""
@@ -526,8 +526,10 @@ class Engine:
         if self.device.startswith("cuda"):
             torch.cuda.empty_cache()
 
-    def _finish(self, run_id, prompt_ids, out_ids, stop_reason, peak_rss, text, req) -> RunFinished:
+    def _finish(self, run_id, prompt_ids, out_ids, stop_reason, peak_rss, text, req, mixed: bool = False) -> RunFinished:
         lev = self.levers
+        # A run whose levers changed midway is compared, but never becomes the reference.
+        plain = lev.is_plain() and not mixed and stop_reason in ("max tokens", "eos")
         if self.cfg.debug_leak_mb > 0:
             self._leak.append(bytearray(b"\x01" * int(self.cfg.debug_leak_mb * MB)))
         gc.collect()
@@ -538,7 +540,6 @@ class Engine:
             gpu_base = int(torch.cuda.memory_allocated(self.device))
         key = (tuple(prompt_ids), req.ignore_eos)
         ref = self._reference.get(key)
-        complete = stop_reason in ("max tokens", "eos")
         if self.cfg.temperature > 0:
             first_diff, note = None, "sampled: not compared"
         elif ref is not None:
@@ -546,9 +547,9 @@ class Engine:
             # match it exactly, so a mismatch here is a bug made visible, not a quality trade-off.
             first_diff = _first_diff(ref, out_ids)
             note = "identical" if first_diff is None else f"differs at token {first_diff}"
-            if lev.is_plain() and complete and first_diff is None and len(out_ids) > len(ref):
+            if plain and first_diff is None and len(out_ids) > len(ref):
                 self._reference[key] = list(out_ids)
-        elif lev.is_plain() and complete:
+        elif plain:
             self._reference[key] = list(out_ids)
             first_diff, note = None, "reference"
         else:
