@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import groupby
+
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -22,6 +24,9 @@ class Chart(LinePane):
     }
     """
     AXIS = 9  # columns for the y-axis labels
+    # The charts of sampler data (memory, utilization): samples arrive at --hz (4) and are all
+    # drawn, two at a time; these two panes were a third of the UI's drawing cost (ui_cost.py).
+    SAMPLED_HZ = 2.0
     COLORS: tuple[str, ...] = ("#5fd7ff", "#ffaf00", "#87d75f", "#ff5f87", "#af87ff", "#d7d7d7")
 
     def __init__(self, session, *, id: str | None = None, classes: str | None = None):
@@ -42,6 +47,9 @@ class Chart(LinePane):
         """The chart on a canvas `width` cells wide (the y-axis labels take the rest), or a message."""
         raise NotImplementedError
 
+    def _series_style(self, series: int) -> Style:
+        return self._styles[series % len(self._styles)]
+
     def compose_text(self, canvas: Canvas, lo: float, hi: float, unit_fmt, legend: list[tuple[str, int]]) -> list[Strip]:
         """Canvas + y-axis labels + a legend in the last row, as strips of styled segments."""
         dim = Style(dim=True)
@@ -57,19 +65,13 @@ class Chart(LinePane):
             else:
                 label = ""
             segs = [Segment(f"{label:>{self.AXIS - 1}.{self.AXIS - 1}}┤" if label else " " * (self.AXIS - 1) + "│", dim)]
-            run_owner, run_chars = None, []
-            for ch, owner in row:
-                if owner != run_owner and run_chars:
-                    segs.append(Segment("".join(run_chars), self._styles[run_owner % len(self._styles)] if run_owner >= 0 else None))
-                    run_chars = []
-                run_owner = owner
-                run_chars.append(ch)
-            if run_chars:
-                segs.append(Segment("".join(run_chars), self._styles[run_owner % len(self._styles)] if run_owner >= 0 else None))
+            # One segment per run of cells of the same series (a blank cell's owner is -1).
+            for owner, cells in groupby(row, key=lambda cell: cell[1]):
+                segs.append(Segment("".join(ch for ch, _ in cells), self._series_style(owner) if owner >= 0 else None))
             strips.append(Strip(segs))
         legend_segs = []
         for name, idx in legend:
-            legend_segs.append(Segment("■ ", self._styles[idx % len(self._styles)]))
+            legend_segs.append(Segment("■ ", self._series_style(idx)))
             legend_segs.append(Segment(name + "  ", dim))
         strips.append(Strip(legend_segs).crop(0, self.size.width))
         return strips

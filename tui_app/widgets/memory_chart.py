@@ -12,9 +12,7 @@ MIB = 2**20
 
 
 class MemoryChart(Chart):
-    # Samples arrive at --hz (4) and are all drawn, two at a time: a memory or utilization line
-    # needs no 4 fps, and these two panes were a third of the UI's drawing cost (benchmarks/ui_cost.py).
-    MAX_HZ = 2.0
+    MAX_HZ = Chart.SAMPLED_HZ
 
     def draw_chart(self, width: int, height: int) -> list | Text:
         s = self.session

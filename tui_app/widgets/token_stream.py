@@ -60,17 +60,20 @@ class TokenStream(LinePane):
         *finished, rest = text.split("\n")
         for part in finished:
             self._para.append(part, style or None)
-            self._done.extend(self._wrap(self._para))
+            self._done.extend(map(self._strip, self._lines(self._para)))
             self._para = Text()
         self._para.append(rest, style or None)
 
-    def _wrap(self, text: Text) -> list[Strip]:
+    def _lines(self, text: Text) -> list[Text]:
+        """`text` wrapped at the pane's width; an empty paragraph is one empty line."""
         if self._width <= 0:
             return []
-        if not text:
-            return [Strip([])]
-        console = self.app.console
-        return [Strip(list(line.render(console)), line.cell_len) for line in text.wrap(console, self._width)]
+        return list(text.wrap(self.app.console, self._width)) if text else [Text()]
+
+    def _strip(self, line: Text) -> Strip:
+        if not line:  # Text("") renders one empty segment; an empty line has none
+            return Strip([])
+        return Strip(list(line.render(self.app.console)), line.cell_len)
 
     def _rewrap(self) -> None:
         """A new width: wrap the kept chunks again."""
@@ -83,11 +86,12 @@ class TokenStream(LinePane):
         if width != self._width:
             self._width = width
             self._rewrap()
-        tail = self._wrap(self._para)
-        if len(self._para) > FREEZE_CHARS and len(tail) > 1:
+        lines = self._lines(self._para)
+        if len(self._para) > FREEZE_CHARS and len(lines) > 1:
             # A paragraph with no newline in sight: stop re-wrapping the lines it has filled.
-            self._done.extend(tail[:-1])
-            self._para = self._para.wrap(self.app.console, width)[-1]
-            tail = tail[-1:]
+            self._done.extend(map(self._strip, lines[:-1]))
+            self._para = lines[-1]
+            lines = lines[-1:]
+        tail = [self._strip(line) for line in lines]
         above = max(0, height - len(tail))
         return (list(islice(self._done, max(0, len(self._done) - above), None)) + tail)[-height:]
