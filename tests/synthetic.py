@@ -13,7 +13,7 @@ def session_events(runs: int = 3, tokens: int = 60) -> list:
     out = [
         Phase("load", "SmolLM2-135M-Instruct from converted-cache", True, 1.2, t_ns=t),
         EngineReady("SmolLM2-135M-Instruct", "converted-cache", "cpu", "float32", 134515008, 538060032, 30, 3, 64, 4, 8192,
-                    1.2, 1, {"int8": "torchao Int8WeightOnly, LM head fp"}, None, t_ns=t),
+                    1.2, 1, {"int8": "int8 per-channel weights, LM head too (fused when compiled)"}, None, t_ns=t),
     ]
     rss = 900 * MIB
     text = "The lighthouse keeper wrote down the weather, the ships, and the small repairs. "

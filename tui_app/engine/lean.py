@@ -50,6 +50,6 @@ class LeanDecode:
         are empty (zeros) and must be masked out; an additive mask serves eager and SDPA alike."""
         slots = torch.arange(cache.layers[0].max_cache_len, device=ids.device)
         allowed = slots <= position_ids[0, 0]  # every row sits at the same position: batches repeat one prompt
-        dtype = self.head.weight.dtype if self.head.weight.is_floating_point() else torch.float32
+        dtype = self.embed.weight.dtype  # the hidden states' dtype: the embedding is never quantized
         mask = torch.where(allowed, 0.0, torch.finfo(dtype).min).to(dtype).view(1, 1, 1, -1)
         return self(ids, cache, position_ids, mask)

@@ -1,9 +1,9 @@
 """Lever preparation and refusal: quantized variants, the self-draft model, and what a device cannot do.
 
 Quantization choices, measured on the 2-core CPU with the default model (see README):
-- int8: torchao weight-only int8 with the LM head left in full precision. 25 tok/s vs 17.6 fp32,
-  greedy tokens unchanged on our prompts. torch's quantize_dynamic was 45 tok/s but broke the
-  output (perplexity 43 vs 13, looping text); quantizing the tied LM head halved the speed.
+- int8: our own weight-only int8 (engine/quant.py), LM head included: 55 tok/s compiled where
+  torchao's Int8WeightOnly (LM head fp) did 27 and fp32 17. torch's quantize_dynamic was 45 tok/s
+  but broke the output (perplexity 43 vs 13, looping text): it quantizes the activations too.
 - int4: on CPU torchao's IntxWeightOnly (int4, groups of 32). It runs but is slower than fp32 here
   (no fused int4 kernel for this CPU); it is offered so that the charts show that fact.
   On CUDA torchao's Int4WeightOnly (tinygemm) in bf16, the usual fast choice.
@@ -15,6 +15,8 @@ import copy
 
 import torch
 
+from .quant import int8_weights
+
 
 class LeverError(Exception):
     """A lever the device or the current setting cannot do; the message is the reason shown to the user."""
@@ -24,7 +26,8 @@ def quant_impl(device: str, dtype: torch.dtype) -> dict[str, str]:
     if device.startswith("cuda"):
         int4 = "torchao Int4WeightOnly g128 (tinygemm)" if dtype == torch.bfloat16 else "refused: needs --dtype bf16"
         return {"int8": "torchao Int8WeightOnly, LM head fp", "int4": int4}
-    return {"int8": "torchao Int8WeightOnly, LM head fp", "int4": "torchao IntxWeightOnly int4 g32, LM head fp (no fast CPU kernel)"}
+    return {"int8": "int8 per-channel weights, LM head too (fused when compiled)",
+            "int4": "torchao IntxWeightOnly int4 g32, LM head fp (no fast CPU kernel)"}
 
 
 def _not_lm_head(module: torch.nn.Module, fqn: str) -> bool:
@@ -38,17 +41,22 @@ def has_linear_layers(model: torch.nn.Module) -> bool:
 
 def quantize(model: torch.nn.Module, level: str, device: str, dtype: torch.dtype) -> torch.nn.Module:
     """A quantized copy of `model`; the original keeps serving the 'off' level."""
+    impl = quant_impl(device, dtype)[level]
+    if impl.startswith("refused"):
+        raise LeverError(f"{level} on {device}: {impl.removeprefix('refused: ')}")
+    if not has_linear_layers(model):
+        # GPT-2 style Conv1D layers are not nn.Linear; they would silently stay in full precision.
+        raise LeverError(f"{level}: this model has no nn.Linear layers to quantize (GPT-2 style Conv1D)")
+    if level == "int8" and not device.startswith("cuda"):
+        # The copy shares every fp tensor with the original (embedding, norms): only the linear
+        # layers are replaced, so the int8 variant costs its int8 bytes, not a second fp model.
+        shared = {id(t): t for t in list(model.parameters()) + list(model.buffers())}
+        return int8_weights(copy.deepcopy(model, memo=shared)).eval()
     try:
         from torchao.quantization import Int4WeightOnlyConfig, Int8WeightOnlyConfig, IntxWeightOnlyConfig, quantize_
         from torchao.quantization.granularity import PerGroup
     except ImportError as exc:
         raise LeverError(f"quantization needs torchao ({exc})") from None
-    impl = quant_impl(device, dtype)[level]
-    if impl.startswith("refused"):
-        raise LeverError(f"{level} on {device}: {impl.removeprefix('refused: ')}")
-    if not has_linear_layers(model):
-        # GPT-2 style Conv1D layers are not nn.Linear; torchao would silently do nothing.
-        raise LeverError(f"{level}: this model has no nn.Linear layers for torchao to quantize (GPT-2 style Conv1D)")
     if level == "int8":
         config = Int8WeightOnlyConfig()
     elif device.startswith("cuda"):
