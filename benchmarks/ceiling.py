@@ -2,8 +2,8 @@
 (bytes read per token × tok/s) with the machine's measured memory bandwidth, and the best sound
 lever mix with llama.cpp decoding the same GGUF (when llama-cpp-python is installed: `make bench-peer`).
 
-Bytes per token = the weights (each tensor once; a tied embedding/LM head once, since the head reads
-all of it) + the KV cache read at the mean context length. Bandwidth: numpy summing a 1 GiB array
+Bytes per token = the weights (each tensor once; the embedding table only where the LM head is tied
+to it and so reads all of it) + the KV cache read at the mean context length. Bandwidth: numpy summing a 1 GiB array
 with one thread, the same thread count the engine decodes with.
 
     .venv/bin/python benchmarks/ceiling.py [--tokens 64] [--repeats 3]
@@ -42,10 +42,13 @@ def tensor_bytes(t) -> int:
 
 
 def weight_bytes(model) -> int:
-    seen = {}
-    for _, p in list(model.named_parameters()) + list(model.named_buffers()):
-        seen[id(p)] = p
-    return sum(tensor_bytes(p) for p in seen.values())
+    """Weight bytes a decode step reads: each tensor once, but the embedding table only when the LM
+    head is tied to it (then the head reads all of it); otherwise one row of it per token."""
+    seen = {id(t): t for t in list(model.parameters()) + list(model.buffers())}
+    table = model.get_input_embeddings().weight
+    if getattr(model.get_output_embeddings(), "weight", None) is not table:
+        seen.pop(id(table))
+    return sum(tensor_bytes(t) for t in seen.values())
 
 
 def llama_cpp_tps(gguf: str, tokens: int, threads: int) -> float | None:
@@ -87,7 +90,8 @@ def main() -> int:
     bw = read_bandwidth()
     req = RunRequest(max_new_tokens=args.tokens, ignore_eos=True)
     rows = []
-    for name, combo in [("fp32", {}), ("int8", {"quant": "int8"}), ("int4", {"quant": "int4"}), ("int8+compile", {"quant": "int8", "compile": True})]:
+    for name, combo in [("fp32", {}), ("fp32+compile", {"compile": True}), ("int8", {"quant": "int8"}),
+                        ("int8+compile", {"quant": "int8", "compile": True}), ("int4", {"quant": "int4"})]:
         refused = apply_levers(engine, combo)
         if refused:
             rows.append((name, None, None, None, refused))
