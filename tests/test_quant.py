@@ -56,3 +56,17 @@ def test_int8_variant_of_the_real_model_shares_its_fp_tensors(plain):
     linear_params = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     own = sum(b.numel() * b.element_size() for m in q.modules() if isinstance(m, Int8Linear) for b in m.buffers())
     assert own == linear_params + 4 * sum(m.out_features for m in q.modules() if isinstance(m, Int8Linear))
+
+
+def test_int8_linear_decodes_on_one_thread_and_gives_the_threads_back():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(576, 2000, bias=False)
+    q = Int8Linear(lin)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        x = torch.randn(2, 1, 576)
+        torch.testing.assert_close(q(x), _reference(lin, x), rtol=1e-4, atol=1e-4)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
