@@ -43,6 +43,7 @@ from tui_app.engine.speculative import DraftProposer, accept_greedy, lookup_prop
 
 MB = 1024 * 1024
 MAX_GEMV_ROWS = 2  # measured: see _stream_gemv_on_cpu
+CACHE_BYTES = 32 * MB  # a last-level cache (this CPU's L3): weights beyond it stream from memory
 
 
 class PromptError(ValueError):
@@ -294,7 +295,8 @@ class Engine:
                 # On CPU the per-step cost left is the generated wrapper calling each kernel from
                 # Python; a C++ wrapper cuts it by a fifth (framework_overhead.py).
                 mode, inductor.cpp_wrapper = "default", True
-                _stream_gemv_on_cpu(inductor)
+                weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+                _stream_gemv_on_cpu(inductor, on=weights > CACHE_BYTES)
             # Each weight variant × batch × cache bucket is its own graph of one step function;
             # past dynamo's default of 8 it would fall back to eager under the "compile" label.
             torch._dynamo.config.recompile_limit = 64
@@ -581,23 +583,28 @@ class Engine:
         return self._ppl[level]
 
 
-def _stream_gemv_on_cpu(inductor) -> None:
+def _stream_gemv_on_cpu(inductor, on: bool) -> None:
     """Have inductor write a decode step's matrix-vector products as its own fused reductions.
 
     MKL's GEMV streams a weight matrix from memory at 11 GB/s on this CPU where a plain read runs
-    at 29 (benchmarks/ceiling.py); inductor's reduction over the same weights runs at ~23, so the
-    compiled fp32 step goes from 18 to 42 tok/s with the same greedy tokens. Inductor has this
+    at 27-29 (benchmarks/ceiling.py); inductor's reduction over the same weights runs at ~20, so
+    the compiled fp32 step goes from 18 to 37 tok/s with the same greedy tokens. Inductor has this
     rewrite (its mem-bound mm pass) but only for tiny matrices on CPU; the limits below open it to
     every layer and the LM head, for up to MAX_GEMV_ROWS rows (the batch of a decode step): at
     batch 2 the reduction does 40 tok/s where MKL's GEMM does 23, at 4 they tie, at 8 MKL wins.
+    Only for weights that do not fit in the cache (`on`): from cache MKL is the faster, and on the
+    tiny Llama of framework_overhead.py the rewrite cost 0.17 -> 0.22 ms per token.
     The pass reads its limits when its module is imported, so they are set on the module too.
     """
-    limits = {"cpu_max_first_dimension_decomposition": MAX_GEMV_ROWS, "cpu_max_other_dimension_decomposition": 1 << 20}
-    inductor.post_grad_fusion_options = {**inductor.post_grad_fusion_options, "decompose_mm_pass": limits}
-    from torch._inductor.fx_passes import decompose_mem_bound_mm
+    options = {k: v for k, v in inductor.post_grad_fusion_options.items() if k != "decompose_mm_pass"}
+    if on:
+        limits = {"cpu_max_first_dimension_decomposition": MAX_GEMV_ROWS, "cpu_max_other_dimension_decomposition": 1 << 20}
+        options["decompose_mm_pass"] = limits
+        from torch._inductor.fx_passes import decompose_mem_bound_mm
 
-    for name, value in limits.items():
-        setattr(decompose_mem_bound_mm, name, value)
+        for name, value in limits.items():
+            setattr(decompose_mem_bound_mm, name, value)
+    inductor.post_grad_fusion_options = options
 
 
 def _freeze() -> None:
