@@ -1,7 +1,7 @@
 """Lever preparation and refusal: quantized variants, the self-draft model, and what a device cannot do.
 
 Quantization choices, measured on the 2-core CPU with the default model (see README):
-- int8: our own weight-only int8 (engine/quant.py), LM head included: 55 tok/s compiled where
+- int8: our own weight-only int8 (engine/quant.py), LM head included: 54 tok/s compiled where
   torchao's Int8WeightOnly (LM head fp) did 27 and fp32 17. torch's quantize_dynamic was 45 tok/s
   but broke the output (perplexity 43 vs 13, looping text): it quantizes the activations too.
 - int4: on CPU torchao's IntxWeightOnly (int4, groups of 32). It runs but is slower than fp32 here
