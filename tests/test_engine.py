@@ -84,8 +84,8 @@ def test_kv_bytes_of_every_step_equal_the_formula(plain, collect):
 
 @pytest.mark.slow
 def test_compile_with_int8_weights_keeps_int8s_greedy_output(plain, collect):
-    """The compiled step (static cache, masked empty slots, fused int8 reductions) over the int8
-    weights, batch 2: the same tokens as the eager int8 run (chunked widening), in every row."""
+    """The compiled step (static cache, masked empty slots, the int8 kernel called from inductor's
+    code) over the int8 weights, batch 2: the same tokens as the eager int8 run, in every row."""
     assert apply_levers(plain, {"quant": "int8", "batch": 2}) == ""
     eager, _, _ = run(plain, collect)
     assert apply_levers(plain, {"quant": "int8", "batch": 2, "compile": True}) == ""

@@ -1,72 +1,119 @@
 """The CPU int8 weights: checked against the quantization formula, and as a variant of the real model."""
 
+import math
+
 import pytest
 import torch
 
-from tui_app.engine.levers import quantize
-from tui_app.engine.quant import Int8Linear
+from tui_app.engine import native
+from tui_app.engine.levers import quant_note, quantize
+from tui_app.engine.quant import KERNEL_TOKENS, Int8Linear, int8_weights
 
 
-def _reference(linear: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+def _reference(linear: torch.nn.Linear, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric per-output-channel int8, computed independently: round(w / s) with s = max|w| / 127
     (levels rounded in fp32 as the module does: a tie rounded in fp64 can land one level away),
-    products in fp64."""
+    products in fp64. Also the most the kernel's int16 activations may move each output: every
+    activation rounded to a step of max|x| / q (q the largest int16 whose K products with 127 fit
+    in int32) moves by at most half a step, times the sum of that row's |weights|."""
     w = linear.weight.detach().float()
     s = w.abs().amax(dim=1, keepdim=True) / 127
-    y = x.double() @ ((w / s).round().double() * s.double()).t()
-    return (y if linear.bias is None else y + linear.bias.double()).float()
+    wq = (w / s).round().double() * s.double()
+    y = x.double() @ wq.t()
+    if linear.bias is not None:
+        y = y + linear.bias.double()
+    k = w.shape[1]
+    step = x.double().abs().amax(dim=-1, keepdim=True) / min(32767, math.floor((2**31 - 1) / (127 * k)))
+    return y, step / 2 * wq.abs().sum(dim=1)
+
+
+def _assert_within(y: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor) -> None:
+    err = (y.double() - ref).abs()
+    slack = 1e-5 * ref.abs() + 1e-5  # fp32 accumulation
+    assert bool((err <= bound + slack).all()), f"max excess {(err - bound - slack).max().item():.3g}"
+
+
+def test_the_kernel_builds_here():
+    """CI's machine is this one: the C++ kernel must build, or int8 decode silently loses 2x."""
+    assert native.load("int8_linear") is None
 
 
 @pytest.mark.parametrize("out_features", [7, 1000, 3001])  # one chunk, and chunks that do not divide the rows
 @pytest.mark.parametrize("bias", [False, True])
-def test_int8_linear_equals_the_formula_eager(out_features, bias):
+@pytest.mark.parametrize("kernel", [True, False])
+def test_int8_linear_equals_the_formula_eager(out_features, bias, kernel):
     torch.manual_seed(0)
     lin = torch.nn.Linear(576, out_features, bias=bias)
-    q = Int8Linear(lin)
+    q = Int8Linear(lin, kernel)
     assert q.rows < out_features or out_features == 7
-    for shape in [(1, 576), (2, 1, 576), (1, 9, 576)]:  # a decode step, a batch of two, a prefill
+    # a decode step, a batch of two, a short prefill (the kernel), a long one (widened for MKL)
+    for shape in [(1, 576), (2, 1, 576), (1, 9, 576), (1, KERNEL_TOKENS + 8, 576)]:
         x = torch.randn(shape)
-        torch.testing.assert_close(q(x), _reference(lin, x), rtol=1e-4, atol=1e-4)
+        ref, bound = _reference(lin, x)
+        with torch.inference_mode():
+            y = q(x)
+        if kernel and x.numel() < KERNEL_TOKENS * 576:
+            _assert_within(y, ref, bound)
+        else:
+            torch.testing.assert_close(y, ref.float(), rtol=1e-4, atol=1e-4)
     assert q.qweight.dtype == torch.int8 and q.qweight.abs().max() <= 127
 
 
+def test_the_kernel_cannot_overflow_int32():
+    """The worst case for int32 sums: every weight at 127 and every activation at the maximum, with
+    a row long enough that int16 activations at full scale would overflow."""
+    k = 8192
+    lin = torch.nn.Linear(k, 4, bias=False)
+    with torch.no_grad():
+        lin.weight.fill_(0.5)
+    x = torch.full((1, 1, k), 3.0)
+    ref, bound = _reference(lin, x)
+    with torch.inference_mode():
+        _assert_within(Int8Linear(lin, kernel=True)(x), ref, bound)
+
+
 @pytest.mark.slow
-def test_int8_linear_compiled_decode_equals_the_formula():
-    """Compiled, a one-token step is a fused multiply-and-sum over the int8 weight: same numbers."""
+def test_int8_linear_compiled_equals_the_formula():
+    """Compiled, decode steps call the kernel from inductor's code; a longer input the widened matmul."""
     torch.manual_seed(0)
-    lin = torch.nn.Linear(64, 300, bias=False)
-    q = Int8Linear(lin)
-    fn = torch.compile(q, dynamic=False)
-    for shape in [(1, 1, 64), (2, 1, 64), (1, 5, 64)]:
+    lin = torch.nn.Linear(64, 300, bias=True)
+    fn = torch.compile(Int8Linear(lin, kernel=True), dynamic=False)
+    for shape in [(1, 1, 64), (2, 1, 64), (1, KERNEL_TOKENS + 1, 64)]:
         x = torch.randn(shape)
-        torch.testing.assert_close(fn(x), _reference(lin, x), rtol=1e-4, atol=1e-4)
+        ref, bound = _reference(lin, x)
+        with torch.inference_mode():
+            _assert_within(fn(x), ref, bound + 1e-4 * ref.abs())
+
+
+def test_a_failed_kernel_build_gives_the_reason_and_plain_torch(monkeypatch, tmp_path):
+    monkeypatch.setattr(native, "_loaded", {})
+    monkeypatch.setenv("TOKENTOP_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    reason = native.load("int8_linear")
+    assert reason and "no-such-compiler could not run" in reason
+    assert quant_note("int8", "cpu") == f"int8 without its C++ kernel, every weight widened (slower): {reason}"
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 10)
+    model = int8_weights(torch.nn.Sequential(lin))
+    assert model[0].kernel is False
+    x = torch.randn(1, 1, 64)
+    with torch.inference_mode():
+        torch.testing.assert_close(model(x), _reference(lin, x)[0].float(), rtol=1e-4, atol=1e-4)
 
 
 def test_int8_variant_of_the_real_model_shares_its_fp_tensors(plain):
-    """Every linear layer, LM head included, is int8; the embedding and norms are the original's own
-    tensors, so the variant adds only its int8 bytes; the original model is untouched."""
+    """Every linear layer, LM head included, is int8 on the kernel; the embedding and norms are the
+    original's own tensors, so the variant adds only its int8 bytes; the original model is untouched."""
     model = plain.model
     before = {n: p.data_ptr() for n, p in model.named_parameters()}
     q = quantize(model, "int8", "cpu", torch.float32)
     assert not [m for m in q.modules() if isinstance(m, torch.nn.Linear)]
     assert isinstance(q.lm_head, Int8Linear) and isinstance(model.lm_head, torch.nn.Linear)
+    assert all(m.kernel for m in q.modules() if isinstance(m, Int8Linear))
+    assert quant_note("int8", "cpu") == "int8"
     assert q.get_input_embeddings().weight is model.get_input_embeddings().weight
     assert q.model.norm.weight is model.model.norm.weight
     assert {n: p.data_ptr() for n, p in model.named_parameters()} == before
     linear_params = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     own = sum(b.numel() * b.element_size() for m in q.modules() if isinstance(m, Int8Linear) for b in m.buffers())
     assert own == linear_params + 4 * sum(m.out_features for m in q.modules() if isinstance(m, Int8Linear))
-
-
-def test_int8_linear_decodes_on_one_thread_and_gives_the_threads_back():
-    torch.manual_seed(0)
-    lin = torch.nn.Linear(576, 2000, bias=False)
-    q = Int8Linear(lin)
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        x = torch.randn(2, 1, 576)
-        torch.testing.assert_close(q(x), _reference(lin, x), rtol=1e-4, atol=1e-4)
-        assert torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(before)

@@ -1,9 +1,11 @@
 """Lever preparation and refusal: quantized variants, the self-draft model, and what a device cannot do.
 
 Quantization choices, measured on the 2-core CPU with the default model (see README):
-- int8: our own weight-only int8 (engine/quant.py), LM head included: 54 tok/s compiled where
-  torchao's Int8WeightOnly (LM head fp) did 27 and fp32 17. torch's quantize_dynamic was 45 tok/s
-  but broke the output (perplexity 43 vs 13, looping text): it quantizes the activations too.
+- int8: our own weight-only int8 (engine/quant.py), LM head included, decode on our C++ kernel:
+  63 tok/s eager, 85 compiled, where torchao's Int8WeightOnly (LM head fp) did 27 compiled and
+  fp32 17. The kernel rounds each token's activations to int16 (relative error < 1e-4, perplexity
+  unchanged); torch's quantize_dynamic rounds them to int8: 45 tok/s but a broken output
+  (perplexity 43 vs 13, looping text).
 - int4: on CPU torchao's IntxWeightOnly (int4, groups of 32). It runs but is slower than fp32 here
   (no fused int4 kernel for this CPU); it is offered so that the charts show that fact.
   On CUDA torchao's Int4WeightOnly (tinygemm) in bf16, the usual fast choice.
@@ -15,6 +17,7 @@ import copy
 
 import torch
 
+from . import native
 from .quant import int8_weights
 
 
@@ -26,8 +29,14 @@ def quant_impl(device: str, dtype: torch.dtype) -> dict[str, str]:
     if device.startswith("cuda"):
         int4 = "torchao Int4WeightOnly g128 (tinygemm)" if dtype == torch.bfloat16 else "refused: needs --dtype bf16"
         return {"int8": "torchao Int8WeightOnly, LM head fp", "int4": int4}
-    return {"int8": "int8 per-channel weights, LM head too (fused when compiled)",
+    return {"int8": "int8 per-channel weights, LM head too; decode on our C++ kernel (int16 activations)",
             "int4": "torchao IntxWeightOnly int4 g32, LM head fp (no fast CPU kernel)"}
+
+
+def quant_note(level: str, device: str) -> str:
+    """What a finished quantization says: the level, or that CPU int8 runs without its kernel."""
+    why = native.load("int8_linear") if level == "int8" and not device.startswith("cuda") else None
+    return f"{level} without its C++ kernel, every weight widened (slower): {why}" if why else level
 
 
 def _not_lm_head(module: torch.nn.Module, fqn: str) -> bool:

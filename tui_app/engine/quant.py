@@ -6,16 +6,24 @@ per token and how fast a kernel streams them.
 - torchao's CPU path (and aten's `_weight_int8pack_mm`, 1-2 GB/s here) ran at fp32's speed
   eager and 27 tok/s compiled; the tied LM head, a fifth of the model, had to stay fp32 (113 MB
   read per token) because its int8 form halved the speed.
-- Here, compiled, a one-token step becomes a multiply-and-sum over the int8 weight that inductor
-  fuses into one streaming reduction (no fp copy of the weight is ever made): 54 tok/s with the
-  LM head int8 too. Eager, each weight is widened to fp in row chunks that stay in the
-  cache (a whole-matrix copy of the LM head cost 74 ms; chunks of 2 MB, 5 ms; fp32's GEMV, 10 ms).
+- Here up to KERNEL_TOKENS tokens per call go to our C++ kernel (kernels/int8_linear.cpp, built
+  once per machine by native.py), which streams the int8 weights at 17-20 GB/s where widening
+  them to fp32 and multiplying was compute-bound at ~7.5 G weights/s: int8 decode 28 -> 63 tok/s
+  eager, 54 -> 85 compiled, LM head int8 too. Longer inputs (prefill) are compute-bound; there
+  each weight is widened to fp in row chunks that stay in the cache, for MKL's GEMM.
+- Without a C++ compiler the kernel is skipped (the reason is shown) and every call is widened.
 """
 
 from __future__ import annotations
 
 import torch
 
+from . import native
+
+# Below this many tokens per call the C++ kernel (kernels/int8_linear.cpp) beats widening the
+# weights for MKL (measured, 1536x576 and 49152x576 layers: 4.9x at 1 token, 1.5x at 16, a tie at
+# 32-64); prefill beyond it is compute-bound, where MKL's fp32 GEMM is the faster engine.
+KERNEL_TOKENS = 32
 CHUNK_ELEMENTS = 1 << 19  # 2 MB of fp32 per widened chunk: it stays in the cache while it is used
 
 
@@ -33,7 +41,7 @@ def _widen(chunk: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 class Int8Linear(torch.nn.Module):
-    def __init__(self, linear: torch.nn.Linear):
+    def __init__(self, linear: torch.nn.Linear, kernel: bool = False):
         super().__init__()
         w = linear.weight.detach().float()
         scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127
@@ -42,32 +50,18 @@ class Int8Linear(torch.nn.Module):
         self.bias = linear.bias
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.rows = max(1, CHUNK_ELEMENTS // self.in_features)
+        self.kernel = kernel
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernel and x.dtype == torch.float32 and x.numel() < KERNEL_TOKENS * self.in_features:
+            return torch.ops.tokentop.int8_linear(x, self.qweight, self.scale, self.bias)
         if torch.compiler.is_compiling():
-            if x.shape[-2] == 1:
-                # Written as a reduction, inductor widens each weight as it streams it; as a matmul
-                # (even with its mem-bound mm rewrite) it widened the whole matrix first: 13 tok/s.
-                y = (x.unsqueeze(-2) * self.qweight.to(x.dtype)).sum(-1)
-            else:
-                y = x @ self.qweight.to(x.dtype).t()
+            y = x @ self.qweight.to(x.dtype).t()
         else:
-            y = self._chunked(x)
+            y = torch.cat([x @ _widen(self.qweight[i:i + self.rows], x.dtype).t()
+                           for i in range(0, self.out_features, self.rows)], dim=-1)
         y = y * self.scale
         return y if self.bias is None else y + self.bias
-
-    def _chunked(self, x: torch.Tensor) -> torch.Tensor:
-        threads = torch.get_num_threads()
-        if threads > 1 and x.shape[-2] == 1:
-            # One token per row: with two threads, torch's parallel widening and MKL's threads took
-            # turns spinning on the two cores (each widening 13x slower: int8 eager fell from 30 to
-            # 7 tok/s); the chunks are small and cache-resident, so one thread does them fastest.
-            torch.set_num_threads(1)
-        try:
-            return torch.cat([x @ _widen(self.qweight[i:i + self.rows], x.dtype).t()
-                              for i in range(0, self.out_features, self.rows)], dim=-1)
-        finally:
-            torch.set_num_threads(threads)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-channel"
@@ -76,8 +70,9 @@ class Int8Linear(torch.nn.Module):
 def int8_weights(model: torch.nn.Module) -> torch.nn.Module:
     """Every nn.Linear of `model` (in place), the LM head included, becomes an Int8Linear.
     A tied LM head gets its own int8 copy; the embedding keeps its fp table (one row read per token)."""
+    kernel = native.load("int8_linear") is None
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if isinstance(child, torch.nn.Linear):
-                setattr(module, name, Int8Linear(child))
+                setattr(module, name, Int8Linear(child, kernel))
     return model
