@@ -94,7 +94,8 @@ def main() -> int:
     req = RunRequest(max_new_tokens=args.tokens, ignore_eos=True)
     rows = []
     for name, combo in [("fp32", {}), ("fp32+compile", {"compile": True}), ("int8", {"quant": "int8"}),
-                        ("int8+compile", {"quant": "int8", "compile": True}), ("int4", {"quant": "int4"})]:
+                        ("int8+compile", {"quant": "int8", "compile": True}), ("int4", {"quant": "int4"}),
+                        ("int4+compile", {"quant": "int4", "compile": True})]:
         refused = apply_levers(engine, combo)
         if refused:
             rows.append((name, None, None, None, refused))

@@ -18,7 +18,7 @@ from tui_app.bench import measure, parse_levers  # noqa: E402
 from tui_app.engine.generation import Engine, EngineConfig  # noqa: E402
 from tui_app.session import Session  # noqa: E402
 
-DEFAULT = "plain,no-cache,compile,int8,int4,lookup,draft,b4,int8+compile"
+DEFAULT = "plain,no-cache,compile,int8,int4,lookup,draft,b4,int8+compile,int4+compile"
 
 
 def main() -> int:

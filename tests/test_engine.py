@@ -149,12 +149,16 @@ def test_int8_is_coherent_deterministic_and_reports_its_quality(plain, collect, 
     assert sum(ch.isalpha() or ch.isspace() for ch in text) > 0.8 * len(text)
 
 
-def test_int4_runs_and_its_quality_cost_is_visible(plain, collect):
+def test_int4_runs_and_reports_its_quality(plain, collect, ref_short):
+    """The default model came from a Q4_1 GGUF (groups of 32, a scale and a min): our int4 has
+    that layout, so its weights land back on their own grid and the text barely moves."""
+    run(plain, collect)  # the plain reference
     assert apply_levers(plain, {"quant": "int4"}) == ""
     a, _, fin = run(plain, collect)
     b, _, _ = run(plain, collect)
     assert a == b
-    assert fin.perplexity > plain.perplexity("off")
+    assert fin.perplexity == pytest.approx(plain.perplexity("off"), rel=0.01)
+    assert fin.first_diff is None or fin.first_diff >= 4
 
 
 def test_a_lever_switched_mid_run_continues_the_text(plain, collect, ref_long):

@@ -7,7 +7,7 @@ import torch
 
 from tui_app.engine import native
 from tui_app.engine.levers import quant_note, quantize
-from tui_app.engine.quant import KERNEL_TOKENS, Int8Linear, int8_weights
+from tui_app.engine.quant import KERNEL_TOKENS, Int4Linear, Int8Linear, int8_weights
 
 
 def _reference(linear: torch.nn.Linear, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -27,36 +27,58 @@ def _reference(linear: torch.nn.Linear, x: torch.Tensor) -> tuple[torch.Tensor, 
     return y, step / 2 * wq.abs().sum(dim=1)
 
 
+def _reference4(linear: torch.nn.Linear, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Asymmetric int4 in groups of 32, computed independently: q = round((w - min) / s), s =
+    (max - min) / 15, w = s q + min; the kernel's int16 activations (full int16 scale: its int32
+    lanes hold two products) move each output by at most half a step times sum of s q."""
+    w = linear.weight.detach().float()
+    g = w.view(w.shape[0], -1, 32)
+    lo = g.amin(dim=-1, keepdim=True)
+    s = ((g.amax(dim=-1, keepdim=True) - lo) / 15).clamp(min=1e-12)
+    q = ((g - lo) / s).round().clamp(0, 15).double()
+    sq = (q * s.double()).view_as(w)
+    y = x.double() @ (sq + lo.double().expand_as(g).reshape_as(w)).t()
+    if linear.bias is not None:
+        y = y + linear.bias.double()
+    step = x.double().abs().amax(dim=-1, keepdim=True) / 32767
+    return y, step / 2 * sq.sum(dim=1)
+
+
+FORMATS = {"int8": (Int8Linear, _reference), "int4": (Int4Linear, _reference4)}
+
+
 def _assert_within(y: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor) -> None:
     err = (y.double() - ref).abs()
     slack = 1e-5 * ref.abs() + 1e-5  # fp32 accumulation
     assert bool((err <= bound + slack).all()), f"max excess {(err - bound - slack).max().item():.3g}"
 
 
-def test_the_kernel_builds_here():
-    """CI's machine is this one: the C++ kernel must build, or int8 decode silently loses 2x."""
-    assert native.load("int8_linear") is None
+@pytest.mark.parametrize("name", ["int8_linear", "int4_linear"])
+def test_the_kernels_build_here(name):
+    """CI's machine is this one: the kernels must build, or quantized decode silently loses 2-7x."""
+    assert native.load(name) is None
 
 
 @pytest.mark.parametrize("out_features", [7, 1000, 3001])  # one chunk, and chunks that do not divide the rows
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("kernel", [True, False])
-def test_int8_linear_equals_the_formula_eager(out_features, bias, kernel):
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_quantized_linear_equals_the_formula_eager(out_features, bias, kernel, fmt):
+    cls, reference = FORMATS[fmt]
     torch.manual_seed(0)
     lin = torch.nn.Linear(576, out_features, bias=bias)
-    q = Int8Linear(lin, kernel)
+    q = cls(lin, kernel)
     assert q.rows < out_features or out_features == 7
     # a decode step, a batch of two, a short prefill (the kernel), a long one (widened for MKL)
     for shape in [(1, 576), (2, 1, 576), (1, 9, 576), (1, KERNEL_TOKENS + 8, 576)]:
         x = torch.randn(shape)
-        ref, bound = _reference(lin, x)
+        ref, bound = reference(lin, x)
         with torch.inference_mode():
             y = q(x)
         if kernel and x.numel() < KERNEL_TOKENS * 576:
             _assert_within(y, ref, bound)
         else:
             torch.testing.assert_close(y, ref.float(), rtol=1e-4, atol=1e-4)
-    assert q.qweight.dtype == torch.int8 and q.qweight.abs().max() <= 127
 
 
 def test_the_kernel_cannot_overflow_int32():
@@ -73,14 +95,16 @@ def test_the_kernel_cannot_overflow_int32():
 
 
 @pytest.mark.slow
-def test_int8_linear_compiled_equals_the_formula():
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_quantized_linear_compiled_equals_the_formula(fmt):
     """Compiled, decode steps call the kernel from inductor's code; a longer input the widened matmul."""
+    cls, reference = FORMATS[fmt]
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 300, bias=True)
-    fn = torch.compile(Int8Linear(lin, kernel=True), dynamic=False)
+    fn = torch.compile(cls(lin, kernel=True), dynamic=False)
     for shape in [(1, 1, 64), (2, 1, 64), (1, KERNEL_TOKENS + 1, 64)]:
         x = torch.randn(shape)
-        ref, bound = _reference(lin, x)
+        ref, bound = reference(lin, x)
         with torch.inference_mode():
             _assert_within(fn(x), ref, bound + 1e-4 * ref.abs())
 
@@ -92,6 +116,8 @@ def test_a_failed_kernel_build_gives_the_reason_and_plain_torch(monkeypatch, tmp
     reason = native.load("int8_linear")
     assert reason and "no-such-compiler could not run" in reason
     assert quant_note("int8", "cpu") == f"int8 without its C++ kernel, every weight widened (slower): {reason}"
+    why4 = native.load("int4_linear")
+    assert quant_note("int4", "cpu") == f"int4 on torchao's IntxWeightOnly g32, LM head fp (slower; our kernel: {why4})"
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 10)
     model = int8_weights(torch.nn.Sequential(lin))
@@ -99,6 +125,34 @@ def test_a_failed_kernel_build_gives_the_reason_and_plain_torch(monkeypatch, tmp
     x = torch.randn(1, 1, 64)
     with torch.inference_mode():
         torch.testing.assert_close(model(x), _reference(lin, x)[0].float(), rtol=1e-4, atol=1e-4)
+
+
+def test_the_int4_kernel_is_refused_by_a_compiler_for_another_cpu(tmp_path):
+    """Built for a CPU without AVX-512 VNNI, the int4 source stops with a message that says so,
+    the message quant_note shows when int4 falls back to torchao."""
+    import subprocess
+
+    from torch.utils import cpp_extension
+
+    done = subprocess.run(["g++", "-march=x86-64-v3", "-std=c++20", "-fsyntax-only", "-w",
+                           *(f"-I{p}" for p in cpp_extension.include_paths()), str(native.SOURCES / "int4_linear.cpp")],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode != 0 and "int4_linear needs AVX-512 (F, BW, VNNI)" in done.stderr
+
+
+def test_int4_variant_of_the_real_model(plain):
+    """Our int4 keeps the GGUF's own layout (Q4_1: groups of 32, a scale and a min each), so on
+    this model it costs almost no perplexity (torchao's symmetric int4 cost 20 %); the LM head is
+    int8 (in int4 it cost 8 %); the variant shares the embedding and adds only its packed bytes."""
+    model = plain.model
+    q = quantize(model, "int4", "cpu", torch.float32)
+    assert isinstance(q.lm_head, Int8Linear) and q.lm_head.kernel
+    layers = [m for m in q.modules() if isinstance(m, Int4Linear)]
+    assert len(layers) == 30 * 7 and all(m.kernel for m in layers)
+    assert q.get_input_embeddings().weight is model.get_input_embeddings().weight
+    own = sum(b.numel() * b.element_size() for m in layers for b in m.buffers())
+    assert own == sum(m.out_features * m.in_features * (1 / 2 + 8 / 32) for m in layers)
+    assert quant_note("int4", "cpu") == "int4"
 
 
 def test_int8_variant_of_the_real_model_shares_its_fp_tensors(plain):

@@ -18,7 +18,7 @@ import copy
 import torch
 
 from . import native
-from .quant import int8_weights
+from .quant import GROUP, int4_weights, int8_weights
 
 
 class LeverError(Exception):
@@ -30,13 +30,25 @@ def quant_impl(device: str, dtype: torch.dtype) -> dict[str, str]:
         int4 = "torchao Int4WeightOnly g128 (tinygemm)" if dtype == torch.bfloat16 else "refused: needs --dtype bf16"
         return {"int8": "torchao Int8WeightOnly, LM head fp", "int4": int4}
     return {"int8": "int8 per-channel weights, LM head too; decode on our C++ kernel (int16 activations)",
-            "int4": "torchao IntxWeightOnly int4 g32, LM head fp (no fast CPU kernel)"}
+            "int4": "int4 g32 weights, int8 LM head; decode on our C++ kernel (AVX-512 VNNI)"}
 
 
 def quant_note(level: str, device: str) -> str:
-    """What a finished quantization says: the level, or that CPU int8 runs without its kernel."""
-    why = native.load("int8_linear") if level == "int8" and not device.startswith("cuda") else None
-    return f"{level} without its C++ kernel, every weight widened (slower): {why}" if why else level
+    """What a finished quantization says: the level, or that on CPU it runs without our kernel."""
+    if device.startswith("cuda") or level not in ("int8", "int4"):
+        return level
+    why = native.load(f"{level}_linear")
+    if why is None:
+        return level
+    if level == "int8":
+        return f"int8 without its C++ kernel, every weight widened (slower): {why}"
+    return f"int4 on torchao's IntxWeightOnly g32, LM head fp (slower; our kernel: {why})"
+
+
+def _own_int4(model: torch.nn.Module) -> bool:
+    """Our int4 needs its kernel and rows that split into whole groups; else torchao's."""
+    return native.load("int4_linear") is None and all(
+        m.in_features % GROUP == 0 for m in model.modules() if isinstance(m, torch.nn.Linear))
 
 
 def _not_lm_head(module: torch.nn.Module, fqn: str) -> bool:
@@ -56,11 +68,12 @@ def quantize(model: torch.nn.Module, level: str, device: str, dtype: torch.dtype
     if not has_linear_layers(model):
         # GPT-2 style Conv1D layers are not nn.Linear; they would silently stay in full precision.
         raise LeverError(f"{level}: this model has no nn.Linear layers to quantize (GPT-2 style Conv1D)")
-    if level == "int8" and not device.startswith("cuda"):
+    if not device.startswith("cuda") and (level == "int8" or _own_int4(model)):
         # The copy shares every fp tensor with the original (embedding, norms): only the linear
-        # layers are replaced, so the int8 variant costs its int8 bytes, not a second fp model.
+        # layers are replaced, so the variant costs its packed bytes, not a second fp model.
         shared = {id(t): t for t in list(model.parameters()) + list(model.buffers())}
-        return int8_weights(copy.deepcopy(model, memo=shared)).eval()
+        own = int8_weights if level == "int8" else int4_weights
+        return own(copy.deepcopy(model, memo=shared)).eval()
     try:
         from torchao.quantization import Int4WeightOnlyConfig, Int8WeightOnlyConfig, IntxWeightOnlyConfig, quantize_
         from torchao.quantization.granularity import PerGroup

@@ -16,6 +16,8 @@ per token and how fast a kernel streams them.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from . import native
@@ -24,29 +26,29 @@ from . import native
 # weights for MKL (measured, 1536x576 and 49152x576 layers: 4.9x at 1 token, 1.5x at 16, a tie at
 # 32-64); prefill beyond it is compute-bound, where MKL's fp32 GEMM is the faster engine.
 KERNEL_TOKENS = 32
+GROUP = 32  # int4 weights per scale and min
 CHUNK_ELEMENTS = 1 << 19  # 2 MB of fp32 per widened chunk: it stays in the cache while it is used
 
 
 _scratch: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
 
 
-def _widen(chunk: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """`chunk` in `dtype`, written into one buffer shared by every layer: a fresh 2 MB tensor per
-    chunk is fresh pages from the kernel each time, and faulting them in cost 20x the conversion."""
-    buf = _scratch.get((dtype, chunk.device))
+def _scratch_view(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A `shape` view of one buffer shared by every layer, for widened weights: a fresh 2 MB tensor
+    per chunk is fresh pages from the kernel each time, and faulting them in cost 20x the widening."""
+    buf = _scratch.get((dtype, device))
     if buf is None:
         with torch.inference_mode(False):  # a normal tensor may be written in and out of inference mode
-            buf = _scratch[(dtype, chunk.device)] = torch.empty(CHUNK_ELEMENTS, dtype=dtype, device=chunk.device)
-    return buf[:chunk.numel()].view(chunk.shape).copy_(chunk)
+            buf = _scratch[(dtype, device)] = torch.empty(CHUNK_ELEMENTS, dtype=dtype, device=device)
+    return buf[:math.prod(shape)].view(shape)
 
 
-class Int8Linear(torch.nn.Module):
-    def __init__(self, linear: torch.nn.Linear, kernel: bool = False):
+class _QuantLinear(torch.nn.Module):
+    """A linear layer over packed weights: up to KERNEL_TOKENS tokens per call go to the C++
+    kernel; longer inputs multiply widened weights, row chunk by row chunk when eager."""
+
+    def __init__(self, linear: torch.nn.Linear, kernel: bool):
         super().__init__()
-        w = linear.weight.detach().float()
-        scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127
-        self.register_buffer("qweight", (w / scale[:, None]).round().clamp(-127, 127).to(torch.int8))
-        self.register_buffer("scale", scale.to(linear.weight.dtype))
         self.bias = linear.bias
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.rows = max(1, CHUNK_ELEMENTS // self.in_features)
@@ -54,25 +56,91 @@ class Int8Linear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel and x.dtype == torch.float32 and x.numel() < KERNEL_TOKENS * self.in_features:
-            return torch.ops.tokentop.int8_linear(x, self.qweight, self.scale, self.bias)
+            return self._kernel(x)
         if torch.compiler.is_compiling():
-            y = x @ self.qweight.to(x.dtype).t()
+            y = self._product(x, 0, self.out_features, scratch=False)
         else:
-            y = torch.cat([x @ _widen(self.qweight[i:i + self.rows], x.dtype).t()
+            y = torch.cat([self._product(x, i, min(i + self.rows, self.out_features), scratch=True)
                            for i in range(0, self.out_features, self.rows)], dim=-1)
-        y = y * self.scale
         return y if self.bias is None else y + self.bias
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-channel"
+        return f"in_features={self.in_features}, out_features={self.out_features}, {self.fmt}"
+
+
+class Int8Linear(_QuantLinear):
+    """Symmetric int8, one scale per output row: w = scale * q, q in -127..127."""
+
+    fmt = "int8 per-channel"
+
+    def __init__(self, linear: torch.nn.Linear, kernel: bool = False):
+        super().__init__(linear, kernel)
+        w = linear.weight.detach().float()
+        scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127
+        self.register_buffer("qweight", (w / scale[:, None]).round().clamp(-127, 127).to(torch.int8))
+        self.register_buffer("scale", scale.to(linear.weight.dtype))
+
+    def _kernel(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.tokentop.int8_linear(x, self.qweight, self.scale, self.bias)
+
+    def _product(self, x: torch.Tensor, i: int, j: int, scratch: bool) -> torch.Tensor:
+        q = self.qweight[i:j]
+        w = _scratch_view(q.shape, x.dtype, q.device).copy_(q) if scratch else q.to(x.dtype)
+        return (x @ w.t()) * self.scale[i:j]  # the row scale once per output, not per weight
+
+
+class Int4Linear(_QuantLinear):
+    """Asymmetric int4 in groups of GROUP along each row: w = scale * q + min, q in 0..15, both
+    per group (the layout of torchao's IntxWeightOnly int4 g32, so its quality is comparable).
+    Byte j of a group holds q_j (low nibble) and q_{j+16} (high), the pairing the kernel reads."""
+
+    fmt = f"int4 g{GROUP} asymmetric"
+
+    def __init__(self, linear: torch.nn.Linear, kernel: bool = False):
+        super().__init__(linear, kernel)
+        w = linear.weight.detach().float()
+        g = w.view(self.out_features, -1, GROUP)
+        lo = g.amin(dim=-1)
+        scale = ((g.amax(dim=-1) - lo) / 15).clamp(min=1e-12)
+        q = ((g - lo[..., None]) / scale[..., None]).round().clamp(0, 15).to(torch.uint8)
+        half = GROUP // 2
+        self.register_buffer("packed", (q[..., :half] | (q[..., half:] << 4)).reshape(self.out_features, -1))
+        self.register_buffer("scale", scale)
+        self.register_buffer("mins", lo)
+
+    def _kernel(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.tokentop.int4_linear(x, self.packed, self.scale, self.mins, self.bias)
+
+    def _product(self, x: torch.Tensor, i: int, j: int, scratch: bool) -> torch.Tensor:
+        p = self.packed[i:j].view(j - i, -1, GROUP // 2)
+        q = torch.cat([p & 15, p >> 4], dim=-1)
+        if scratch:
+            w = _scratch_view(q.shape, x.dtype, q.device).copy_(q)
+            w.mul_(self.scale[i:j, :, None].to(x.dtype)).add_(self.mins[i:j, :, None].to(x.dtype))
+        else:
+            w = q.to(x.dtype) * self.scale[i:j, :, None].to(x.dtype) + self.mins[i:j, :, None].to(x.dtype)
+        return x @ w.view(j - i, -1).t()
+
+
+def _replace_linears(model: torch.nn.Module, make) -> torch.nn.Module:
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, torch.nn.Linear):
+                setattr(module, name, make(name, child))
+    return model
 
 
 def int8_weights(model: torch.nn.Module) -> torch.nn.Module:
     """Every nn.Linear of `model` (in place), the LM head included, becomes an Int8Linear.
     A tied LM head gets its own int8 copy; the embedding keeps its fp table (one row read per token)."""
     kernel = native.load("int8_linear") is None
-    for module in list(model.modules()):
-        for name, child in list(module.named_children()):
-            if isinstance(child, torch.nn.Linear):
-                setattr(module, name, Int8Linear(child, kernel))
-    return model
+    return _replace_linears(model, lambda name, linear: Int8Linear(linear, kernel))
+
+
+def int4_weights(model: torch.nn.Module) -> torch.nn.Module:
+    """Every nn.Linear of `model` (in place) becomes an Int4Linear, except the LM head: int8, as
+    its 4-bit form cost more perplexity than all the layers together (measured, README)."""
+    int4, int8 = native.load("int4_linear") is None, native.load("int8_linear") is None
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return _replace_linears(model, lambda name, linear: Int8Linear(linear, int8) if linear is head
+                            else Int4Linear(linear, int4))

@@ -82,7 +82,7 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& qweight, const at:
 
 }  // namespace
 
-TORCH_LIBRARY(tokentop, m) {
+TORCH_LIBRARY_FRAGMENT(tokentop, m) {
   m.def("int8_linear(Tensor x, Tensor qweight, Tensor scale, Tensor? bias) -> Tensor");
 }
 
