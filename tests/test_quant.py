@@ -109,6 +109,18 @@ def test_quantized_linear_compiled_equals_the_formula(fmt):
             _assert_within(fn(x), ref, bound + 1e-4 * ref.abs())
 
 
+def test_a_kernel_is_built_once_into_the_cache_and_replaces_older_builds(monkeypatch, tmp_path):
+    monkeypatch.setenv("TOKENTOP_CACHE", str(tmp_path))
+    stale = tmp_path / "kernels" / "int8_linear-0123456789abcdef.so"
+    stale.parent.mkdir()
+    stale.write_bytes(b"an older build")
+    built = native._build("int8_linear")
+    assert built.parent == stale.parent and built.exists() and not stale.exists()
+    mtime = built.stat().st_mtime_ns
+    assert native._build("int8_linear") == built and built.stat().st_mtime_ns == mtime  # cached
+    assert [p.name for p in built.parent.iterdir()] == [built.name]  # no temporary left
+
+
 def test_a_failed_kernel_build_gives_the_reason_and_plain_torch(monkeypatch, tmp_path):
     monkeypatch.setattr(native, "_loaded", {})
     monkeypatch.setenv("TOKENTOP_CACHE", str(tmp_path))

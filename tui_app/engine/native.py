@@ -36,8 +36,8 @@ def _build(name: str) -> Path:
     source = SOURCES / f"{name}.cpp"
     compiler = os.environ.get("CXX", "g++")
     abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
-    key = hashlib.sha256("\0".join([source.read_text(), torch.__version__, compiler, abi, *FLAGS,
-                                    _cpu_flags()]).encode()).hexdigest()[:16]
+    texts = [p.read_text() for p in [source, *sorted(SOURCES.glob("*.h"))]]
+    key = hashlib.sha256("\0".join([*texts, torch.__version__, compiler, abi, *FLAGS, _cpu_flags()]).encode()).hexdigest()[:16]
     target = cache_root() / "kernels" / f"{name}-{key}.so"
     if target.exists():
         return target
@@ -55,6 +55,9 @@ def _build(name: str) -> Path:
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
         raise RuntimeError(f"{compiler} failed: {last[:200]}")
     os.replace(tmp, target)  # atomic: a concurrent build of the same key writes the same bytes
+    for stale in target.parent.glob(f"{name}-*.so"):  # builds of older sources or another torch
+        if stale != target:
+            stale.unlink(missing_ok=True)  # a process that has one loaded keeps its mapping
     return target
 
 

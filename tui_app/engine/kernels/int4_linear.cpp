@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "activations.h"
+
 #if !defined(__AVX512F__) || !defined(__AVX512VNNI__) || !defined(__AVX512BW__)
 #error "int4_linear needs AVX-512 (F, BW, VNNI)"
 #endif
@@ -87,10 +89,7 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::
   const float* xp = xc.data_ptr<float>();
   for (int64_t m = 0; m < M; ++m) {
     const float* xm = xp + m * K;
-    float amax = 0.f;
-    for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::abs(xm[k]));
-    const float s = amax > 0.f ? amax / qmax : 1.f, inv = 1.f / s;
-    xs[m] = s;
+    const float inv = 1.f / (xs[m] = int16_step(xm, K, qmax));
     for (int64_t g = 0; g < groups; ++g) {
       const float* xg = xm + g * kGroup;
       int16_t* out = xq.data() + m * K + g * kGroup;

@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "activations.h"
+
 namespace {
 
 constexpr int64_t kPrefetch = 4096;     // bytes ahead of the row being read: measured best of 0-8192
@@ -60,10 +62,7 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& qweight, const at:
   const float* xp = xc.data_ptr<float>();
   for (int64_t m = 0; m < M; ++m) {
     const float* xm = xp + m * K;
-    float amax = 0.f;
-    for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::abs(xm[k]));
-    const float s = amax > 0.f ? amax / qmax : 1.f, inv = 1.f / s;
-    xs[m] = s;
+    const float inv = 1.f / (xs[m] = int16_step(xm, K, qmax));
     for (int64_t k = 0; k < K; ++k) xq[m * K + k] = int16_t(std::nearbyint(xm[k] * inv));
   }
 
