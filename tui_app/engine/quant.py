@@ -115,11 +115,8 @@ class Int4Linear(_QuantLinear):
     def _product(self, x: torch.Tensor, i: int, j: int, scratch: bool) -> torch.Tensor:
         p = self.packed[i:j].view(j - i, -1, GROUP // 2)
         q = torch.cat([p & 15, p >> 4], dim=-1)
-        if scratch:
-            w = _scratch_view(q.shape, x.dtype, q.device).copy_(q)
-            w.mul_(self.scale[i:j, :, None].to(x.dtype)).add_(self.mins[i:j, :, None].to(x.dtype))
-        else:
-            w = q.to(x.dtype) * self.scale[i:j, :, None].to(x.dtype) + self.mins[i:j, :, None].to(x.dtype)
+        w = _scratch_view(q.shape, x.dtype, q.device).copy_(q) if scratch else q.to(x.dtype)
+        w.mul_(self.scale[i:j, :, None].to(x.dtype)).add_(self.mins[i:j, :, None].to(x.dtype))
         return x @ w.view(j - i, -1).t()
 
 
@@ -127,7 +124,7 @@ def _replace_linears(model: torch.nn.Module, make) -> torch.nn.Module:
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if isinstance(child, torch.nn.Linear):
-                setattr(module, name, make(name, child))
+                setattr(module, name, make(child))
     return model
 
 
@@ -135,7 +132,7 @@ def int8_weights(model: torch.nn.Module) -> torch.nn.Module:
     """Every nn.Linear of `model` (in place), the LM head included, becomes an Int8Linear.
     A tied LM head gets its own int8 copy; the embedding keeps its fp table (one row read per token)."""
     kernel = native.load("int8_linear") is None
-    return _replace_linears(model, lambda name, linear: Int8Linear(linear, kernel))
+    return _replace_linears(model, lambda linear: Int8Linear(linear, kernel))
 
 
 def int4_weights(model: torch.nn.Module) -> torch.nn.Module:
@@ -143,5 +140,4 @@ def int4_weights(model: torch.nn.Module) -> torch.nn.Module:
     its 4-bit form cost more perplexity than all the layers together (measured, README)."""
     int4, int8 = native.load("int4_linear") is None, native.load("int8_linear") is None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    return _replace_linears(model, lambda name, linear: Int8Linear(linear, int8) if linear is head
-                            else Int4Linear(linear, int4))
+    return _replace_linears(model, lambda linear: Int8Linear(linear, int8) if linear is head else Int4Linear(linear, int4))
