@@ -127,13 +127,13 @@ def test_a_failed_kernel_build_gives_the_reason_and_plain_torch(monkeypatch, tmp
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
     reason = native.load("int8_linear")
     assert reason and "no-such-compiler could not run" in reason
-    assert quant_note("int8", "cpu") == f"int8 without its C++ kernel, every weight widened (slower): {reason}"
-    why4 = native.load("int4_linear")
-    assert quant_note("int4", "cpu") == f"int4 on torchao's IntxWeightOnly g32, LM head fp (slower; our kernel: {why4})"
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 10)
     model = int8_weights(torch.nn.Sequential(lin))
     assert model[0].kernel is False
+    assert quant_note("int8", "cpu", model) == f"int8 without its C++ kernel, every weight widened (slower): {reason}"
+    why4 = native.load("int4_linear")
+    assert quant_note("int4", "cpu", model) == f"int4 on torchao's IntxWeightOnly g32, LM head fp (slower; our kernel: {why4})"
     x = torch.randn(1, 1, 64)
     with torch.inference_mode():
         torch.testing.assert_close(model(x), _reference(lin, x)[0].float(), rtol=1e-4, atol=1e-4)
@@ -152,6 +152,14 @@ def test_the_int4_kernel_is_refused_by_a_compiler_for_another_cpu(tmp_path):
     assert done.returncode != 0 and "int4_linear needs AVX-512 (F, BW, VNNI)" in done.stderr
 
 
+def test_int4_on_rows_that_do_not_split_into_groups_says_torchao_serves_it():
+    """A layer of 40 inputs cannot take groups of 32, so quantize hands such a model to torchao:
+    with the kernel built, the note must still name torchao and the reason, not say "int4"."""
+    model = torch.nn.Sequential(torch.nn.Linear(40, 8))
+    assert quant_note("int4", "cpu", model) == (
+        "int4 on torchao's IntxWeightOnly g32, LM head fp (slower; our kernel: rows that do not split into groups of 32)")
+
+
 def test_int4_variant_of_the_real_model(plain):
     """Our int4 keeps the GGUF's own layout (Q4_1: groups of 32, a scale and a min each), so on
     this model it costs almost no perplexity (torchao's symmetric int4 cost 20 %); the LM head is
@@ -164,7 +172,7 @@ def test_int4_variant_of_the_real_model(plain):
     assert q.get_input_embeddings().weight is model.get_input_embeddings().weight
     own = sum(b.numel() * b.element_size() for m in layers for b in m.buffers())
     assert own == sum(m.out_features * m.in_features * (1 / 2 + 8 / 32) for m in layers)
-    assert quant_note("int4", "cpu") == "int4"
+    assert quant_note("int4", "cpu", q) == "int4"
 
 
 def test_int8_variant_of_the_real_model_shares_its_fp_tensors(plain):
@@ -176,7 +184,7 @@ def test_int8_variant_of_the_real_model_shares_its_fp_tensors(plain):
     assert not [m for m in q.modules() if isinstance(m, torch.nn.Linear)]
     assert isinstance(q.lm_head, Int8Linear) and isinstance(model.lm_head, torch.nn.Linear)
     assert all(m.kernel for m in q.modules() if isinstance(m, Int8Linear))
-    assert quant_note("int8", "cpu") == "int8"
+    assert quant_note("int8", "cpu", q) == "int8"
     assert q.get_input_embeddings().weight is model.get_input_embeddings().weight
     assert q.model.norm.weight is model.model.norm.weight
     assert {n: p.data_ptr() for n, p in model.named_parameters()} == before

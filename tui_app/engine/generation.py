@@ -207,7 +207,7 @@ class Engine:
             self.emit(Phase("quantize", f"{level}: {lv.quant_impl(self.device, self.dtype)[level]}", False))
             self._variants[level] = lv.quantize(self.model, level, self.device, self.dtype)
             _freeze()
-            self.emit(Phase("quantize", lv.quant_note(level, self.device), True, time.perf_counter() - t0))
+            self.emit(Phase("quantize", lv.quant_note(level, self.device, self._variants[level]), True, time.perf_counter() - t0))
         return self._variants[level]
 
     def _draft_proposer(self) -> DraftProposer:

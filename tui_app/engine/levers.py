@@ -19,7 +19,7 @@ import copy
 import torch
 
 from . import native
-from .quant import GROUP, int4_weights, int8_weights
+from .quant import GROUP, Int4Linear, int4_weights, int8_weights
 
 
 class LeverError(Exception):
@@ -34,15 +34,16 @@ def quant_impl(device: str, dtype: torch.dtype) -> dict[str, str]:
             "int4": "int4 g32 weights, int8 LM head; decode on our C++ kernel (AVX-512 VNNI)"}
 
 
-def quant_note(level: str, device: str) -> str:
-    """What a finished quantization says: the level, or that on CPU it runs without our kernel."""
+def quant_note(level: str, device: str, variant: torch.nn.Module) -> str:
+    """What a finished quantization says: the level, or, on CPU, what runs instead of our kernel."""
     if device.startswith("cuda") or level not in ("int8", "int4"):
         return level
-    why = native.load(f"{level}_linear")
-    if why is None:
-        return level
     if level == "int8":
-        return f"int8 without its C++ kernel, every weight widened (slower): {why}"
+        why = native.load("int8_linear")
+        return f"int8 without its C++ kernel, every weight widened (slower): {why}" if why else level
+    if any(isinstance(m, Int4Linear) for m in variant.modules()):
+        return level
+    why = native.load("int4_linear") or f"rows that do not split into groups of {GROUP}"
     return f"int4 on torchao's IntxWeightOnly g32, LM head fp (slower; our kernel: {why})"
 
 
