@@ -1,0 +1,84 @@
+"""Why packed int8/int4 weights are parameters: a compiled decode step of the default model over
+weights registered as parameters, beside the same weights registered as buffers (as they were up
+to a348682), alternating in one process. Dynamo checks every buffer a compiled step reads against
+every other for aliasing before each call; parameters are exempt.
+
+    .venv/bin/python benchmarks/packed_guards.py [--quant int8|int4] [--rounds 6] [--tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import types
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def as_buffers(model) -> None:
+    from tui_app.engine.quant import _QuantLinear
+
+    for m in model.modules():
+        if isinstance(m, _QuantLinear):
+            for name, p in list(m.named_parameters(recurse=False)):
+                if name != "bias":
+                    delattr(m, name)
+                    m.register_buffer(name, p.data)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quant", choices=["int8", "int4"], default="int8")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--tokens", type=int, default=64)
+    args = ap.parse_args()
+    import torch
+    from transformers import StaticCache
+
+    from tui_app.engine import lean as lean_module
+    from tui_app.engine.generation import Engine, EngineConfig
+    from tui_app.engine.levers import quantize
+
+    engine = Engine(EngineConfig(threads=1), lambda ev: None)
+    engine.load()
+    engine.set_lever("quant", args.quant)
+    models = {"parameters": engine._variants[args.quant], "buffers": quantize(engine.model, args.quant, "cpu", torch.float32)}
+    as_buffers(models["buffers"])
+    steps = {}
+    for name, model in models.items():
+        engine._compiled_fn(model, args.quant)  # the engine's inductor settings for a CPU step
+        # Each variant gets its own copy of the step's code, so each has its own dynamo cache, as
+        # the engine's variants would if only one existed.
+        code = lean_module.LeanDecode.static_step.__code__.replace(co_name=f"static_step_{name}")
+        step = types.MethodType(types.FunctionType(code, vars(lean_module)), lean_module.LeanDecode(model))
+        steps[name] = torch.compile(step, dynamic=False)
+    tok = torch.zeros((1, 1), dtype=torch.long)
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    with torch.inference_mode():
+        for rnd in range(args.rounds + 1):  # round 0 compiles
+            for name, fn in steps.items():
+                model = models[name]
+                cache = StaticCache(config=model.config, max_cache_len=256)
+                torch.compiler.set_stance("default")
+                engine._forward(model, tok, cache, 0)  # eager first write, as a prefill does
+                fn(tok, cache, torch.full((1, 1), 1))
+                torch.compiler.set_stance("default", skip_guard_eval_unsafe=True)  # as the engine's warm steps
+                t = time.perf_counter()
+                for pos in range(2, 2 + args.tokens):
+                    fn(tok, cache, torch.full((1, 1), pos))
+                if rnd:
+                    times[name].append((time.perf_counter() - t) / args.tokens)
+    torch.compiler.set_stance("default")
+    print(f"\n{args.quant} + compile, default model, 1 thread, {args.tokens} steps × {args.rounds} rounds each\n")
+    print("| packed weights as | ms/step, median | min | per round |\n|---|---|---|---|")
+    for name, v in times.items():
+        print(f"| {name} | {statistics.median(v) * 1e3:.2f} | {min(v) * 1e3:.2f} | {', '.join(f'{x * 1e3:.2f}' for x in v)} |")
+    print(f"\nparameters ÷ buffers (medians): {statistics.median(times['parameters']) / statistics.median(times['buffers']):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
