@@ -47,9 +47,9 @@ def main() -> int:
     engine.set_lever("quant", args.quant)
     models = {"parameters": engine._variants[args.quant], "buffers": quantize(engine.model, args.quant, "cpu", torch.float32)}
     as_buffers(models["buffers"])
+    engine._compiled_fn(models["parameters"], args.quant)  # sets the engine's inductor options for a CPU step
     steps = {}
     for name, model in models.items():
-        engine._compiled_fn(model, args.quant)  # the engine's inductor settings for a CPU step
         # Each variant gets its own copy of the step's code, so each has its own dynamo cache, as
         # the engine's variants would if only one existed.
         code = lean_module.LeanDecode.static_step.__code__.replace(co_name=f"static_step_{name}")

@@ -1,4 +1,4 @@
-"""The CPU int8 weights: checked against the quantization formula, and as a variant of the real model."""
+"""The CPU int8 and int4 weights: checked against the quantization formula, and as a variant of the real model."""
 
 import math
 
