@@ -53,6 +53,13 @@ def _assert_within(y: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor) -> N
     assert bool((err <= bound + slack).all()), f"max excess {(err - bound - slack).max().item():.3g}"
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _kernels():
+    """Modules made with kernel=True call the ops, which exist once loaded: any test may run alone."""
+    for name in ("int8_linear", "int4_linear"):
+        native.load(name)
+
+
 @pytest.mark.parametrize("name", ["int8_linear", "int4_linear"])
 def test_the_kernels_build_here(name):
     """CI's machine is this one: the kernels must build, or quantized decode silently loses 2-7x."""
@@ -79,6 +86,20 @@ def test_quantized_linear_equals_the_formula_eager(out_features, bias, kernel, f
             _assert_within(y, ref, bound)
         else:
             torch.testing.assert_close(y, ref.float(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("groups", [1, 2, 3, 4, 5, 48])
+def test_the_int4_kernel_equals_the_formula_for_any_count_of_groups(groups):
+    """The int4 kernel reads four groups per load and masks the last load: every remainder of the
+    group count by four, and the default model's 1536-wide rows (48 groups)."""
+    torch.manual_seed(groups)
+    lin = torch.nn.Linear(32 * groups, 67, bias=True)
+    q = Int4Linear(lin, kernel=True)
+    for shape in [(1, 1, 32 * groups), (3, 32 * groups)]:
+        x = torch.randn(shape)
+        ref, bound = _reference4(lin, x)
+        with torch.inference_mode():
+            _assert_within(q(x), ref, bound)
 
 
 def test_the_kernel_cannot_overflow_int32():

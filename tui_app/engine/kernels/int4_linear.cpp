@@ -2,9 +2,13 @@
 //
 // Why: torchao's int4 on CPU has no fused kernel for this CPU and decoded slower than fp32.
 // As in int8_linear.cpp, each token's activations are rounded to int16 and the products summed
-// in int32, here by AVX-512 VNNI: a group's 32 nibbles become 16 pairs of int16 lanes that one
-// vpdpwssd multiplies with the matching pairs of activations; each group's sum is then scaled in
-// fp32. The mins need no work per weight: sum_k x_k * min_g = min_g * (sum of x over the group).
+// in int32, here by AVX-512 VNNI. The work per weight is what bounds int4 (it reads half the bytes
+// of int8), so the nibbles are never moved across lanes: one 64-byte load holds four groups as 32
+// int16 words of four nibbles each, and a shift and a mask per nibble position give 32 int16 lanes
+// that one vpdpwssd multiplies with activations stored in the matching order. Word w of a group
+// lands in int32 lane w / 2 of the sums, so lanes 4g..4g+3 hold group g, and one conversion and one
+// multiply-add by the four scales (each spread over its four lanes) finish the four groups.
+// The mins need no work per weight: sum_k x_k * min_g = min_g * (sum of x over the group).
 // Machines without AVX-512 VNNI fail this build and keep torchao's path (the reason is shown).
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -26,44 +30,48 @@
 namespace {
 
 constexpr int64_t kGroup = 32;
+constexpr int64_t kChunk = 4;  // groups per 64-byte load
 constexpr int64_t kPrefetch = 2048;
 constexpr int64_t kTaskBytes = 1 << 15;
 
-// Packing (quant.py): byte j of a group holds weight j in its low nibble and weight j + 16 in its
-// high one, so lane j of the 16 lanes pairs (q_j, q_{j+16}); activations are stored in the same
-// order, (x_j, x_{j+16}) side by side.
-inline __m512i nibble_pairs(const uint8_t* p) {
-  const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  // (v | v << 12) & 0x000F000F: the low nibble stays in bits 0-3, the high one lands in 16-19.
-  return _mm512_ternarylogic_epi32(v, _mm512_slli_epi32(v, 12), _mm512_set1_epi32(0x000F000F), 0xA8);
-}
+// Packing (quant.py): byte j of a group holds q_j (low nibble) and q_{j+16} (high), so the int16
+// word w holds, from its low bits up, q_{2w}, q_{2w+16}, q_{2w+1}, q_{2w+17}. Nibble position i of
+// every word is one vector of weights; the activations are stored as four matching vectors per
+// chunk of four groups, zero past the last group.
+constexpr int kNibble[4][2] = {{0, 0}, {0, 16}, {1, 0}, {1, 16}};  // (offset in the pair, + 16)
 
 void rows(const int16_t* xq, const float* xs, const float* gsum, const uint8_t* w, const float* scale,
           const float* mins, const float* bias, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1) {
-  const int64_t groups = K / kGroup;
+  const int64_t groups = K / kGroup, chunks = (groups + kChunk - 1) / kChunk, padded = chunks * kChunk;
+  const __m512i low4 = _mm512_set1_epi16(0x000F);
+  const __m512i spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* wr = w + n * (K / 2);
-    _mm_prefetch(reinterpret_cast<const char*>(wr + kPrefetch), _MM_HINT_T0);
     const float* sr = scale + n * groups;
     const float* mr = mins + n * groups;
     for (int64_t m = 0; m < M; ++m) {
-      const int16_t* xm = xq + m * K;
-      __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-      int64_t g = 0;
-      for (; g + 1 < groups; g += 2) {  // two groups per pass: two independent accumulators
-        const __m512i d0 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(xm + g * kGroup), nibble_pairs(wr + g * 16));
-        const __m512i d1 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(xm + (g + 1) * kGroup), nibble_pairs(wr + (g + 1) * 16));
-        a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_set1_ps(sr[g]), a0);
-        a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_set1_ps(sr[g + 1]), a1);
+      const int16_t* xm = xq + m * padded * kGroup;
+      const float* gs = gsum + m * padded;
+      __m512 acc = _mm512_setzero_ps();
+      __m128 shift = _mm_setzero_ps();
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t g = c * kChunk, left = std::min(kChunk, groups - g);
+        const __mmask16 four = __mmask16((1u << left) - 1);
+        if (m == 0) _mm_prefetch(reinterpret_cast<const char*>(wr + g * 16 + kPrefetch), _MM_HINT_T0);
+        const __m512i v = left == kChunk ? _mm512_loadu_si512(wr + g * 16)
+                                         : _mm512_maskz_loadu_epi8((__mmask64(1) << (16 * left)) - 1, wr + g * 16);
+        const int16_t* xc = xm + g * kGroup;
+        __m512i d = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, low4), _mm512_loadu_si512(xc));
+        d = _mm512_dpwssd_epi32(d, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4), _mm512_loadu_si512(xc + 32));
+        d = _mm512_dpwssd_epi32(d, _mm512_and_si512(_mm512_srli_epi16(v, 8), low4), _mm512_loadu_si512(xc + 64));
+        d = _mm512_dpwssd_epi32(d, _mm512_srli_epi16(v, 12), _mm512_loadu_si512(xc + 96));
+        const __m512 s = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_maskz_loadu_ps(four, sr + g)));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc);
+        shift = _mm_fmadd_ps(_mm_maskz_loadu_ps(four, mr + g), _mm_loadu_ps(gs + g), shift);
       }
-      if (g < groups) {
-        const __m512i d0 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(xm + g * kGroup), nibble_pairs(wr + g * 16));
-        a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_set1_ps(sr[g]), a0);
-      }
-      float shift = 0.f;
-      const float* gs = gsum + m * groups;
-      for (int64_t j = 0; j < groups; ++j) shift += mr[j] * gs[j];
-      y[m * N + n] = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) * xs[m] + shift + (bias ? bias[n] : 0.f);
+      const __m128 h = _mm_add_ps(shift, _mm_movehl_ps(shift, shift));
+      const float sh = _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
+      y[m * N + n] = _mm512_reduce_add_ps(acc) * xs[m] + sh + (bias ? bias[n] : 0.f);
     }
   }
 }
@@ -82,24 +90,25 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::
   TORCH_CHECK(!bc.defined() || (bc.scalar_type() == at::kFloat && bc.numel() == N), "int4_linear: bias");
   const int64_t M = xc.numel() / K;
 
-  // An int32 lane sums two products per group, each below 2^15 * 15: int16 at full scale is safe.
+  // An int32 lane sums eight products, each below 2^15 * 15: int16 at full scale is safe.
   const float qmax = 32767.f;
-  std::vector<int16_t> xq(M * K);
-  std::vector<float> xs(M), gsum(M * groups);
+  const int64_t padded = (groups + kChunk - 1) / kChunk * kChunk;
+  std::vector<int16_t> xq(M * padded * kGroup, 0);
+  std::vector<float> xs(M), gsum(M * padded, 0.f);
   const float* xp = xc.data_ptr<float>();
   for (int64_t m = 0; m < M; ++m) {
     const float* xm = xp + m * K;
     const float inv = 1.f / (xs[m] = int16_step(xm, K, qmax));
     for (int64_t g = 0; g < groups; ++g) {
       const float* xg = xm + g * kGroup;
-      int16_t* out = xq.data() + m * K + g * kGroup;
+      // lane 8 * (g % 4) + w of vector i in the chunk: the activation of nibble i of word w
+      int16_t* out = xq.data() + m * padded * kGroup + (g / kChunk) * kChunk * kGroup + (g % kChunk) * 8;
       float t = 0.f;
-      for (int64_t j = 0; j < kGroup / 2; ++j) {
-        out[2 * j] = int16_t(std::nearbyint(xg[j] * inv));
-        out[2 * j + 1] = int16_t(std::nearbyint(xg[j + kGroup / 2] * inv));
-        t += xg[j] + xg[j + kGroup / 2];
-      }
-      gsum[m * groups + g] = t;
+      for (int i = 0; i < 4; ++i)
+        for (int64_t w = 0; w < 8; ++w)
+          out[i * 32 + w] = int16_t(std::nearbyint(xg[2 * w + kNibble[i][0] + kNibble[i][1]] * inv));
+      for (int64_t j = 0; j < kGroup; ++j) t += xg[j];
+      gsum[m * padded + g] = t;
     }
   }
 
