@@ -28,13 +28,13 @@ def _reference(linear: torch.nn.Linear, x: torch.Tensor) -> tuple[torch.Tensor, 
 
 
 def _reference4(linear: torch.nn.Linear, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Asymmetric int4 in groups of 32, computed independently: q = round((w - min) / s), s =
-    (max - min) / 15, w = s q + min; the kernel's int16 activations (full int16 scale: its int32
-    lanes hold two products) move each output by at most half a step times sum of s q."""
+    """Asymmetric int4 in groups of 32, computed independently: min and s = (max - min) / 15
+    rounded to fp16 (Q4_1's), q = round((w - min) / s), w = s q + min; the kernel's int16
+    activations (full int16 scale) move each output by at most half a step times sum of s q."""
     w = linear.weight.detach().float()
     g = w.view(w.shape[0], -1, 32)
-    lo = g.amin(dim=-1, keepdim=True)
-    s = ((g.amax(dim=-1, keepdim=True) - lo) / 15).clamp(min=1e-12)
+    lo = g.amin(dim=-1, keepdim=True).half().float()
+    s = ((g.amax(dim=-1, keepdim=True) - lo) / 15).half().float()
     q = ((g - lo) / s).round().clamp(0, 15).double()
     sq = (q * s.double()).view_as(w)
     y = x.double() @ (sq + lo.double().expand_as(g).reshape_as(w)).t()
@@ -213,7 +213,7 @@ def test_int4_variant_of_the_real_model(plain):
     assert len(layers) == 30 * 7 and all(m.kernel for m in layers)
     assert q.get_input_embeddings().weight is model.get_input_embeddings().weight
     own = sum(packed_bytes(m) for m in layers)
-    assert own == sum(m.out_features * m.in_features * (1 / 2 + 8 / 32) for m in layers)
+    assert own == sum(m.out_features * m.in_features * (1 / 2 + 4 / 32) for m in layers)
     assert quant_note("int4", "cpu", q) == "int4"
 
 

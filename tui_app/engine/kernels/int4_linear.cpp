@@ -1,4 +1,5 @@
-// y = x @ w.T (+ bias) for int4 weights in groups of 32 along K: w = scale * q + min, q in 0..15.
+// y = x @ w.T (+ bias) for int4 weights in groups of 32 along K: w = scale * q + min, q in 0..15,
+// scale and min in fp16 (as in GGUF's Q4_1).
 //
 // Why: torchao's int4 on CPU has no fused kernel for this CPU and decoded slower than fp32.
 // As in int8_linear.cpp, each token's activations are rounded to int16 and the products summed
@@ -40,15 +41,15 @@ constexpr int64_t kTaskBytes = 1 << 15;
 // chunk of four groups, zero past the last group.
 constexpr int kNibble[4][2] = {{0, 0}, {0, 16}, {1, 0}, {1, 16}};  // (offset in the pair, + 16)
 
-void rows(const int16_t* xq, const float* xs, const float* gsum, const uint8_t* w, const float* scale,
-          const float* mins, const float* bias, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1) {
+void rows(const int16_t* xq, const float* xs, const float* gsum, const uint8_t* w, const uint16_t* scale,
+          const uint16_t* mins, const float* bias, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1) {
   const int64_t groups = K / kGroup, chunks = (groups + kChunk - 1) / kChunk, padded = chunks * kChunk;
   const __m512i low4 = _mm512_set1_epi16(0x000F);
   const __m512i spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* wr = w + n * (K / 2);
-    const float* sr = scale + n * groups;
-    const float* mr = mins + n * groups;
+    const uint16_t* sr = scale + n * groups;
+    const uint16_t* mr = mins + n * groups;
     for (int64_t m = 0; m < M; ++m) {
       const int16_t* xm = xq + m * padded * kGroup;
       const float* gs = gsum + m * padded;
@@ -56,7 +57,7 @@ void rows(const int16_t* xq, const float* xs, const float* gsum, const uint8_t* 
       __m128 shift = _mm_setzero_ps();
       for (int64_t c = 0; c < chunks; ++c) {
         const int64_t g = c * kChunk, left = std::min(kChunk, groups - g);
-        const __mmask16 four = __mmask16((1u << left) - 1);
+        const __mmask8 four = __mmask8((1u << left) - 1);
         if (m == 0) _mm_prefetch(reinterpret_cast<const char*>(wr + g * 16 + kPrefetch), _MM_HINT_T0);
         const __m512i v = left == kChunk ? _mm512_loadu_si512(wr + g * 16)
                                          : _mm512_maskz_loadu_epi8((__mmask64(1) << (16 * left)) - 1, wr + g * 16);
@@ -65,9 +66,9 @@ void rows(const int16_t* xq, const float* xs, const float* gsum, const uint8_t* 
         d = _mm512_dpwssd_epi32(d, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4), _mm512_loadu_si512(xc + 32));
         d = _mm512_dpwssd_epi32(d, _mm512_and_si512(_mm512_srli_epi16(v, 8), low4), _mm512_loadu_si512(xc + 64));
         d = _mm512_dpwssd_epi32(d, _mm512_srli_epi16(v, 12), _mm512_loadu_si512(xc + 96));
-        const __m512 s = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_maskz_loadu_ps(four, sr + g)));
+        const __m512 s = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_maskz_loadu_epi16(four, sr + g))));
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc);
-        shift = _mm_fmadd_ps(_mm_maskz_loadu_ps(four, mr + g), _mm_loadu_ps(gs + g), shift);
+        shift = _mm_fmadd_ps(_mm_cvtph_ps(_mm_maskz_loadu_epi16(four, mr + g)), _mm_loadu_ps(gs + g), shift);
       }
       const __m128 h = _mm_add_ps(shift, _mm_movehl_ps(shift, shift));
       const float sh = _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
@@ -78,8 +79,8 @@ void rows(const int16_t* xq, const float* xs, const float* gsum, const uint8_t* 
 
 at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scale,
                        const at::Tensor& mins, const std::optional<at::Tensor>& bias) {
-  TORCH_CHECK(x.scalar_type() == at::kFloat && scale.scalar_type() == at::kFloat && mins.scalar_type() == at::kFloat,
-              "int4_linear: float32 activations, scales and mins");
+  TORCH_CHECK(x.scalar_type() == at::kFloat && scale.scalar_type() == at::kHalf && mins.scalar_type() == at::kHalf,
+              "int4_linear: float32 activations, float16 scales and mins");
   TORCH_CHECK(packed.scalar_type() == at::kByte && packed.dim() == 2 && packed.is_contiguous(),
               "int4_linear: a contiguous 2-D uint8 weight, two nibbles per byte");
   const int64_t N = packed.size(0), K = packed.size(1) * 2, groups = K / kGroup;
@@ -116,8 +117,8 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::
   sizes.back() = N;
   at::Tensor y = at::empty(sizes, x.options());
   const uint8_t* wp = packed.data_ptr<uint8_t>();
-  const float* sp = sc.data_ptr<float>();
-  const float* mp = mc.data_ptr<float>();
+  const auto* sp = reinterpret_cast<const uint16_t*>(sc.data_ptr<at::Half>());
+  const auto* mp = reinterpret_cast<const uint16_t*>(mc.data_ptr<at::Half>());
   const float* bp = bc.defined() ? bc.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, N, std::max<int64_t>(1, kTaskBytes / (K / 2)), [&](int64_t a, int64_t b) {
