@@ -11,7 +11,7 @@ per token and how fast a kernel streams them.
   them to fp32 and multiplying was compute-bound at ~7.5 G weights/s: int8 decode 28 -> 69 tok/s
   eager, 54 -> 92 compiled, LM head int8 too. Longer inputs (prefill) are compute-bound; there
   each weight is widened to fp in row chunks that stay in the cache, for MKL's GEMM.
-- int4 the same way (kernels/int4_linear.cpp): 8 -> 59 tok/s eager, 71 compiled (torchao's int4).
+- int4 the same way (kernels/int4_linear.cpp): 8 -> 53 tok/s eager, 88 compiled (torchao's int4 -> ours).
 - Without a C++ compiler the kernel is skipped (the reason is shown) and every call is widened.
 """
 
