@@ -191,7 +191,7 @@ def test_the_int4_kernel_is_refused_by_a_compiler_for_another_cpu(tmp_path):
     done = subprocess.run(["g++", "-march=x86-64-v3", "-std=c++20", "-fsyntax-only", "-w",
                            *(f"-I{p}" for p in cpp_extension.include_paths()), str(native.SOURCES / "int4_linear.cpp")],
                           capture_output=True, text=True, check=False)
-    assert done.returncode != 0 and "int4_linear needs AVX-512 (F, BW, VNNI)" in done.stderr
+    assert done.returncode != 0 and "int4_linear needs AVX-512 (F, BW, VL, VNNI)" in done.stderr
 
 
 def test_int4_on_rows_that_do_not_split_into_groups_says_torchao_serves_it():

@@ -24,8 +24,8 @@
 
 #include "activations.h"
 
-#if !defined(__AVX512F__) || !defined(__AVX512VNNI__) || !defined(__AVX512BW__)
-#error "int4_linear needs AVX-512 (F, BW, VNNI)"
+#if !defined(__AVX512F__) || !defined(__AVX512VNNI__) || !defined(__AVX512BW__) || !defined(__AVX512VL__)
+#error "int4_linear needs AVX-512 (F, BW, VL, VNNI)"
 #endif
 
 namespace {
