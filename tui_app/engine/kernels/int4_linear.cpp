@@ -3,14 +3,14 @@
 //
 // Why: torchao's int4 on CPU has no fused kernel for this CPU and decoded slower than fp32.
 // As in int8_linear.cpp, each token's activations are rounded to int16 and the products summed
-// in int32, here by AVX-512 VNNI. The work per weight is what bounds int4 (it reads half the bytes
+// in int32, here by AVX-512 VNNI. The work per weight is what bounds int4 (it reads about half the bytes
 // of int8), so the nibbles are never moved across lanes: one 64-byte load holds four groups as 32
 // int16 words of four nibbles each, and a shift and a mask per nibble position give 32 int16 lanes
 // that one vpdpwssd multiplies with activations stored in the matching order. Word w of a group
 // lands in int32 lane w / 2 of the sums, so lanes 4g..4g+3 hold group g, and one conversion and one
 // multiply-add by the four scales (each spread over its four lanes) finish the four groups.
 // The mins need no work per weight: sum_k x_k * min_g = min_g * (sum of x over the group).
-// Machines without AVX-512 VNNI fail this build and keep torchao's path (the reason is shown).
+// Machines without AVX-512 (F, BW, VL, VNNI) fail this build and keep torchao's path (the reason is shown).
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
