@@ -4,7 +4,8 @@ lever mix with llama.cpp decoding the same GGUF (when llama-cpp-python is instal
 
 Bytes per token = the weights (each tensor once; the embedding table only where the LM head is tied
 to it and so reads all of it) + the KV cache read at the mean context length. Bandwidth: the best of
-five sums of a 1 GiB array with the engine's thread count; llama.cpp runs with that count too.
+five sums of a 1 GiB array with the engine's thread count; llama.cpp runs with that count too, and
+is put on the same measure (its bytes per token read from the GGUF, its KV cache in f16).
 
     .venv/bin/python benchmarks/ceiling.py [--tokens 64] [--repeats 3] [--threads N]
 """
@@ -60,15 +61,13 @@ def gguf_bytes_per_token(gguf: str, context: float) -> float:
 
     reader = GGUFReader(gguf)
 
-    def field(key: str) -> int:
-        f = reader.fields[key]
-        return int(f.parts[f.data[0]][0])
+    def field(key: str):
+        return reader.fields[key].contents()
 
     sizes = {t.name: int(t.n_bytes) for t in reader.tensors}
     if "output.weight" in sizes:  # an untied head: the table is read one row per token
         sizes.pop("token_embd.weight")
-    f = reader.fields["general.architecture"]
-    arch = bytes(f.parts[f.data[0]]).decode()
+    arch = field("general.architecture")
     head_dim = field(f"{arch}.embedding_length") // field(f"{arch}.attention.head_count")
     kv = 2 * 2 * field(f"{arch}.block_count") * field(f"{arch}.attention.head_count_kv") * head_dim * context
     return sum(sizes.values()) + kv
@@ -135,7 +134,8 @@ def main() -> int:
         t = statistics.median(tps)
         rows.append((name, t, per_token, per_token * t / bw, ""))
     apply_levers(engine, {})
-    peer = llama_cpp_tps(str(find_default_gguf()), args.tokens, engine.threads)
+    gguf = str(find_default_gguf())
+    peer = llama_cpp_tps(gguf, args.tokens, engine.threads)
     print(f"\n{engine.ready.model} on {engine.device}, {engine.threads} torch thread(s); measured read bandwidth "
           f"{bw / 1e9:.1f} GB/s (sum of 1 GiB, {engine.threads} thread(s))\n")
     print("| weights | decode tok/s | bytes/token | achieved GB/s | ÷ bandwidth | target |\n|---|---|---|---|---|---|")
@@ -150,7 +150,7 @@ def main() -> int:
         print("llama.cpp: llama-cpp-python is not installed (`make bench-peer` builds it into .peer/)")
     else:
         tps, context = peer
-        per_token = gguf_bytes_per_token(str(find_default_gguf()), context)
+        per_token = gguf_bytes_per_token(gguf, context)
         # the peer on the same measure: what the ≥ 0.8 target asks of a quantized format here
         print(f"llama.cpp on the same GGUF, {engine.threads} thread(s): {tps:.1f} tok/s × {fmt.nbytes(per_token)} per "
               f"token = {per_token * tps / 1e9:.1f} GB/s, {per_token * tps / bw:.2f} of the bandwidth; best sound "

@@ -14,14 +14,15 @@ def test_llama_cpp_bytes_per_token_are_the_gguf_blocks_and_an_f16_kv_cache():
     every tensor's blocks by GGML's formats, plus K and V in f16 for each token of context."""
     from gguf import GGUFReader
 
-    reader = GGUFReader(str(find_default_gguf()))
+    gguf = str(find_default_gguf())
+    reader = GGUFReader(gguf)
     blocks = 0
     for t in reader.tensors:
         per_block, nbytes = BLOCKS[t.tensor_type.name]
         blocks += int(t.n_elements) // per_block * nbytes
     assert "output.weight" not in {t.name for t in reader.tensors}  # tied: the table is read whole
-    assert gguf_bytes_per_token(str(find_default_gguf()), 0) == blocks
-    assert gguf_bytes_per_token(str(find_default_gguf()), 100) - blocks == 2 * 2 * 30 * 3 * 64 * 100
+    assert gguf_bytes_per_token(gguf, 0) == blocks
+    assert gguf_bytes_per_token(gguf, 100) - blocks == 2 * 2 * 30 * 3 * 64 * 100
 
 
 def test_tokentop_weight_bytes_count_a_tied_table_once(plain):

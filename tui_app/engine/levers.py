@@ -6,8 +6,8 @@ Quantization choices, measured on the 2-core CPU with the default model (see REA
   fp32 18. The kernel rounds each token's activations to int16 (relative error < 1e-4, perplexity
   unchanged); torch's quantize_dynamic rounds them to int8: 45 tok/s but a broken output
   (perplexity 43 vs 13, looping text).
-- int4: on CPU our own too (groups of 32 with a scale and a min, the GGUF's Q4_1 layout; int8 LM
-  head) on an AVX-512 VNNI kernel: 59 tok/s eager, 71 compiled, perplexity 24.56 vs 24.60, where
+- int4: on CPU our own too (groups of 32 with an fp16 scale and min, the GGUF's Q4_1 layout; int8
+  LM head) on an AVX-512 VNNI kernel: 53 tok/s eager, 88 compiled, perplexity 24.56 vs 24.60, where
   torchao's IntxWeightOnly did 8 tok/s at perplexity 29.5. torchao remains the int4 of CPUs
   without AVX-512 VNNI, and on CUDA its Int4WeightOnly (tinygemm) in bf16, the usual fast choice.
 """

@@ -39,11 +39,14 @@ constexpr int64_t kTaskBytes = 1 << 15;
 // word w holds, from its low bits up, q_{2w}, q_{2w+16}, q_{2w+1}, q_{2w+17}. Nibble position i of
 // every word is one vector of weights; the activations are stored as four matching vectors per
 // chunk of four groups, zero past the last group.
-constexpr int kNibble[4][2] = {{0, 0}, {0, 16}, {1, 0}, {1, 16}};  // (offset in the pair, + 16)
+constexpr int kNibble[4] = {0, 16, 1, 17};  // weight 2w + kNibble[i] of a group is nibble i of word w
+
+// Groups per row rounded up to whole chunks: the length of the stored activations.
+inline int64_t padded_groups(int64_t groups) { return (groups + kChunk - 1) / kChunk * kChunk; }
 
 void rows(const int16_t* xq, const float* xs, const float* gsum, const uint8_t* w, const uint16_t* scale,
           const uint16_t* mins, const float* bias, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1) {
-  const int64_t groups = K / kGroup, chunks = (groups + kChunk - 1) / kChunk, padded = chunks * kChunk;
+  const int64_t groups = K / kGroup, padded = padded_groups(groups), chunks = padded / kChunk;
   const __m512i low4 = _mm512_set1_epi16(0x000F);
   const __m512i spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
   for (int64_t n = n0; n < n1; ++n) {
@@ -93,7 +96,7 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::
 
   // An int32 lane sums eight products, each below 2^15 * 15: int16 at full scale is safe.
   const float qmax = 32767.f;
-  const int64_t padded = (groups + kChunk - 1) / kChunk * kChunk;
+  const int64_t padded = padded_groups(groups);
   std::vector<int16_t> xq(M * padded * kGroup, 0);
   std::vector<float> xs(M), gsum(M * padded, 0.f);
   const float* xp = xc.data_ptr<float>();
@@ -107,7 +110,7 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::
       float t = 0.f;
       for (int i = 0; i < 4; ++i)
         for (int64_t w = 0; w < 8; ++w)
-          out[i * 32 + w] = int16_t(std::nearbyint(xg[2 * w + kNibble[i][0] + kNibble[i][1]] * inv));
+          out[i * 32 + w] = int16_t(std::nearbyint(xg[2 * w + kNibble[i]] * inv));
       for (int64_t j = 0; j < kGroup; ++j) t += xg[j];
       gsum[m * padded + g] = t;
     }
