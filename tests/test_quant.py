@@ -95,9 +95,23 @@ def test_the_int4_kernel_equals_the_formula_for_any_count_of_groups(groups):
     torch.manual_seed(groups)
     lin = torch.nn.Linear(32 * groups, 67, bias=True)
     q = Int4Linear(lin, kernel=True)
-    for shape in [(1, 1, 32 * groups), (3, 32 * groups)]:
+    for shape in [(3, 32 * groups), (1, 1, 32 * groups)]:  # the longer call first: stale buffer contents
         x = torch.randn(shape)
         ref, bound = _reference4(lin, x)
+        with torch.inference_mode():
+            _assert_within(q(x), ref, bound)
+
+
+@pytest.mark.parametrize("k", [1, 17, 40, 1536])
+def test_the_int8_kernel_equals_the_formula_for_any_row_length(k):
+    """Activations are rounded 16 at a time and the rest one by one: lengths below, between and at
+    multiples of 16; a long call first, so the reused per-thread buffer holds stale values."""
+    torch.manual_seed(k)
+    lin = torch.nn.Linear(k, 33, bias=True)
+    q = Int8Linear(lin, kernel=True)
+    for shape in [(5, 1, k), (1, 1, k)]:
+        x = torch.randn(shape)
+        ref, bound = _reference(lin, x)
         with torch.inference_mode():
             _assert_within(q(x), ref, bound)
 

@@ -37,9 +37,9 @@ constexpr int64_t kTaskBytes = 1 << 15;
 
 // Packing (quant.py): byte j of a group holds q_j (low nibble) and q_{j+16} (high), so the int16
 // word w holds, from its low bits up, q_{2w}, q_{2w+16}, q_{2w+1}, q_{2w+17}. Nibble position i of
-// every word is one vector of weights; the activations are stored as four matching vectors per
-// chunk of four groups, zero past the last group.
-constexpr int kNibble[4] = {0, 16, 1, 17};  // weight 2w + kNibble[i] of a group is nibble i of word w
+// every word is one vector of weights: weights 2w, 2w + 16, 2w + 1, 2w + 17 of each group for
+// i = 0..3. The activations are stored as four matching vectors per chunk of four groups, zero past
+// the last group.
 
 // Groups per row rounded up to whole chunks: the length of the stored activations.
 inline int64_t padded_groups(int64_t groups) { return (groups + kChunk - 1) / kChunk * kChunk; }
@@ -97,22 +97,31 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::
   // An int32 lane sums eight products, each below 2^15 * 15: int16 at full scale is safe.
   const float qmax = 32767.f;
   const int64_t padded = padded_groups(groups);
-  std::vector<int16_t> xq(M * padded * kGroup, 0);
-  std::vector<float> xs(M), gsum(M * padded, 0.f);
+  thread_local std::vector<int16_t> xq_buf;
+  thread_local std::vector<float> xs_buf, gsum_buf;
+  int16_t* xq = scratch(xq_buf, M * padded * kGroup);
+  float* xs = scratch(xs_buf, M);
+  float* gsum = scratch(gsum_buf, M * padded);
+  // Lanes 0-7 of the even/odd split hold a group half's even-indexed weights' activations, 8-15 its odd ones.
+  const __m256i split = _mm256_set_epi16(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0);
   const float* xp = xc.data_ptr<float>();
   for (int64_t m = 0; m < M; ++m) {
     const float* xm = xp + m * K;
-    const float inv = 1.f / (xs[m] = int16_step(xm, K, qmax));
+    const __m512 inv = _mm512_set1_ps(1.f / (xs[m] = int16_step(xm, K, qmax)));
+    int16_t* xqm = xq + m * padded * kGroup;
+    std::fill(xqm + groups * kGroup, xqm + padded * kGroup, int16_t(0));  // the last chunk's missing groups
+    std::fill(gsum + m * padded + groups, gsum + (m + 1) * padded, 0.f);
     for (int64_t g = 0; g < groups; ++g) {
-      const float* xg = xm + g * kGroup;
-      // lane 8 * (g % 4) + w of vector i in the chunk: the activation of nibble i of word w
-      int16_t* out = xq.data() + m * padded * kGroup + (g / kChunk) * kChunk * kGroup + (g % kChunk) * 8;
-      float t = 0.f;
-      for (int i = 0; i < 4; ++i)
-        for (int64_t w = 0; w < 8; ++w)
-          out[i * 32 + w] = int16_t(std::nearbyint(xg[2 * w + kNibble[i]] * inv));
-      for (int64_t j = 0; j < kGroup; ++j) t += xg[j];
-      gsum[m * padded + g] = t;
+      const __m512 lo = _mm512_loadu_ps(xm + g * kGroup), hi = _mm512_loadu_ps(xm + g * kGroup + 16);
+      const __m256i a = _mm256_permutexvar_epi16(split, _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(lo, inv))));
+      const __m256i b = _mm256_permutexvar_epi16(split, _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(hi, inv))));
+      // vector i of the chunk, lanes 8 * (g % 4) .. + 7: the activations of nibble i of words 0-7
+      int16_t* out = xqm + (g / kChunk) * kChunk * kGroup + (g % kChunk) * 8;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(a));            // weights 2w
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 32), _mm256_castsi256_si128(b));       // 2w + 16
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 64), _mm256_extracti128_si256(a, 1));  // 2w + 1
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 96), _mm256_extracti128_si256(b, 1));  // 2w + 17
+      gsum[m * padded + g] = _mm512_reduce_add_ps(_mm512_add_ps(lo, hi));
     }
   }
 
@@ -125,7 +134,7 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::
   const float* bp = bc.defined() ? bc.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, N, std::max<int64_t>(1, kTaskBytes / (K / 2)), [&](int64_t a, int64_t b) {
-    rows(xq.data(), xs.data(), gsum.data(), wp, sp, mp, bp, yp, M, K, N, a, b);
+    rows(xq, xs, gsum, wp, sp, mp, bp, yp, M, K, N, a, b);
   });
   return y;
 }

@@ -57,13 +57,14 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& qweight, const at:
 
   // The largest |int16| such that K products with |w| <= 127 cannot overflow int32.
   const float qmax = float(std::min(32767.0, std::floor(2147483647.0 / (127.0 * std::max<int64_t>(K, 1)))));
-  std::vector<int16_t> xq(M * K);
-  std::vector<float> xs(M);
+  thread_local std::vector<int16_t> xq_buf;
+  thread_local std::vector<float> xs_buf;
+  int16_t* xq = scratch(xq_buf, M * K);
+  float* xs = scratch(xs_buf, M);
   const float* xp = xc.data_ptr<float>();
   for (int64_t m = 0; m < M; ++m) {
     const float* xm = xp + m * K;
-    const float inv = 1.f / (xs[m] = int16_step(xm, K, qmax));
-    for (int64_t k = 0; k < K; ++k) xq[m * K + k] = int16_t(std::nearbyint(xm[k] * inv));
+    round_int16(xm, K, 1.f / (xs[m] = int16_step(xm, K, qmax)), xq + m * K);
   }
 
   std::vector<int64_t> sizes = x.sizes().vec();
@@ -74,7 +75,7 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& qweight, const at:
   const float* bp = bc.defined() ? bc.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, N, std::max<int64_t>(1, kTaskBytes / std::max<int64_t>(K, 1)), [&](int64_t a, int64_t b) {
-    rows(xq.data(), xs.data(), wp, sp, bp, yp, M, K, N, a, b);
+    rows(xq, xs, wp, sp, bp, yp, M, K, N, a, b);
   });
   return y;
 }
