@@ -16,7 +16,38 @@ from __future__ import annotations
 
 import torch
 
+from . import native
+
 ARCHITECTURES = ("llama",)  # the module layout and decoder-layer signature this step relies on
+ATTENTION = "tokentop"  # our attention function's name in transformers' registries
+
+
+def _attention(module, query, key, value, attention_mask, scaling=None, decode_position=None, **kwargs):
+    """transformers' SDPA, except in a decode step over a static cache on CPU (`decode_position`
+    given, by static_step): there SDPA would read every slot of the cache, filled or not, and
+    kernels/decode_attention.cpp reads only the filled ones (same numbers to float rounding)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if decode_position is None or query.device.type != "cpu" or query.dtype != torch.float32 or query.shape[2] != 1:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    return torch.ops.tokentop.decode_attention(query, key, value, decode_position, scale), None
+
+
+def _use_own_attention(model) -> bool:
+    """Route `model`'s attention through _attention, where the kernel builds and the model is on CPU."""
+    current = model.config._attn_implementation
+    if current == ATTENTION:
+        return True
+    if model.device.type != "cpu" or current != "sdpa" or native.load("decode_attention") is not None:
+        return False
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTENTION, _attention)
+    AttentionMaskInterface.register(ATTENTION, sdpa_mask)  # the masks SDPA gets, as it still runs the prefill
+    model.set_attn_implementation(ATTENTION)
+    return True
 
 
 class LeanDecode:
@@ -27,6 +58,7 @@ class LeanDecode:
         self.layers = list(inner.layers[: model.config.num_hidden_layers])
         self.norm = inner.norm
         self.head = model.lm_head
+        self.own_attention = _use_own_attention(model)
 
     @staticmethod
     def supports(model) -> bool:
@@ -35,14 +67,14 @@ class LeanDecode:
                 and all(hasattr(inner, a) for a in ("embed_tokens", "rotary_emb", "layers", "norm"))
                 and hasattr(model, "lm_head"))
 
-    def __call__(self, ids: torch.Tensor, cache, position_ids: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def __call__(self, ids: torch.Tensor, cache, position_ids: torch.Tensor, mask: torch.Tensor | None = None, **extra) -> torch.Tensor:
         """Logits [batch, 1, vocab] for one new token per row; the cache grows by one position.
         Without a mask a dynamic cache is right: the one query attends to every cached position."""
         hidden = self.embed(ids)
         pos_emb = self.rotary(hidden, position_ids=position_ids)
         for layer in self.layers:
             hidden = layer(hidden, attention_mask=mask, position_embeddings=pos_emb, position_ids=position_ids,
-                           past_key_values=cache, use_cache=True)
+                           past_key_values=cache, use_cache=True, **extra)
         return self.head(self.norm(hidden))
 
     def static_step(self, ids: torch.Tensor, cache, position_ids: torch.Tensor) -> torch.Tensor:
@@ -52,4 +84,6 @@ class LeanDecode:
         allowed = slots <= position_ids[0, 0]  # every row sits at the same position: batches repeat one prompt
         dtype = self.embed.weight.dtype  # the hidden states' dtype: the embedding is never quantized
         mask = torch.where(allowed, 0.0, torch.finfo(dtype).min).to(dtype).view(1, 1, 1, -1)
+        if self.own_attention:
+            return self(ids, cache, position_ids, mask, decode_position=position_ids)
         return self(ids, cache, position_ids, mask)

@@ -70,8 +70,13 @@ def _fake_int4_linear(x, packed, scale, mins, bias):
     return x.new_empty((*x.shape[:-1], packed.shape[0]))
 
 
+def _fake_decode_attention(q, k, v, position, scale):
+    return q.new_empty((q.shape[0], 1, q.shape[1], q.shape[3]))
+
+
 FAKES = {"int8_linear": ("tokentop::int8_linear", _fake_int8_linear),
-         "int4_linear": ("tokentop::int4_linear", _fake_int4_linear)}
+         "int4_linear": ("tokentop::int4_linear", _fake_int4_linear),
+         "decode_attention": ("tokentop::decode_attention", _fake_decode_attention)}
 
 
 def load(name: str) -> str | None:
