@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from tui_app.engine import native
-from tui_app.engine.lean import LeanDecode
+from tui_app.engine.lean import LeanDecode, use_own_attention
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -49,7 +49,7 @@ def test_the_models_static_step_reads_the_filled_slots_and_gives_sdpas_logits(en
 
     model = engine.model
     lean = LeanDecode(model)
-    assert lean.own_attention  # on CPU, with the kernel built
+    assert use_own_attention(model)  # on CPU, with the kernel built
     ids = torch.tensor([engine.tok.encode("The quick brown fox jumps over the lazy")])
     n = ids.shape[1]
     logits = {}

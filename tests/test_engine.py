@@ -125,6 +125,7 @@ def test_compile_static_cache_greedy_equals_generate_and_reports_allocated_vs_us
     tokens, steps, fin = run(plain, collect)
     phases = [e for e in collect if isinstance(e, Phase) and e.name == "compile" and e.done]
     assert tokens == ref_short
+    assert plain._lean_step(plain.model).own_attention  # the compiled step reads only the filled slots
     last = steps[-1]
     assert last.kv_alloc_bytes == kv_formula_bytes(4, 1, 256, 30, 3, 64)  # a 256-slot static cache
     assert last.kv_bytes == kv_formula_bytes(4, 1, last.seq_len, 30, 3, 64)

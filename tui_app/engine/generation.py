@@ -36,7 +36,7 @@ from monitors.system import rss_bytes, trim_heap
 from monitors.torch_memory import read_torch_memory
 from tui_app.engine import levers as lv
 from tui_app.engine.config import EngineConfig, RunRequest
-from tui_app.engine.lean import LeanDecode
+from tui_app.engine.lean import LeanDecode, use_own_attention
 from tui_app.engine.models import ModelError, load_model, resolve_device, resolve_dtype
 from tui_app.engine.prompts import preset_prompt, reference_text
 from tui_app.engine.speculative import DraftProposer, accept_greedy, lookup_proposals
@@ -308,6 +308,8 @@ class Engine:
             torch._dynamo.config.recompile_limit = 64
             lean = self._lean_step(model)
             if lean is not None:
+                # Here, in the compile phase: the attention kernel's first build takes seconds.
+                lean.own_attention = use_own_attention(model)
                 step = lean.static_step
             else:
                 def step(ids, cache, position_ids):

@@ -34,8 +34,9 @@ def _attention(module, query, key, value, attention_mask, scaling=None, decode_p
     return torch.ops.tokentop.decode_attention(query, key, value, decode_position, scale), None
 
 
-def _use_own_attention(model) -> bool:
-    """Route `model`'s attention through _attention, where the kernel builds and the model is on CPU."""
+def use_own_attention(model) -> bool:
+    """Route `model`'s attention through _attention, where the kernel builds (once per machine: call
+    this in a phase of its own, not mid-run) and the model is on CPU."""
     current = model.config._attn_implementation
     if current == ATTENTION:
         return True
@@ -58,7 +59,7 @@ class LeanDecode:
         self.layers = list(inner.layers[: model.config.num_hidden_layers])
         self.norm = inner.norm
         self.head = model.lm_head
-        self.own_attention = _use_own_attention(model)
+        self.own_attention = False  # static_step's attention: set by the engine when it compiles the step
 
     @staticmethod
     def supports(model) -> bool:
@@ -84,6 +85,6 @@ class LeanDecode:
         allowed = slots <= position_ids[0, 0]  # every row sits at the same position: batches repeat one prompt
         dtype = self.embed.weight.dtype  # the hidden states' dtype: the embedding is never quantized
         mask = torch.where(allowed, 0.0, torch.finfo(dtype).min).to(dtype).view(1, 1, 1, -1)
-        if self.own_attention:
-            return self(ids, cache, position_ids, mask, decode_position=position_ids)
-        return self(ids, cache, position_ids, mask)
+        # The mask goes along either way: _attention hands SDPA any step its op cannot take.
+        extra = {"decode_position": position_ids} if self.own_attention else {}
+        return self(ids, cache, position_ids, mask, **extra)
