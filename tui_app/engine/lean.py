@@ -14,6 +14,8 @@ where a compiled `model(...)` takes 0.17.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
 from . import native
@@ -22,14 +24,12 @@ ARCHITECTURES = ("llama",)  # the module layout and decoder-layer signature this
 ATTENTION = "tokentop"  # our attention function's name in transformers' registries
 
 
-def _attention(module, query, key, value, attention_mask, scaling=None, decode_position=None, **kwargs):
-    """transformers' SDPA, except in a decode step over a static cache on CPU (`decode_position`
+def _attention(sdpa, module, query, key, value, attention_mask, scaling=None, decode_position=None, **kwargs):
+    """transformers' SDPA (`sdpa`), except in a decode step over a static cache on CPU (`decode_position`
     given, by static_step): there SDPA would read every slot of the cache, filled or not, and
     kernels/decode_attention.cpp reads only the filled ones (same numbers to float rounding)."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     if decode_position is None or query.device.type != "cpu" or query.dtype != torch.float32 or query.shape[2] != 1:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+        return sdpa(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     return torch.ops.tokentop.decode_attention(query, key, value, decode_position, scale), None
 
@@ -43,9 +43,11 @@ def use_own_attention(model) -> bool:
     if model.device.type != "cpu" or current != "sdpa" or native.load("decode_attention") is not None:
         return False
     from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-    AttentionInterface.register(ATTENTION, _attention)
+    # SDPA bound here once: every layer of every eager step (prefill included) passes through.
+    AttentionInterface.register(ATTENTION, partial(_attention, sdpa_attention_forward))
     AttentionMaskInterface.register(ATTENTION, sdpa_mask)  # the masks SDPA gets, as it still runs the prefill
     model.set_attn_implementation(ATTENTION)
     return True

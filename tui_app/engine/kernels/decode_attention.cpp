@@ -33,11 +33,15 @@ namespace {
 
 using Vec = at::vec::Vectorized<float>;
 
+float hsum(const Vec& v) {
+  return at::vec::vec_reduce_all<float>([](Vec& x, Vec& y) { return x + y; }, v);
+}
+
 float dot(const float* a, const float* b, int64_t n) {
   int64_t d = 0;
   Vec acc(0.f);
   for (; d + Vec::size() <= n; d += Vec::size()) acc = at::vec::fmadd(Vec::loadu(a + d), Vec::loadu(b + d), acc);
-  float sum = at::vec::vec_reduce_all<float>([](Vec& x, Vec& y) { return x + y; }, acc);
+  float sum = hsum(acc);
   for (; d < n; ++d) sum += a[d] * b[d];
   return sum;
 }
@@ -52,7 +56,7 @@ void softmax(float* w, int64_t n) {
     e.store(w + s);
     sum_v = sum_v + e;
   }
-  float sum = at::vec::vec_reduce_all<float>([](Vec& x, Vec& y) { return x + y; }, sum_v);
+  float sum = hsum(sum_v);
   for (; s < n; ++s) sum += (w[s] = std::exp(w[s] - top));
   const float inv = 1.f / sum;
   for (s = 0; s < n; ++s) w[s] *= inv;
