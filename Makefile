@@ -41,7 +41,7 @@ bench: setup
 	$(PY) benchmarks/framework_overhead.py
 	$(PY) benchmarks/levers.py
 	$(PY) benchmarks/ceiling.py
-	$(PY) benchmarks/packed_guards.py
+	$(PY) benchmarks/packed_layout.py
 	$(PY) benchmarks/startup.py
 	$(PY) benchmarks/observer_overhead.py
 

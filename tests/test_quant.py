@@ -161,8 +161,11 @@ def test_a_compiled_step_does_not_check_packed_weights_for_aliasing():
     assert not [line for line in checked if any(n in line for n in ("qweight", "packed", "scale", "mins"))]
 
 
-def packed_bytes(layer) -> int:
-    return sum(p.numel() * p.element_size() for n, p in layer.named_parameters() if n != "bias")
+def own_bytes(variant, model) -> int:
+    """Bytes of the tensors `variant` holds and `model` does not, each tensor counted once."""
+    shared = {id(p) for p in model.parameters()}
+    own = {id(p): p for p in variant.parameters() if id(p) not in shared}
+    return sum(p.numel() * p.element_size() for p in own.values())
 
 
 def test_a_kernel_is_built_once_into_the_cache_and_replaces_older_builds(monkeypatch, tmp_path):
@@ -226,9 +229,31 @@ def test_int4_variant_of_the_real_model(plain):
     layers = [m for m in q.modules() if isinstance(m, Int4Linear)]
     assert len(layers) == 30 * 7 and all(m.kernel for m in layers)
     assert q.get_input_embeddings().weight is model.get_input_embeddings().weight
-    own = sum(packed_bytes(m) for m in layers)
-    assert own == sum(m.out_features * m.in_features * (1 / 2 + 4 / 32) for m in layers)
+    head = q.lm_head.out_features * (q.lm_head.in_features + 4)
+    assert own_bytes(q, model) == head + sum(m.out_features * m.in_features * (1 / 2 + 4 / 32) for m in layers)
     assert quant_note("int4", "cpu", q) == "int4"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_variants_layers_are_slices_of_one_tensor_per_kind(plain, fmt):
+    """A compiled step pays per tensor it takes, so each packed kind of a variant's layers is one
+    parameter; each layer's slice of it holds what quantizing its own linear alone gives, and the
+    layer computes the same outputs as that lone layer."""
+    model = plain.model
+    cls = FORMATS[fmt][0]
+    q = quantize(model, fmt, "cpu", torch.float32)
+    layers = {n: m for n, m in q.named_modules() if isinstance(m, cls)}
+    for name in cls.packs:
+        assert len({id(getattr(m, name)) for m in layers.values()}) == 1
+    originals = dict(model.named_modules())
+    torch.manual_seed(0)
+    for qname in list(layers)[::23]:
+        alone = cls(originals[qname], kernel=True)
+        for name in cls.packs:
+            assert torch.equal(layers[qname]._w(name), getattr(alone, name))
+        for x in (torch.randn(1, 1, alone.in_features), torch.randn(1, KERNEL_TOKENS + 3, alone.in_features)):
+            with torch.inference_mode():
+                assert torch.equal(layers[qname](x), alone(x))
 
 
 def test_int8_variant_of_the_real_model_shares_its_fp_tensors(plain):
@@ -245,5 +270,4 @@ def test_int8_variant_of_the_real_model_shares_its_fp_tensors(plain):
     assert q.model.norm.weight is model.model.norm.weight
     assert {n: p.data_ptr() for n, p in model.named_parameters()} == before
     linear_params = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
-    own = sum(packed_bytes(m) for m in q.modules() if isinstance(m, Int8Linear))
-    assert own == linear_params + 4 * sum(m.out_features for m in q.modules() if isinstance(m, Int8Linear))
+    assert own_bytes(q, model) == linear_params + 4 * sum(m.out_features for m in q.modules() if isinstance(m, Int8Linear))

@@ -1,9 +1,11 @@
-"""Why packed int8/int4 weights are parameters: a compiled decode step of the default model over
-weights registered as parameters, beside the same weights registered as buffers (as they were up
-to a348682), alternating in one process. Dynamo checks every buffer a compiled step reads against
-every other for aliasing before each call; parameters are exempt.
+"""Why the packed int8/int4 weights are laid out as they are: a compiled decode step of the default
+model over three layouts of the same weights, alternating in one process.
+- pooled: each packed kind of all layers in one parameter, each layer a slice of it (the engine's).
+- per-layer parameters: each layer its own tensors (up to session 7).
+- per-layer buffers (up to a348682): dynamo checks every buffer a compiled step reads against every
+  other for aliasing before each call; parameters are exempt.
 
-    .venv/bin/python benchmarks/packed_guards.py [--quant int8|int4] [--rounds 6] [--tokens 64]
+    .venv/bin/python benchmarks/packed_layout.py [--quant int8|int4] [--rounds 6] [--tokens 64]
 """
 
 from __future__ import annotations
@@ -18,15 +20,22 @@ import types
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def as_buffers(model) -> None:
+def per_layer(model, buffers: bool) -> None:
+    """Give each quantized layer its own copy of its slices, as parameters or as buffers."""
+    import torch
+
     from tui_app.engine.quant import _QuantLinear
 
     for m in model.modules():
         if isinstance(m, _QuantLinear):
-            for name, p in list(m.named_parameters(recurse=False)):
-                if name != "bias":
-                    delattr(m, name)
-                    m.register_buffer(name, p.data)
+            for name in m.packs:
+                own = m._w(name).clone()
+                delattr(m, name)
+                m.pooled.pop(name, None)
+                if buffers:
+                    m.register_buffer(name, own)
+                else:
+                    setattr(m, name, torch.nn.Parameter(own, requires_grad=False))
 
 
 def main() -> int:
@@ -45,14 +54,16 @@ def main() -> int:
     engine = Engine(EngineConfig(threads=1), lambda ev: None)
     engine.load()
     engine.set_lever("quant", args.quant)
-    models = {"parameters": engine._variants[args.quant], "buffers": quantize(engine.model, args.quant, "cpu", torch.float32)}
-    as_buffers(models["buffers"])
-    engine._compiled_fn(models["parameters"], args.quant)  # sets the engine's inductor options for a CPU step
+    models = {"pooled": engine._variants[args.quant]}
+    for name, buffers in (("per-layer parameters", False), ("per-layer buffers", True)):
+        models[name] = quantize(engine.model, args.quant, "cpu", torch.float32)
+        per_layer(models[name], buffers)
+    engine._compiled_fn(models["pooled"], args.quant)  # sets the engine's inductor options for a CPU step
     steps = {}
     for name, model in models.items():
         # Each variant gets its own copy of the step's code, so each has its own dynamo cache, as
         # the engine's variants would if only one existed.
-        code = lean_module.LeanDecode.static_step.__code__.replace(co_name=f"static_step_{name}")
+        code = lean_module.LeanDecode.static_step.__code__.replace(co_name=f"static_step_{name.replace(' ', '_').replace('-', '_')}")
         step = types.MethodType(types.FunctionType(code, vars(lean_module)), lean_module.LeanDecode(model))
         steps[name] = torch.compile(step, dynamic=False)
     tok = torch.zeros((1, 1), dtype=torch.long)
@@ -73,10 +84,12 @@ def main() -> int:
                     times[name].append((time.perf_counter() - t) / args.tokens)
     torch.compiler.set_stance("default")
     print(f"\n{args.quant} + compile, default model, 1 thread, {args.tokens} steps × {args.rounds} rounds each\n")
-    print("| packed weights as | ms/step, median | min | per round |\n|---|---|---|---|")
+    print("| packed weights | ms/step, median | min | per round |\n|---|---|---|---|")
     for name, v in times.items():
         print(f"| {name} | {statistics.median(v) * 1e3:.2f} | {min(v) * 1e3:.2f} | {', '.join(f'{x * 1e3:.2f}' for x in v)} |")
-    print(f"\nparameters ÷ buffers (medians): {statistics.median(times['parameters']) / statistics.median(times['buffers']):.2f}")
+    med = {name: statistics.median(v) for name, v in times.items()}
+    print(f"\npooled ÷ per-layer parameters: {med['pooled'] / med['per-layer parameters']:.2f}; "
+          f"per-layer parameters ÷ buffers: {med['per-layer parameters'] / med['per-layer buffers']:.2f} (medians)")
     return 0
 
 
