@@ -1,6 +1,8 @@
 """Why the packed int8/int4 weights are laid out as they are: a compiled decode step of the default
 model over three layouts of the same weights, alternating in one process.
-- pooled: each packed kind of all layers in one parameter, each layer a slice of it (the engine's).
+- pooled, joined: each packed kind of all layers in one parameter, each layer a slice of it, and
+  a decoder layer's q/k/v and gate/up each one kernel call over their adjacent slices (the engine's).
+- pooled: the same, one call per layer.
 - per-layer parameters: each layer its own tensors (up to session 7).
 - per-layer buffers (up to a348682): dynamo checks every buffer a compiled step reads against every
   other for aliasing before each call; parameters are exempt.
@@ -54,7 +56,7 @@ def main() -> int:
     engine = Engine(EngineConfig(threads=1), lambda ev: None)
     engine.load()
     engine.set_lever("quant", args.quant)
-    models = {"pooled": engine._variants[args.quant]}
+    models = {"pooled, joined": engine._variants[args.quant], "pooled": engine._variants[args.quant]}
     for name, buffers in (("per-layer parameters", False), ("per-layer buffers", True)):
         models[name] = quantize(engine.model, args.quant, "cpu", torch.float32)
         per_layer(models[name], buffers)
@@ -63,9 +65,12 @@ def main() -> int:
     for name, model in models.items():
         # Each variant gets its own copy of the step's code, so each has its own dynamo cache, as
         # the engine's variants would if only one existed.
-        code = lean_module.LeanDecode.static_step.__code__.replace(co_name=f"static_step_{name.replace(' ', '_').replace('-', '_')}")
-        step = types.MethodType(types.FunctionType(code, vars(lean_module)), lean_module.LeanDecode(model))
-        steps[name] = torch.compile(step, dynamic=False)
+        code = lean_module.LeanDecode.static_step.__code__.replace(co_name="static_step_" + "".join(c if c.isalnum() else "_" for c in name))
+        lean = lean_module.LeanDecode(model)
+        lean.own_attention = lean_module.use_own_attention(model)  # as the engine's compiled step
+        if name == "pooled":
+            lean.joints = [None] * len(lean.joints)
+        steps[name] = torch.compile(types.MethodType(types.FunctionType(code, vars(lean_module)), lean), dynamic=False)
     tok = torch.zeros((1, 1), dtype=torch.long)
     times: dict[str, list[float]] = {name: [] for name in steps}
     with torch.inference_mode():
@@ -88,7 +93,8 @@ def main() -> int:
     for name, v in times.items():
         print(f"| {name} | {statistics.median(v) * 1e3:.2f} | {min(v) * 1e3:.2f} | {', '.join(f'{x * 1e3:.2f}' for x in v)} |")
     med = {name: statistics.median(v) for name, v in times.items()}
-    print(f"\npooled ÷ per-layer parameters: {med['pooled'] / med['per-layer parameters']:.2f}; "
+    print(f"\npooled, joined ÷ pooled: {med['pooled, joined'] / med['pooled']:.2f}; "
+          f"pooled ÷ per-layer parameters: {med['pooled'] / med['per-layer parameters']:.2f}; "
           f"per-layer parameters ÷ buffers: {med['per-layer parameters'] / med['per-layer buffers']:.2f} (medians)")
     return 0
 

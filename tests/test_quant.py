@@ -7,7 +7,13 @@ import torch
 
 from tui_app.engine import native
 from tui_app.engine.levers import quant_note, quantize
-from tui_app.engine.quant import KERNEL_TOKENS, Int4Linear, Int8Linear, int8_weights
+from tui_app.engine.quant import (
+    KERNEL_TOKENS,
+    Int4Linear,
+    Int8Linear,
+    int8_weights,
+    joined,
+)
 
 
 def _reference(linear: torch.nn.Linear, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -271,3 +277,44 @@ def test_int8_variant_of_the_real_model_shares_its_fp_tensors(plain):
     assert {n: p.data_ptr() for n, p in model.named_parameters()} == before
     linear_params = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     assert own_bytes(q, model) == linear_params + 4 * sum(m.out_features for m in q.modules() if isinstance(m, Int8Linear))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_joined_layers_give_their_parts_outputs_side_by_side(plain, fmt):
+    """A decoder layer's q/k/v (and gate/up) as one layer over the same pool slices: the same numbers
+    as the layers called one by one, decode and prefill; layers that are not neighbours in one pool
+    (q and v, lone layers, fp ones) are not joined."""
+    q = quantize(plain.model, fmt, "cpu", torch.float32)
+    first, last = q.model.layers[0], q.model.layers[-1]
+    groups = [[first.self_attn.q_proj, first.self_attn.k_proj, first.self_attn.v_proj], [last.mlp.gate_proj, last.mlp.up_proj]]
+    torch.manual_seed(0)
+    for layers in groups:
+        joint = joined(layers)
+        assert joint.out_features == sum(m.out_features for m in layers)
+        for x in (torch.randn(1, 1, 576), torch.randn(1, KERNEL_TOKENS + 3, 576)):
+            with torch.inference_mode():
+                assert torch.equal(joint(x), torch.cat([m(x) for m in layers], dim=-1))
+    assert joined([first.self_attn.q_proj, first.self_attn.v_proj]) is None
+    lone = FORMATS[fmt][0]
+    assert joined([lone(torch.nn.Linear(64, 8), kernel=True), lone(torch.nn.Linear(64, 8), kernel=True)]) is None
+    assert joined([plain.model.model.layers[0].mlp.gate_proj, plain.model.model.layers[0].mlp.up_proj]) is None
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_variants_decode_step_through_joined_layers_gives_the_models_logits(plain, fmt):
+    """The lean decode step calls the joined layers where the HF decoder layer calls q, k, v, gate
+    and up one by one: the logits of a step after a 5-token prefill are the model's own, exactly."""
+    from transformers import DynamicCache
+
+    from tui_app.engine.lean import LeanDecode
+
+    q = quantize(plain.model, fmt, "cpu", torch.float32)
+    lean = LeanDecode(q)
+    assert all(j is not None for j in lean.joints)
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6]])
+    caches = [DynamicCache(config=q.config), DynamicCache(config=q.config)]
+    with torch.inference_mode():
+        for cache in caches:
+            q(input_ids=ids[:, :5], past_key_values=cache, use_cache=True)
+        own = q(input_ids=ids[:, 5:], past_key_values=caches[0], position_ids=torch.tensor([[5]]), use_cache=True).logits
+        assert torch.equal(lean(ids[:, 5:], caches[1], torch.tensor([[5]])), own)

@@ -5,7 +5,9 @@ lookups through decorators, output capturing, a causal mask built for one query 
 attend everywhere anyway, and two output dataclasses per step. A decode step (one new token per
 sequence, a DynamicCache, no padding: our batches repeat one prompt) needs none of it: the same
 modules are called in the same order with the same arguments, so the logits are the same (the
-tests check greedy outputs token for token against `model.generate`).
+tests check greedy outputs token for token against `model.generate`). In a quantized variant a
+decoder layer's q/k/v and gate/up projections are each called as one joined layer (the same
+numbers: their rows are independent), in a copy of the decoder layer's own few lines.
 
 Measured on the tiny Llama of benchmarks/framework_overhead.py: this step takes about two thirds
 of a bare `model(...)` loop's time per token, and compiled (static cache, C++ wrapper) 0.1 ms
@@ -19,6 +21,7 @@ from functools import partial
 import torch
 
 from . import native
+from .quant import joined
 
 ARCHITECTURES = ("llama",)  # the module layout and decoder-layer signature this step relies on
 ATTENTION = "tokentop"  # our attention function's name in transformers' registries
@@ -55,6 +58,9 @@ def use_own_attention(model) -> bool:
 
 class LeanDecode:
     def __init__(self, model):
+        from transformers.models.llama import modeling_llama
+
+        self.llama = modeling_llama  # what _joined_layer calls of transformers' own Llama code
         inner = model.model
         self.embed = inner.embed_tokens
         self.rotary = inner.rotary_emb
@@ -62,6 +68,14 @@ class LeanDecode:
         self.norm = inner.norm
         self.head = model.lm_head
         self.own_attention = False  # static_step's attention: set by the engine when it compiles the step
+        # A quantized variant's q/k/v and gate/up projections, each group as one layer (quant.joined).
+        self.joints = [self._joints(layer) for layer in self.layers]
+
+    @staticmethod
+    def _joints(layer):
+        attn, mlp = layer.self_attn, layer.mlp
+        qkv, gate_up = joined([attn.q_proj, attn.k_proj, attn.v_proj]), joined([mlp.gate_proj, mlp.up_proj])
+        return None if qkv is None or gate_up is None else (qkv, gate_up)
 
     @staticmethod
     def supports(model) -> bool:
@@ -75,10 +89,30 @@ class LeanDecode:
         Without a mask a dynamic cache is right: the one query attends to every cached position."""
         hidden = self.embed(ids)
         pos_emb = self.rotary(hidden, position_ids=position_ids)
-        for layer in self.layers:
-            hidden = layer(hidden, attention_mask=mask, position_embeddings=pos_emb, position_ids=position_ids,
-                           past_key_values=cache, use_cache=True, **extra)
+        for layer, joints in zip(self.layers, self.joints):
+            if joints is None:
+                hidden = layer(hidden, attention_mask=mask, position_embeddings=pos_emb, position_ids=position_ids,
+                               past_key_values=cache, use_cache=True, **extra)
+            else:
+                hidden = self._joined_layer(layer, joints, hidden, pos_emb, cache, mask, extra)
         return self.head(self.norm(hidden))
+
+    def _joined_layer(self, layer, joints, hidden, pos_emb, cache, mask, extra) -> torch.Tensor:
+        """transformers' LlamaDecoderLayer (attention, then MLP, each on the normed input and added
+        to the residual) with q/k/v as one call and gate/up as one."""
+        qkv, gate_up = joints
+        attn, mlp = layer.self_attn, layer.mlp
+        x = layer.input_layernorm(hidden)
+        heads = (*x.shape[:-1], -1, attn.head_dim)
+        sizes = [attn.q_proj.out_features, attn.k_proj.out_features, attn.v_proj.out_features]
+        q, k, v = (t.view(heads).transpose(1, 2) for t in qkv(x).split(sizes, dim=-1))
+        q, k = self.llama.apply_rotary_pos_emb(q, k, *pos_emb)
+        k, v = cache.update(k, v, attn.layer_idx)
+        attention = self.llama.ALL_ATTENTION_FUNCTIONS.get_interface(attn.config._attn_implementation, self.llama.eager_attention_forward)
+        out, _ = attention(attn, q, k, v, mask, dropout=0.0, scaling=attn.scaling, **extra)
+        hidden = hidden + attn.o_proj(out.reshape(*x.shape[:-1], -1))
+        gate, up = gate_up(layer.post_attention_layernorm(hidden)).split(mlp.gate_proj.out_features, dim=-1)
+        return hidden + mlp.down_proj(mlp.act_fn(gate) * up)
 
     def static_step(self, ids: torch.Tensor, cache, position_ids: torch.Tensor) -> torch.Tensor:
         """The same step over a StaticCache, for torch.compile: the slots past the current position
