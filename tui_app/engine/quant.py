@@ -18,6 +18,7 @@ per token and how fast a kernel streams them.
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 
 import torch
 
@@ -188,12 +189,11 @@ def joined(layers: list[torch.nn.Module]) -> _QuantLinear | None:
             type(layer) is not kind or layer.bias is not None or layer.in_features != first.in_features for layer in layers):
         return None
     for name in first.packs:
-        end = first.pooled.get(name, (None,))[0]
-        for layer in layers:
-            start, shape = layer.pooled.get(name, (None, ()))
-            if start is None or start != end or getattr(layer, name) is not getattr(first, name):
-                return None
-            end = start + math.prod(shape)
+        if any(name not in layer.pooled or getattr(layer, name) is not getattr(first, name) for layer in layers):
+            return None
+        spans = [layer.pooled[name] for layer in layers]  # (start, shape): each must end where the next starts
+        if any(start + math.prod(shape) != following for (start, shape), (following, _) in pairwise(spans)):
+            return None
     joint = kind.__new__(kind)
     _QuantLinear.__init__(joint, first.in_features, sum(layer.out_features for layer in layers), None, first.kernel)
     for name in first.packs:
