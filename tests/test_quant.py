@@ -11,6 +11,7 @@ from tui_app.engine.quant import (
     KERNEL_TOKENS,
     Int4Linear,
     Int8Linear,
+    int4_weights,
     int8_weights,
     joined,
 )
@@ -35,19 +36,20 @@ def _reference(linear: torch.nn.Linear, x: torch.Tensor) -> tuple[torch.Tensor, 
 
 def _reference4(linear: torch.nn.Linear, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Asymmetric int4 in groups of 32, computed independently: min and s = (max - min) / 15
-    rounded to fp16 (Q4_1's), q = round((w - min) / s), w = s q + min; the kernel's int16
-    activations (full int16 scale) move each output by at most half a step times sum of s q."""
+    rounded to fp16 (Q4_1's), q = round((w - min) / s), w = s q + min; the kernel rounds each
+    group of 32 activations to int8 (step max|x| / 127 over the group), which moves each output by
+    at most half a group's step times that group's sum of s q, summed over the groups."""
     w = linear.weight.detach().float()
     g = w.view(w.shape[0], -1, 32)
     lo = g.amin(dim=-1, keepdim=True).half().float()
     s = ((g.amax(dim=-1, keepdim=True) - lo) / 15).half().float()
     q = ((g - lo) / s).round().clamp(0, 15).double()
-    sq = (q * s.double()).view_as(w)
-    y = x.double() @ (sq + lo.double().expand_as(g).reshape_as(w)).t()
+    sq = q * s.double()  # [out, groups, 32]
+    y = x.double() @ (sq + lo.double()).view_as(w).t()
     if linear.bias is not None:
         y = y + linear.bias.double()
-    step = x.double().abs().amax(dim=-1, keepdim=True) / 32767
-    return y, step / 2 * sq.sum(dim=1)
+    step = x.double().unflatten(-1, (-1, 32)).abs().amax(dim=-1) / 127  # [..., groups]
+    return y, step / 2 @ sq.sum(dim=-1).t()
 
 
 FORMATS = {"int8": (Int8Linear, _reference), "int4": (Int4Linear, _reference4)}
@@ -298,6 +300,19 @@ def test_joined_layers_give_their_parts_outputs_side_by_side(plain, fmt):
     lone = FORMATS[fmt][0]
     assert joined([lone(torch.nn.Linear(64, 8), kernel=True), lone(torch.nn.Linear(64, 8), kernel=True)]) is None
     assert joined([plain.model.model.layers[0].mlp.gate_proj, plain.model.model.layers[0].mlp.up_proj]) is None
+
+
+def test_int4_layers_join_only_where_no_padding_row_falls_inside():
+    """int4 rows are stored in tiles of 16, a layer's last tile padded with zero rows: a layer that
+    does not fill its last tile joins only as the last of a group, whose outputs are still its parts' side by side."""
+    torch.manual_seed(0)
+    a, b, c = int4_weights(torch.nn.Sequential(*(torch.nn.Linear(64, n, bias=False) for n in (16, 20, 16))))
+    assert joined([a, b, c]) is None and joined([b, c]) is None
+    joint = joined([a, b])
+    assert joint.out_features == 36
+    x = torch.randn(3, 64)
+    with torch.inference_mode():
+        assert torch.equal(joint(x), torch.cat([a(x), b(x)], dim=-1))
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -66,8 +66,8 @@ def _fake_int8_linear(x, qweight, scale, bias):
     return x.new_empty((*x.shape[:-1], qweight.shape[0]))
 
 
-def _fake_int4_linear(x, packed, scale, mins, bias):
-    return x.new_empty((*x.shape[:-1], packed.shape[0]))
+def _fake_int4_linear(x, packed, out_features, bias):
+    return x.new_empty((*x.shape[:-1], out_features))
 
 
 def _fake_decode_attention(q, k, v, position, scale):

@@ -1,4 +1,5 @@
-"""Weight-only int8 and int4 for CPU: packed weights, fp activations (int16 inside the kernels).
+"""Weight-only int8 and int4 for CPU: packed weights, fp activations (rounded to int16 per token
+inside the int8 kernel, to int8 per group of 32 inside the int4 one).
 
 Why our own module rather than torchao's Int8WeightOnly on CPU (measured on the default model,
 one thread, `benchmarks/ceiling.py`): decode is memory-bound, and what matters is the bytes read
@@ -29,6 +30,8 @@ from . import native
 # 32-64); prefill beyond it is compute-bound, where MKL's fp32 GEMM is the faster engine.
 KERNEL_TOKENS = 32
 GROUP = 32  # int4 weights per scale and min
+TILE = 16  # int4 rows stored together: one per int32 lane of the kernel's AVX-512 vectors
+NIBBLES = TILE * GROUP // 2  # bytes of a tile's group of weights, followed by its rows' fp16 scales and mins
 CHUNK_ELEMENTS = 1 << 19  # 2 MB of fp32 per widened chunk: it stays in the cache while it is used
 
 
@@ -58,12 +61,13 @@ class _QuantLinear(torch.nn.Module):
     Its packed tensors (named in `packs`) are its own, or slices of a model-wide pool (_pool)."""
 
     packs: tuple[str, ...] = ()
+    tile = 1  # rows stored together: a layer joins the next only if it fills its last tile
 
     def __init__(self, in_features: int, out_features: int, bias: torch.Tensor | None, kernel: bool):
         super().__init__()
         self.bias = bias
         self.in_features, self.out_features = in_features, out_features
-        self.rows = max(1, CHUNK_ELEMENTS // self.in_features)
+        self.rows = max(self.tile, CHUNK_ELEMENTS // self.in_features // self.tile * self.tile)  # whole tiles per chunk
         self.kernel = kernel
         self.pooled: dict[str, tuple[int, tuple[int, ...]]] = {}  # name -> (start, shape) in the pool
 
@@ -112,11 +116,14 @@ class Int8Linear(_QuantLinear):
 
 class Int4Linear(_QuantLinear):
     """Asymmetric int4 in groups of GROUP along each row: w = scale * q + min, q in 0..15, both
-    per group and fp16: the layout of the GGUF's Q4_1, so the default model's weights land on their own grid.
-    Byte j of a group holds q_j (low nibble) and q_{j+16} (high), the pairing the kernel reads."""
+    per group and fp16: the values of the GGUF's Q4_1, so the default model's weights land on their own grid.
+    Stored as the kernel reads them (kernels/int4_linear.cpp): TILE rows at a time, each group of
+    the tile's rows one run of 320 bytes, their nibbles, then their scales and mins; a last tile
+    short of TILE rows is padded with zero rows that no output shows."""
 
     fmt = f"int4 g{GROUP} asymmetric"
-    packs = ("packed", "scale", "mins")
+    packs = ("packed",)
+    tile = TILE
 
     def __init__(self, linear: torch.nn.Linear, kernel: bool = False):
         super().__init__(linear.in_features, linear.out_features, linear.bias, kernel)
@@ -127,19 +134,26 @@ class Int4Linear(_QuantLinear):
         lo = g.amin(dim=-1).half()
         scale = ((g.amax(dim=-1) - lo.float()) / 15).half()
         q = ((g - lo.float()[..., None]) / scale.float()[..., None].clamp(min=1e-12)).round().clamp(0, 15).to(torch.uint8)
+        tiles, groups, pad = -(-self.out_features // TILE), g.shape[1], -self.out_features % TILE
+        q, scale, lo = (torch.nn.functional.pad(t, (0, 0) * (t.dim() - 1) + (0, pad)) for t in (q, scale, lo))
         half = GROUP // 2
-        self.packed = _frozen((q[..., :half] | (q[..., half:] << 4)).reshape(self.out_features, -1))
-        self.scale = _frozen(scale)
-        self.mins = _frozen(lo)
+        # byte 64 j + 4 r + t of a tile's group: weight 4 j + t of row r (low nibble), 16 + 4 j + t (high)
+        nibbles = (q[..., :half] | (q[..., half:] << 4)).view(tiles, TILE, groups, 4, 4).permute(0, 2, 3, 1, 4)
+        per_tile = [t.view(tiles, TILE, groups).transpose(1, 2).contiguous().view(torch.uint8) for t in (scale, lo)]
+        self.packed = _frozen(torch.cat([nibbles.reshape(tiles, groups, NIBBLES), *per_tile], dim=-1))
 
     def _kernel(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.tokentop.int4_linear(x, self._w("packed"), self._w("scale"), self._w("mins"), self.bias)
+        return torch.ops.tokentop.int4_linear(x, self._w("packed"), self.out_features, self.bias)
 
     def _product(self, x: torch.Tensor, i: int, j: int, scratch: bool) -> torch.Tensor:
-        p = self._w("packed")[i:j].view(j - i, -1, GROUP // 2)
-        q = torch.cat([p & 15, p >> 4], dim=-1)
+        p = self._w("packed")[i // TILE:-(-j // TILE)]  # i is a whole number of tiles
+        tiles, groups = p.shape[:2]
+        nibbles = p[..., :NIBBLES].reshape(tiles, groups, 4, TILE, 4).permute(0, 3, 1, 2, 4).reshape(tiles * TILE, groups, -1)
+        scale, mins = (p[..., k:k + 2 * TILE].view(torch.float16).transpose(1, 2).reshape(tiles * TILE, groups, 1)
+                       for k in (NIBBLES, NIBBLES + 2 * TILE))
+        q = torch.cat([nibbles & 15, nibbles >> 4], dim=-1)[:j - i]
         w = _scratch_view(q.shape, x.dtype, q.device).copy_(q) if scratch else q.to(x.dtype)
-        w.mul_(self._w("scale")[i:j, :, None].to(x.dtype)).add_(self._w("mins")[i:j, :, None].to(x.dtype))
+        w.mul_(scale[:j - i].to(x.dtype)).add_(mins[:j - i].to(x.dtype))
         return x @ w.view(j - i, -1).t()
 
 
@@ -179,14 +193,17 @@ def _pool(model: torch.nn.Module) -> torch.nn.Module:
 
 def joined(layers: list[torch.nn.Module]) -> _QuantLinear | None:
     """One layer whose output is `layers`' outputs side by side, where they are quantized layers of
-    one kind without bias, on the same input size, lying one after another in their pools (a
-    decoder layer's q/k/v and its gate/up projections do: _pool keeps the model's order); else None.
+    one kind without bias, on the same input size, each but the last filling its last tile, lying
+    one after another in their pools (a decoder layer's q/k/v and its gate/up projections do:
+    _pool keeps the model's order); else None.
     One kernel call instead of several, the activations rounded once: measured on the default
     model's compiled int4 step (q/k/v and gate/up joined), 7.52 -> 7.15 ms, the same logits."""
     first = layers[0]
     kind = type(first)
     if not isinstance(first, _QuantLinear) or any(
             type(layer) is not kind or layer.bias is not None or layer.in_features != first.in_features for layer in layers):
+        return None
+    if any(layer.out_features % kind.tile for layer in layers[:-1]):  # padding rows would land inside the joint
         return None
     for name in first.packs:
         if any(name not in layer.pooled or getattr(layer, name) is not getattr(first, name) for layer in layers):
@@ -199,7 +216,7 @@ def joined(layers: list[torch.nn.Module]) -> _QuantLinear | None:
     for name in first.packs:
         start, shape = first.pooled[name]
         setattr(joint, name, getattr(first, name))
-        joint.pooled[name] = (start, (joint.out_features, *shape[1:]))
+        joint.pooled[name] = (start, (sum(layer.pooled[name][1][0] for layer in layers), *shape[1:]))
     return joint
 
 
