@@ -4,7 +4,8 @@ lever mix with llama.cpp decoding the same GGUF (when llama-cpp-python is instal
 
 Bytes per token = the weights (each tensor once; the embedding table only where the LM head is tied
 to it and so reads all of it) + the KV cache read at the mean context length. Bandwidth: the best of
-five sums of a 1 GiB array with the engine's thread count; llama.cpp runs with that count too, and
+five sums of a 1 GiB array on huge pages (as the engine's weights lie) with the engine's thread
+count; llama.cpp runs with that count too, and
 is put on the same measure (its bytes per token read from the GGUF, its KV cache in f16).
 
     .venv/bin/python benchmarks/ceiling.py [--tokens 64] [--repeats 3] [--threads N]
@@ -22,10 +23,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def read_bandwidth(threads: int, gib: float = 1.0, repeats: int = 5) -> float:
+    """The best rate of summing `gib` GiB: on huge pages, as the engine's weights are (engine/pages.py),
+    the memory's fastest read here (on this VM 26-28 GB/s on small pages, 31-34 on huge ones)."""
     import torch
 
+    from tui_app.engine import pages
+
     torch.set_num_threads(threads)  # the engine's count: torch's sum splits the array across them
-    a = torch.ones(int(gib * 2**30 / 8), dtype=torch.float64)
+    a = pages.empty(int(gib * 2**30)).view(torch.float64).fill_(1)
     a.sum()
     best = 0.0
     for _ in range(repeats):

@@ -23,7 +23,7 @@ from itertools import pairwise
 
 import torch
 
-from . import native
+from . import native, pages
 
 # Below this many tokens per call the C++ kernel (kernels/int8_linear.cpp) beats widening the
 # weights for MKL (measured, 1536x576 and 49152x576 layers: 4.9x at 1 token, 1.5x at 16, a tie at
@@ -174,7 +174,7 @@ def _pool(model: torch.nn.Module) -> torch.nn.Module:
     sizes and strides; and as each step streams all the weights through the caches, all that
     metadata is out of cache again by the next step. Measured on the default model's compiled int4
     step (690 weight tensors -> 4): 8.43 -> 7.29 ms (the layers' slices are views made in the C++
-    wrapper, on tensors it already holds)."""
+    wrapper, on tensors it already holds). The pools lie on huge pages (pages.py)."""
     kinds: dict[type, list[_QuantLinear]] = {}
     for module in model.modules():
         if isinstance(module, _QuantLinear):
@@ -182,7 +182,8 @@ def _pool(model: torch.nn.Module) -> torch.nn.Module:
     for layers in kinds.values():
         for name in layers[0].packs:
             parts = [getattr(layer, name) for layer in layers]
-            flat = _frozen(torch.cat([p.reshape(-1) for p in parts]))
+            flat = pages.empty(sum(p.numel() for p in parts) * parts[0].element_size()).view(parts[0].dtype)
+            flat = _frozen(torch.cat([p.reshape(-1) for p in parts], out=flat))
             start = 0
             for layer, part in zip(layers, parts):
                 setattr(layer, name, flat)
