@@ -48,7 +48,12 @@ class TmuxApp:
     def keys(self, *keys: str) -> None:
         subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], capture_output=True)
 
-    def close(self) -> None:
-        self.keys("q")
-        time.sleep(1.5)
+    def close(self, wait: bool = True) -> None:
+        """q, and once the app has exited (up to 10 s: its quit took 1.5-2 s on a slow VM hour), the terminal closed."""
+        if wait:
+            self.keys("q")
+            try:
+                self.wait_for(lambda s: "TOKENTOP-EXIT=" in s, timeout=10)
+            except TimeoutError:
+                pass  # closing the terminal ends it (SIGHUP)
         subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)

@@ -64,3 +64,19 @@ def test_ending_the_app_at_any_phase(tmp_path, phase, how):
         assert got.error is None or not rec.stat().st_size, got.error  # whatever was written reads back cleanly
     finally:
         app.close()
+
+
+def test_a_terminal_that_closes_while_the_app_quits_leaves_no_process_behind():
+    """q, then the terminal gone before the quit is through (an SSH drop, a closed tab): the app
+    must still end; Textual's input thread, spinning on the closed terminal, kept it alive at 30-45 % CPU."""
+    app = TmuxApp("tt-sig-quit-hup", ["--no-record", "--max-new-tokens", "400", "--ignore-eos"])
+    try:
+        app.wait_for(lambda s: re.search(r"TTFT \d+ ms", s), timeout=120)
+        ui = psutil.Process(app.pid())
+        processes = [ui, *_engine_of(ui.pid)]
+        app.keys("q")
+        time.sleep(0.3)
+    finally:
+        app.close(wait=False)
+    _, alive = psutil.wait_procs(processes, timeout=15)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], "left behind after its terminal closed"

@@ -186,7 +186,24 @@ def _tui(args) -> int:
         source.close()
         if recorder is not None:
             recorder.close()
+    _leave_if_stuck(app.return_code or 0)
     return app.return_code or 0
+
+
+def _leave_if_stuck(code: int) -> None:
+    """Textual's input thread reads the terminal until its driver tells it to stop. A terminal that
+    closes while the app is quitting (SIGHUP just after q, an SSH drop) can end the app before
+    that, and the thread then spins on the closed terminal, keeping the process alive for good
+    (seen: orphans at 30-45 % CPU). By now the engine is stopped and the recording closed."""
+    import threading
+
+    others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    for t in others:
+        t.join(timeout=2.0)
+    if any(t.is_alive() for t in others):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:
