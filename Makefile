@@ -42,6 +42,7 @@ bench: setup
 	$(PY) benchmarks/levers.py
 	$(PY) benchmarks/ceiling.py
 	$(PY) benchmarks/packed_layout.py
+	$(PY) benchmarks/kernel_stream.py
 	$(PY) benchmarks/startup.py
 	$(PY) benchmarks/observer_overhead.py
 
