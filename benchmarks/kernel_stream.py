@@ -26,9 +26,10 @@ def step_layers(model) -> list:
     calls = []
     for layer, joints in zip(lean.layers, lean.joints):
         attn, mlp = layer.self_attn, layer.mlp
-        qkv, gate_up = joints or ([attn.q_proj, attn.k_proj, attn.v_proj], [mlp.gate_proj, mlp.up_proj])
-        calls += [*(qkv if isinstance(qkv, list) else [qkv]), attn.o_proj,
-                  *(gate_up if isinstance(gate_up, list) else [gate_up]), mlp.down_proj]
+        if joints:
+            calls += [joints[0], attn.o_proj, joints[1], mlp.down_proj]
+        else:
+            calls += [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj]
     return [*calls, lean.head]
 
 
