@@ -1,7 +1,5 @@
 """The CPU int8 and int4 weights: checked against the quantization formula, and as a variant of the real model."""
 
-import math
-
 import pytest
 import torch
 
@@ -21,36 +19,37 @@ def _reference(linear: torch.nn.Linear, x: torch.Tensor) -> tuple[torch.Tensor, 
     """Symmetric per-output-channel int8, computed independently: round(w / s) with s = max|w| / 127
     (levels rounded in fp32 as the module does: a tie rounded in fp64 can land one level away),
     products in fp64. Also the most the kernel's int16 activations may move each output: every
-    activation rounded to a step of max|x| / q (q the largest int16 whose K products with 127 fit
-    in int32) moves by at most half a step, times the sum of that row's |weights|."""
+    activation rounded to a step of max|x| / QMAX moves by at most half a step, times the sum of
+    that row's |weights|."""
     w = linear.weight.detach().float()
     s = w.abs().amax(dim=1, keepdim=True) / 127
     wq = (w / s).round().double() * s.double()
     y = x.double() @ wq.t()
     if linear.bias is not None:
         y = y + linear.bias.double()
-    k = w.shape[1]
-    step = x.double().abs().amax(dim=-1, keepdim=True) / min(32767, math.floor((2**31 - 1) / (127 * k)))
+    step = x.double().abs().amax(dim=-1, keepdim=True) / QMAX
     return y, step / 2 * wq.abs().sum(dim=1)
 
 
 def _reference4(linear: torch.nn.Linear, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Asymmetric int4 in groups of 32, computed independently: min and s = (max - min) / 15
-    rounded to fp16 (Q4_1's), q = round((w - min) / s), w = s q + min; the kernel rounds each
-    group of 32 activations to int8 (step max|x| / 127 over the group), which moves each output by
-    at most half a group's step times that group's sum of s q, summed over the groups."""
+    rounded to fp16 (Q4_1's), q = round((w - min) / s), w = s q + min; the kernel's int16
+    activations (one step per token, as the int8 kernel's) move each output by at most half a
+    step times the row's sum of s q."""
     w = linear.weight.detach().float()
     g = w.view(w.shape[0], -1, 32)
     lo = g.amin(dim=-1, keepdim=True).half().float()
     s = ((g.amax(dim=-1, keepdim=True) - lo) / 15).half().float()
     q = ((g - lo) / s).round().clamp(0, 15).double()
-    sq = q * s.double()  # [out, groups, 32]
-    y = x.double() @ (sq + lo.double()).view_as(w).t()
+    sq = (q * s.double()).view_as(w)
+    y = x.double() @ (sq + lo.double().expand_as(g).reshape_as(w)).t()
     if linear.bias is not None:
         y = y + linear.bias.double()
-    step = x.double().unflatten(-1, (-1, 32)).abs().amax(dim=-1) / 127  # [..., groups]
-    return y, step / 2 @ sq.sum(dim=-1).t()
+    step = x.double().abs().amax(dim=-1, keepdim=True) / QMAX
+    return y, step / 2 * sq.sum(dim=1)
 
+
+QMAX = 127 * 256 + 127  # the kernels' int16 activations: the largest whose high byte fits int8
 
 FORMATS = {"int8": (Int8Linear, _reference), "int4": (Int4Linear, _reference4)}
 
@@ -125,9 +124,10 @@ def test_the_int8_kernel_equals_the_formula_for_any_row_length(k):
 
 
 def test_the_kernel_cannot_overflow_int32():
-    """The worst case for int32 sums: every weight at 127 and every activation at the maximum, with
-    a row long enough that int16 activations at full scale would overflow."""
-    k = 8192
+    """The worst case for the int8 kernel's int32 sums: every weight at 127 (stored as 255), every
+    activation at the maximum (both its bytes 127), in the longest row it takes: 255 * 127 * K just
+    below 2^31."""
+    k = 65536
     lin = torch.nn.Linear(k, 4, bias=False)
     with torch.no_grad():
         lin.weight.fill_(0.5)

@@ -30,7 +30,7 @@ def quant_impl(device: str, dtype: torch.dtype) -> dict[str, str]:
     if device.startswith("cuda"):
         int4 = "torchao Int4WeightOnly g128 (tinygemm)" if dtype == torch.bfloat16 else "refused: needs --dtype bf16"
         return {"int8": "torchao Int8WeightOnly, LM head fp", "int4": int4}
-    return {"int8": "int8 per-channel weights, LM head too; decode on our C++ kernel (int16 activations)",
+    return {"int8": "int8 per-channel weights, LM head too; decode on our C++ kernel (AVX-512 VNNI)",
             "int4": "int4 g32 weights, int8 LM head; decode on our C++ kernel (AVX-512 VNNI)"}
 
 

@@ -61,9 +61,9 @@ def _build(name: str) -> Path:
     return target
 
 
-def _fake_int8_linear(x, qweight, scale, bias):
-    # The output's shape, for torch.compile's tracing: x's, with the last size the weight's rows.
-    return x.new_empty((*x.shape[:-1], qweight.shape[0]))
+def _fake_int8_linear(x, qweight, scale, out_features, bias):
+    # The output's shape, for torch.compile's tracing: x's, with the last size the layer's outputs.
+    return x.new_empty((*x.shape[:-1], out_features))
 
 
 def _fake_int4_linear(x, packed, out_features, bias):

@@ -1,5 +1,5 @@
 """Weight-only int8 and int4 for CPU: packed weights, fp activations (rounded to int16 per token
-inside the int8 kernel, to int8 per group of 32 inside the int4 one).
+inside the kernels).
 
 Why our own module rather than torchao's Int8WeightOnly on CPU (measured on the default model,
 one thread, `benchmarks/ceiling.py`): decode is memory-bound, and what matters is the bytes read
@@ -31,7 +31,8 @@ from . import native, pages
 # 32-64); prefill beyond it is compute-bound, where MKL's fp32 GEMM is the faster engine.
 KERNEL_TOKENS = 32
 GROUP = 32  # int4 weights per scale and min
-TILE = 16  # int4 rows stored together: one per int32 lane of the kernel's AVX-512 vectors
+TILE = 16  # rows stored together: one per int32 lane of the kernels' AVX-512 vectors
+QUAD = 4  # int8 weights of a row side by side in a tile: one int32 lane's worth
 NIBBLES = TILE * GROUP // 2  # bytes of a tile's group of weights, followed by its rows' fp16 scales and mins
 CHUNK_ELEMENTS = 1 << 19  # 2 MB of fp32 per widened chunk: it stays in the cache while it is used
 
@@ -62,13 +63,12 @@ class _QuantLinear(torch.nn.Module):
     Its packed tensors (named in `packs`) are its own, or slices of a model-wide pool (_pool)."""
 
     packs: tuple[str, ...] = ()
-    tile = 1  # rows stored together: a layer joins the next only if it fills its last tile
 
     def __init__(self, in_features: int, out_features: int, bias: torch.Tensor | None, kernel: bool):
         super().__init__()
         self.bias = bias
         self.in_features, self.out_features = in_features, out_features
-        self.rows = max(self.tile, CHUNK_ELEMENTS // self.in_features // self.tile * self.tile)  # whole tiles per chunk
+        self.rows = max(TILE, CHUNK_ELEMENTS // self.in_features // TILE * TILE)  # whole tiles per chunk
         self.kernel = kernel
         self.pooled: dict[str, tuple[int, tuple[int, ...]]] = {}  # name -> (start, shape) in the pool
 
@@ -94,7 +94,10 @@ class _QuantLinear(torch.nn.Module):
 
 
 class Int8Linear(_QuantLinear):
-    """Symmetric int8, one scale per output row: w = scale * q, q in -127..127."""
+    """Symmetric int8, one scale per output row: w = scale * q, q in -127..127.
+    Stored as the kernel reads them (kernels/int8_linear.cpp): TILE rows at a time, each 64 bytes
+    four weights of each of the tile's rows, as q + 128 (the kernel's multiply wants them unsigned);
+    rows padded to whole tiles, and each row to whole fours, with q = 0."""
 
     fmt = "int8 per-channel"
     packs = ("qweight", "scale")
@@ -103,15 +106,21 @@ class Int8Linear(_QuantLinear):
         super().__init__(linear.in_features, linear.out_features, linear.bias, kernel)
         w = linear.weight.detach().float()
         scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127
-        self.qweight = _frozen((w / scale[:, None]).round().clamp(-127, 127).to(torch.int8))
+        q = ((w / scale[:, None]).round().clamp(-127, 127) + 128).to(torch.uint8)
+        q = torch.nn.functional.pad(q, (0, -self.in_features % QUAD, 0, -self.out_features % TILE), value=128)
+        tiles, quads = q.shape[0] // TILE, q.shape[1] // QUAD
+        self.qweight = _frozen(q.view(tiles, TILE, quads, QUAD).transpose(1, 2).reshape(tiles, quads, TILE * QUAD))
         self.scale = _frozen(scale.to(linear.weight.dtype))
 
     def _kernel(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.tokentop.int8_linear(x, self._w("qweight"), self._w("scale"), self.bias)
+        return torch.ops.tokentop.int8_linear(x, self._w("qweight"), self._w("scale"), self.out_features, self.bias)
 
     def _product(self, x: torch.Tensor, i: int, j: int, scratch: bool) -> torch.Tensor:
-        q = self._w("qweight")[i:j]
+        p = self._w("qweight")[i // TILE:-(-j // TILE)]  # i is a whole number of tiles
+        tiles, quads = p.shape[:2]
+        q = p.view(tiles, quads, TILE, QUAD).transpose(1, 2)
         w = _scratch_view(q.shape, x.dtype, q.device).copy_(q) if scratch else q.to(x.dtype)
+        w = w.reshape(tiles * TILE, quads * QUAD)[:j - i, :self.in_features].sub_(128)
         return (x @ w.t()) * self._w("scale")[i:j]  # the row scale once per output, not per weight
 
 
@@ -124,7 +133,6 @@ class Int4Linear(_QuantLinear):
 
     fmt = f"int4 g{GROUP} asymmetric"
     packs = ("packed",)
-    tile = TILE
 
     def __init__(self, linear: torch.nn.Linear, kernel: bool = False):
         super().__init__(linear.in_features, linear.out_features, linear.bias, kernel)
@@ -205,7 +213,7 @@ def joined(layers: list[torch.nn.Module]) -> _QuantLinear | None:
     if not isinstance(first, _QuantLinear) or any(
             type(layer) is not kind or layer.bias is not None or layer.in_features != first.in_features for layer in layers):
         return None
-    if any(layer.out_features % kind.tile for layer in layers[:-1]):  # padding rows would land inside the joint
+    if any(layer.out_features % TILE for layer in layers[:-1]):  # padding rows would land inside the joint
         return None
     for name in first.packs:
         if any(name not in layer.pooled or getattr(layer, name) is not getattr(first, name) for layer in layers):

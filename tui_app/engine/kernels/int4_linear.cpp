@@ -4,18 +4,21 @@
 // Why: torchao's int4 on CPU has no fused kernel for this CPU and decoded slower than fp32; decode
 // reads every weight once per token, so the kernel must stream them at the memory's pace.
 // Two things decide that, both measured on the 2-core EPYC this was built on:
-// - The work per weight. Each token's activations are rounded to int8 per group of 32 (one fp32
-//   step per group, as llama.cpp does for its Q4_1), so one vpdpbusd multiplies 64 nibbles with 64
-//   activations. Sixteen rows are one tile, one row per int32 lane: a group's activations are the
-//   same for all sixteen lanes (a broadcast), each lane sums its own row, and the per-group scales
-//   and mins of the sixteen rows are one vector each. No lane shuffles, no horizontal sums: from
-//   the cache this runs at ~58 GB/s of weights, where rows one by one (int16 activations) ran at 20.
+// - The work per weight. Each token's activations are int16 split into two bytes (activations.h),
+//   so vpdpbusd multiplies 64 nibbles with 64 activation bytes. Sixteen rows are one tile, one row
+//   per int32 lane: a group's activations are the same for all sixteen lanes (a broadcast), each
+//   lane sums its own row, and the per-group scales and mins of the sixteen rows are one vector
+//   each. No lane shuffles, no horizontal sums: rows one by one ran at 20 GB/s from the cache.
 // - The order of the reads. A tile's group is 320 bytes in one piece: 256 of nibbles, then the 16
 //   rows' scales and mins. One sequential stream per layer reads at the rate of a plain sum over
 //   the same bytes (20.1-20.8 GB/s vs 20.3-20.6), where weights, scales and mins in three arrays
 //   read at 15.5-16 (software prefetching made either slower).
 // The mins need no work per weight: sum_k x_k * min_g = min_g * (sum of x over the group).
 // Machines without AVX-512 (F, BW, VL, VNNI) fail this build and keep torchao's path (the reason is shown).
+#if !defined(__AVX512F__) || !defined(__AVX512VNNI__) || !defined(__AVX512BW__) || !defined(__AVX512VL__)
+#error "int4_linear needs AVX-512 (F, BW, VL, VNNI)"
+#endif
+
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -28,10 +31,6 @@
 #include <vector>
 
 #include "activations.h"
-
-#if !defined(__AVX512F__) || !defined(__AVX512VNNI__) || !defined(__AVX512BW__) || !defined(__AVX512VL__)
-#error "int4_linear needs AVX-512 (F, BW, VL, VNNI)"
-#endif
 
 namespace {
 
@@ -46,24 +45,17 @@ constexpr int64_t kTaskBytes = 1 << 15;
 // nibbles of the j-th 64 bytes meet the group's activations 4j..4j+3 in every lane, the high ones
 // 16+4j..16+4j+3. The high nibbles are used in place (16 q), their sums shifted back by 4: exact.
 
-// Rounds each token's activations to int8, one step per group: xq [M, K], step and sum [M, groups].
-void round_groups(const float* x, int64_t M, int64_t K, int8_t* xq, float* step, float* sum) {
+// Each token's activations as int16 bytes (hi and lo [M, K]), its step, and its sum per group [M, groups].
+void round_tokens(const float* x, int64_t M, int64_t K, int8_t* hi, int8_t* lo, float* step, float* sum) {
   const int64_t groups = K / kGroup;
-  for (int64_t i = 0; i < M * groups; ++i) {
-    const float* xg = x + i * kGroup;
-    const __m512 lo = _mm512_loadu_ps(xg), hi = _mm512_loadu_ps(xg + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
-    step[i] = amax > 0.f ? amax / 127.f : 1.f;
-    sum[i] = _mm512_reduce_add_ps(_mm512_add_ps(lo, hi));
-    const __m512 inv = _mm512_set1_ps(1.f / step[i]);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(xq + i * kGroup), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(lo, inv))));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(xq + i * kGroup + 16), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(hi, inv))));
-  }
+  for (int64_t m = 0; m < M; ++m) step[m] = split_int16(x + m * K, K, K, hi + m * K, lo + m * K);
+  for (int64_t i = 0; i < M * groups; ++i)
+    sum[i] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_loadu_ps(x + i * kGroup), _mm512_loadu_ps(x + i * kGroup + 16)));
 }
 
 // Tiles [t0, t1) of y for tokens m0 .. m0 + T - 1.
 template <int T>
-void tiles(const int8_t* xq, const float* step, const float* sum, const uint8_t* w, const float* bias, float* y,
+void tiles(const int8_t* xh, const int8_t* xl, const float* step, const float* sum, const uint8_t* w, const float* bias, float* y,
            int64_t groups, int64_t N, int64_t m0, int64_t t0, int64_t t1) {
   const int64_t K = groups * kGroup;
   const __m512i low4 = _mm512_set1_epi8(0x0F), high4 = _mm512_set1_epi8(char(0xF0));
@@ -83,27 +75,32 @@ void tiles(const int8_t* xq, const float* step, const float* sum, const uint8_t*
       const __m512 mins = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + 288)));
       for (int i = 0; i < T; ++i) {
         const int64_t m = m0 + i;
-        int32_t xg[8];  // the group's 32 activations as eight 4-byte words, each broadcast to all rows
-        std::memcpy(xg, xq + m * K + g * kGroup, sizeof xg);
-        __m512i dl = _mm512_setzero_si512(), dh = _mm512_setzero_si512();
+        int32_t h[8], l[8];  // the group's 32 activation bytes as eight 4-byte words, each broadcast to all rows
+        std::memcpy(h, xh + m * K + g * kGroup, sizeof h);
+        std::memcpy(l, xl + m * K + g * kGroup, sizeof l);
+        __m512i hl = _mm512_setzero_si512(), hh = hl, ll = hl, lh = hl;
         for (int j = 0; j < 4; ++j) {
-          dl = _mm512_dpbusd_epi32(dl, lo[j], _mm512_set1_epi32(xg[j]));
-          dh = _mm512_dpbusd_epi32(dh, hi[j], _mm512_set1_epi32(xg[4 + j]));
+          hl = _mm512_dpbusd_epi32(hl, lo[j], _mm512_set1_epi32(h[j]));
+          hh = _mm512_dpbusd_epi32(hh, hi[j], _mm512_set1_epi32(h[4 + j]));
+          ll = _mm512_dpbusd_epi32(ll, lo[j], _mm512_set1_epi32(l[j]));
+          lh = _mm512_dpbusd_epi32(lh, hi[j], _mm512_set1_epi32(l[4 + j]));
         }
-        const __m512i d = _mm512_add_epi32(dl, _mm512_srai_epi32(dh, 4));
-        const int64_t mg = m * groups + g;
-        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(scale, _mm512_set1_ps(step[mg])), acc[i]);
-        shift[i] = _mm512_fmadd_ps(mins, _mm512_set1_ps(sum[mg]), shift[i]);
+        // sum of q * x16 = 256 (sum of q * hi) + sum of q * lo; below 2^24, so exact in fp32
+        const __m512i d = _mm512_add_epi32(_mm512_slli_epi32(_mm512_add_epi32(hl, _mm512_srai_epi32(hh, 4)), 8),
+                                           _mm512_add_epi32(ll, _mm512_srai_epi32(lh, 4)));
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), scale, acc[i]);
+        shift[i] = _mm512_fmadd_ps(mins, _mm512_set1_ps(sum[m * groups + g]), shift[i]);
       }
     }
     const int64_t n = t * kRows;
     const __mmask16 live = __mmask16((1u << std::min(kRows, N - n)) - 1);  // the last tile's padding rows are not written
     const __m512 b = bias ? _mm512_maskz_loadu_ps(live, bias + n) : _mm512_setzero_ps();
-    for (int i = 0; i < T; ++i) _mm512_mask_storeu_ps(y + (m0 + i) * N + n, live, _mm512_add_ps(_mm512_add_ps(acc[i], shift[i]), b));
+    for (int i = 0; i < T; ++i)
+      _mm512_mask_storeu_ps(y + (m0 + i) * N + n, live, _mm512_add_ps(_mm512_fmadd_ps(acc[i], _mm512_set1_ps(step[m0 + i]), shift[i]), b));
   }
 }
 
-using TilesFn = void (*)(const int8_t*, const float*, const float*, const uint8_t*, const float*, float*,
+using TilesFn = void (*)(const int8_t*, const int8_t*, const float*, const float*, const uint8_t*, const float*, float*,
                          int64_t, int64_t, int64_t, int64_t, int64_t);
 constexpr TilesFn kTilesFor[kTokens + 1] = {nullptr, tiles<1>, tiles<2>, tiles<3>, tiles<4>};
 
@@ -118,12 +115,13 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, int64_t N,
   TORCH_CHECK(!bc.defined() || (bc.scalar_type() == at::kFloat && bc.numel() == N), "int4_linear: bias");
   const int64_t M = xc.numel() / K;
 
-  thread_local std::vector<int8_t> xq_buf;
+  thread_local std::vector<int8_t> hi_buf, lo_buf;
   thread_local std::vector<float> step_buf, sum_buf;
-  int8_t* xq = scratch(xq_buf, M * K);
-  float* step = scratch(step_buf, M * groups);
+  int8_t* hi = scratch(hi_buf, M * K);
+  int8_t* lo = scratch(lo_buf, M * K);
+  float* step = scratch(step_buf, M);
   float* sum = scratch(sum_buf, M * groups);
-  round_groups(xc.data_ptr<float>(), M, K, xq, step, sum);
+  round_tokens(xc.data_ptr<float>(), M, K, hi, lo, step, sum);
 
   std::vector<int64_t> sizes = x.sizes().vec();
   sizes.back() = N;
@@ -133,7 +131,7 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, int64_t N,
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, packed.size(0), std::max<int64_t>(1, kTaskBytes / (groups * kTile)), [&](int64_t a, int64_t b) {
     for (int64_t m0 = 0; m0 < M; m0 += kTokens)
-      kTilesFor[std::min(kTokens, M - m0)](xq, step, sum, wp, bp, yp, groups, N, m0, a, b);
+      kTilesFor[std::min(kTokens, M - m0)](hi, lo, step, sum, wp, bp, yp, groups, N, m0, a, b);
   });
   return y;
 }
