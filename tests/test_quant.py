@@ -9,6 +9,7 @@ from tui_app.engine.quant import (
     KERNEL_TOKENS,
     Int4Linear,
     Int8Linear,
+    has_kernels,
     int4_weights,
     int8_weights,
     joined,
@@ -240,6 +241,7 @@ def test_int4_variant_of_the_real_model(plain):
     head = q.lm_head.out_features * (q.lm_head.in_features + 4)
     assert own_bytes(q, model) == head + sum(m.out_features * m.in_features * (1 / 2 + 4 / 32) for m in layers)
     assert quant_note("int4", "cpu", q) == "int4"
+    assert has_kernels(q) and not has_kernels(model)  # its perplexity is measured through the kernels
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -166,6 +166,11 @@ class Int4Linear(_QuantLinear):
         return x @ w.view(j - i, -1).t()
 
 
+def has_kernels(model: torch.nn.Module) -> bool:
+    """Whether some layer of `model` sends short inputs to one of our kernels."""
+    return any(isinstance(m, _QuantLinear) and m.kernel for m in model.modules())
+
+
 def _replace_linears(model: torch.nn.Module, make) -> torch.nn.Module:
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
