@@ -13,7 +13,8 @@ per token and how fast a kernel streams them.
   eager, 54 -> 92 compiled, LM head int8 too. Longer inputs (prefill) are compute-bound; there
   each weight is widened to fp in row chunks that stay in the cache, for MKL's GEMM.
 - int4 the same way (kernels/int4_linear.cpp): 8 -> 53 tok/s eager, 88 compiled (torchao's int4 -> ours);
-  its tiled form on huge pages (session 9): 72 eager, 146 compiled.
+  its tiled form on huge pages (session 9): 72 eager, 146 compiled. Session 10: int8 tiled too,
+  int16 activations in both again: int8 58 eager, 118 compiled; int4 78 and 145 (ceiling.py).
 - Without a C++ compiler the kernel is skipped (the reason is shown) and every call is widened.
 """
 
