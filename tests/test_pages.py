@@ -4,6 +4,7 @@ kernel's own account (/proc/self/smaps)."""
 import pytest
 import torch
 
+from tui_app.bench import apply_levers
 from tui_app.engine import pages
 from tui_app.engine.levers import quantize
 
@@ -56,3 +57,35 @@ def test_a_quantized_variants_pools_are_on_huge_pages(plain):
     large = [ptr for ptr, size in sizes.items() if size >= pages.HUGE]  # the int4 tiles, the head's int8 rows
     assert len(pools) == 3 and len(large) == 2
     assert all(_huge_bytes_at(ptr) >= sizes[ptr] - pages.HUGE for ptr in large)  # all but a last partial page
+
+
+def test_adopt_moves_parameters_in_place_and_keeps_ties():
+    """The fp model's parameters move onto huge pages when the compile lever first compiles it:
+    the same Parameter objects, the same values, tied weights still one tensor, the same outputs."""
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(4096, 256)  # 4 MiB: spans whole huge pages
+    head = torch.nn.Linear(256, 4096, bias=False)
+    head.weight = emb.weight
+    model = torch.nn.Sequential(emb, torch.nn.LayerNorm(256), head)
+    ids = torch.tensor([[1, 2, 3]])
+    before = {id(p): p.detach().clone() for p in model.parameters()}
+    params = list(model.parameters())
+    y = model(ids)
+    pages.adopt(model)
+    assert list(model.parameters()) == params
+    assert all(torch.equal(p, before[id(p)]) for p in params)
+    assert head.weight is emb.weight
+    torch.testing.assert_close(model(ids), y, rtol=0, atol=0)
+    if _thp_mode() not in (None, "never"):
+        assert _huge_bytes_at(emb.weight.data_ptr()) >= pages.HUGE
+    starts = sorted(p.data_ptr() for p in params)
+    assert starts[-1] - starts[0] < 5 << 20  # one region
+
+
+@needs_thp
+@pytest.mark.slow
+def test_the_compile_lever_puts_the_fp_weights_on_huge_pages(plain):
+    assert apply_levers(plain, {"compile": True}) == ""
+    plain._warm_compile(1, 256)
+    weight = plain.model.get_input_embeddings().weight
+    assert _huge_bytes_at(weight.data_ptr()) >= weight.numel() * weight.element_size() - pages.HUGE

@@ -35,6 +35,7 @@ from monitors.kvcache import measure_cache
 from monitors.system import rss_bytes, trim_heap
 from monitors.torch_memory import read_torch_memory
 from tui_app.engine import levers as lv
+from tui_app.engine import pages
 from tui_app.engine.config import EngineConfig, RunRequest
 from tui_app.engine.lean import LeanDecode, use_own_attention
 from tui_app.engine.models import ModelError, load_model, resolve_device, resolve_dtype
@@ -300,6 +301,8 @@ class Engine:
                 mode, inductor.cpp_wrapper = "default", True
                 weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
                 _stream_gemv_on_cpu(inductor, on=weights > CACHE_BYTES)
+                if level == "off" and weights > CACHE_BYTES:  # quantized variants' pools are there already
+                    pages.adopt(model)  # the step streams these weights: on huge pages (pages.py)
                 # With the static cache's mask, transformers copies each grouped K/V head out to
                 # every query head it serves before attention (1.2 MB per layer and token for the
                 # default model's 3 KV heads), unless SDPA is told to group them itself: measured,
@@ -342,9 +345,9 @@ class Engine:
         from transformers import StaticCache
 
         model = self._variants[self.levers.quant]
-        fn = self._compiled_fn(model, self.levers.quant)
         self.emit(Phase("compile", f"static cache {max_len}, batch {batch}, {self.levers.quant}", False))
         t0 = time.perf_counter()
+        fn = self._compiled_fn(model, self.levers.quant)
         cache = StaticCache(config=model.config, max_cache_len=max_len)
         tok = torch.zeros((batch, 1), dtype=torch.long, device=self.device)
         with torch.inference_mode():
