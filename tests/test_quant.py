@@ -124,6 +124,19 @@ def test_the_int8_kernel_equals_the_formula_for_any_row_length(k):
             _assert_within(q(x), ref, bound)
 
 
+def test_int8_rows_padded_to_fours_widen_in_whole_chunks():
+    """Prefill widens int8 rows with their padding to a multiple of four: rows short of a four, in
+    more rows than one chunk holds, still fit the shared chunk buffer and give the formula."""
+    torch.manual_seed(1)
+    lin = torch.nn.Linear(17, 40000, bias=False)
+    q = Int8Linear(lin, kernel=True)
+    assert q.rows < lin.out_features
+    x = torch.randn(1, KERNEL_TOKENS + 1, 17)
+    ref, _ = _reference(lin, x)
+    with torch.inference_mode():
+        torch.testing.assert_close(q(x), ref.float(), rtol=1e-4, atol=1e-4)
+
+
 def test_the_kernel_cannot_overflow_int32():
     """The worst case for the int8 kernel's int32 sums: every weight at 127 (stored as 255), every
     activation at the maximum (both its bytes 127), in the longest row it takes: 255 * 127 * K just

@@ -15,7 +15,8 @@ per token and how fast a kernel streams them.
 - int4 the same way (kernels/int4_linear.cpp): 8 -> 53 tok/s eager, 88 compiled (torchao's int4 -> ours);
   its tiled form on huge pages (session 9): 72 eager, 146 compiled. Session 10: int8 tiled too,
   int16 activations in both again: int8 58 eager, 118 compiled; int4 78 and 145 (ceiling.py).
-- Without a C++ compiler the kernel is skipped (the reason is shown) and every call is widened.
+- Without a C++ compiler or AVX-512 VNNI the kernels are skipped (the reason is shown): int8 calls
+  are widened, int4 goes to torchao.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ class _QuantLinear(torch.nn.Module):
         super().__init__()
         self.bias = bias
         self.in_features, self.out_features = in_features, out_features
-        self.rows = max(TILE, CHUNK_ELEMENTS // self.in_features // TILE * TILE)  # whole tiles per chunk
+        width = -(-in_features // QUAD) * QUAD  # a widened chunk holds int8 rows with their padding
+        self.rows = max(TILE, CHUNK_ELEMENTS // width // TILE * TILE)  # whole tiles per chunk
         self.kernel = kernel
         self.pooled: dict[str, tuple[int, tuple[int, ...]]] = {}  # name -> (start, shape) in the pool
 
