@@ -49,7 +49,8 @@ class TmuxApp:
         subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], capture_output=True)
 
     def close(self, wait: bool = True) -> None:
-        """q, and once the app has exited (up to 10 s: its quit took 1.5-2 s on a slow VM hour), the terminal closed."""
+        """q, and once the app has exited (up to 10 s: its quit took 1.5-2 s on a slow VM hour), the
+        terminal closed; with wait=False the terminal is closed at once, whatever the app is doing."""
         if wait:
             self.keys("q")
             try:

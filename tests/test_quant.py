@@ -317,11 +317,12 @@ def test_joined_layers_give_their_parts_outputs_side_by_side(plain, fmt):
     assert joined([plain.model.model.layers[0].mlp.gate_proj, plain.model.model.layers[0].mlp.up_proj]) is None
 
 
-def test_int4_layers_join_only_where_no_padding_row_falls_inside():
-    """int4 rows are stored in tiles of 16, a layer's last tile padded with zero rows: a layer that
-    does not fill its last tile joins only as the last of a group, whose outputs are still its parts' side by side."""
+@pytest.mark.parametrize("weights", [int8_weights, int4_weights])
+def test_layers_join_only_where_no_padding_row_falls_inside(weights):
+    """int8 and int4 rows are stored in tiles of 16, a layer's last tile padded with zero rows: a layer
+    that does not fill its last tile joins only as the last of a group, whose outputs are still its parts' side by side."""
     torch.manual_seed(0)
-    a, b, c = int4_weights(torch.nn.Sequential(*(torch.nn.Linear(64, n, bias=False) for n in (16, 20, 16))))
+    a, b, c = weights(torch.nn.Sequential(*(torch.nn.Linear(64, n, bias=False) for n in (16, 20, 16))))
     assert joined([a, b, c]) is None and joined([b, c]) is None
     joint = joined([a, b])
     assert joint.out_features == 36
