@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 // The largest int16 whose high byte, rounded as below, still fits int8: 127 * 256 + 127.
@@ -46,6 +47,16 @@ inline float split_int16(const float* x, int64_t K, int64_t Kp, int8_t* hi, int8
   std::fill(hi + K, hi + Kp, int8_t(0));
   std::fill(lo + K, lo + Kp, int8_t(0));
   return step;
+}
+
+// Four activation bytes at p, broadcast to all rows. Read from the activations themselves, the
+// broadcast is one load (vpbroadcastd m32); copied to a stack array first, each word went through
+// a general register to a vector. Measured on the int4 kernel, 1536 x 576 in the L2 cache: 1 / 4 / 8
+// tokens 20.8 / 61.9 / 119 -> 15.9 / 42.6 / 78.8 us a call; from memory, 1 token, unchanged (~28 GB/s).
+inline __m512i word(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
 }
 
 // A buffer per thread reused across calls: allocating three vectors per call cost more than

@@ -27,7 +27,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "activations.h"
@@ -75,15 +74,14 @@ void tiles(const int8_t* xh, const int8_t* xl, const float* step, const float* s
       const __m512 mins = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + 288)));
       for (int i = 0; i < T; ++i) {
         const int64_t m = m0 + i;
-        int32_t h[8], l[8];  // the group's 32 activation bytes as eight 4-byte words, each broadcast to all rows
-        std::memcpy(h, xh + m * K + g * kGroup, sizeof h);
-        std::memcpy(l, xl + m * K + g * kGroup, sizeof l);
+        const int8_t* h = xh + m * K + g * kGroup;
+        const int8_t* l = xl + m * K + g * kGroup;
         __m512i hl = _mm512_setzero_si512(), hh = hl, ll = hl, lh = hl;
         for (int j = 0; j < 4; ++j) {
-          hl = _mm512_dpbusd_epi32(hl, lo[j], _mm512_set1_epi32(h[j]));
-          hh = _mm512_dpbusd_epi32(hh, hi[j], _mm512_set1_epi32(h[4 + j]));
-          ll = _mm512_dpbusd_epi32(ll, lo[j], _mm512_set1_epi32(l[j]));
-          lh = _mm512_dpbusd_epi32(lh, hi[j], _mm512_set1_epi32(l[4 + j]));
+          hl = _mm512_dpbusd_epi32(hl, lo[j], word(h + 4 * j));
+          hh = _mm512_dpbusd_epi32(hh, hi[j], word(h + 16 + 4 * j));
+          ll = _mm512_dpbusd_epi32(ll, lo[j], word(l + 4 * j));
+          lh = _mm512_dpbusd_epi32(lh, hi[j], word(l + 16 + 4 * j));
         }
         // sum of q * x16 = 256 (sum of q * hi) + sum of q * lo; below 2^24, so exact in fp32
         const __m512i d = _mm512_add_epi32(_mm512_slli_epi32(_mm512_add_epi32(hl, _mm512_srai_epi32(hh, 4)), 8),

@@ -23,7 +23,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "activations.h"
@@ -50,11 +49,8 @@ void tiles(const int8_t* xh, const int8_t* xl, const int32_t* offset, const floa
     for (int64_t k = 0; k < K; k += kQuad) {
       const __m512i v = _mm512_loadu_si512(wt + kRows * k);
       for (int i = 0; i < T; ++i) {
-        int32_t a, b;  // four activation bytes, broadcast to all rows
-        std::memcpy(&a, xh + (m0 + i) * K + k, 4);
-        std::memcpy(&b, xl + (m0 + i) * K + k, 4);
-        h[i] = _mm512_dpbusd_epi32(h[i], v, _mm512_set1_epi32(a));
-        l[i] = _mm512_dpbusd_epi32(l[i], v, _mm512_set1_epi32(b));
+        h[i] = _mm512_dpbusd_epi32(h[i], v, word(xh + (m0 + i) * K + k));
+        l[i] = _mm512_dpbusd_epi32(l[i], v, word(xl + (m0 + i) * K + k));
       }
     }
     const int64_t n = t * kRows;
