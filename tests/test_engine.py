@@ -169,7 +169,8 @@ def test_int4_runs_and_reports_its_quality(plain, collect, ref_short):
 def test_a_quantized_variants_perplexity_is_what_its_decode_computes(plain):
     """The perplexity shown beside a quantized run is checked against one computed independently,
     a token per forward as decode runs, with the kernels' rounded activations: int8 activations per
-    group of 32 once gave 25.00 here where a prefill's perplexity said 24.56."""
+    group of 32 once gave 25.00 here where a prefill that widened the weights for MKL said 24.56
+    (the prefill takes the kernels now, as decode does)."""
     assert apply_levers(plain, {"quant": "int4"}) == ""
     from transformers import DynamicCache
 

@@ -40,12 +40,10 @@ from tui_app.engine.config import EngineConfig, RunRequest
 from tui_app.engine.lean import LeanDecode, use_own_attention
 from tui_app.engine.models import ModelError, load_model, resolve_device, resolve_dtype
 from tui_app.engine.prompts import preset_prompt, reference_text
-from tui_app.engine.quant import KERNEL_TOKENS, has_kernels
 from tui_app.engine.speculative import DraftProposer, accept_greedy, lookup_proposals
 
 MB = 1024 * 1024
 MAX_GEMV_ROWS = 2  # measured: see _stream_gemv_on_cpu
-PPL_PIECE = KERNEL_TOKENS - 1  # tokens per forward of a quantized perplexity: each piece takes the kernels, as decode does
 CACHE_BYTES = 32 * MB  # a last-level cache (this CPU's L3): weights beyond it stream from memory
 
 
@@ -598,13 +596,11 @@ class Engine:
 
     @torch.inference_mode()
     def perplexity(self, level: str) -> float | None:
-        """Perplexity of the fixed reference text under a weight variant (cached per variant).
-
-        A variant with our kernels is fed through a cache in pieces short enough for them, so this
-        measures what decode computes: their rounded activations included, which a single long
-        prefill (whose weights are widened for MKL) would not see. Measured on the default model,
-        rounding the int4 kernel's activations to int8 per group moved this from 24.56 to 25.00,
-        the prefill's not at all. Other weights take one prefill (fp32: 1.0 s where pieces took 1.9)."""
+        """Perplexity of the fixed reference text under a weight variant (cached per variant), in one
+        prefill. A variant with our kernels computes it there as decode does (the kernels take
+        every length, their rounded activations included; tests check it against a token-by-token
+        decode): measured on the default model, rounding the int4 kernel's activations to int8 per
+        group moved it from 24.56 to 25.00."""
         if level not in self._ppl:
             model = self._variants.get(level)
             if model is None:
@@ -614,10 +610,7 @@ class Engine:
             if int(ids.max()) >= vocab:  # a tokenizer larger than the model's vocabulary: no honest number
                 self._ppl[level] = None
                 return None
-            piece = PPL_PIECE if has_kernels(model) else ids.shape[1]
-            cache = self._dynamic_cache(config=model.config)
-            logits = torch.cat([model(input_ids=ids[:, i:i + piece], past_key_values=cache, use_cache=True).logits[0].float()
-                                for i in range(0, ids.shape[1], piece)])
+            logits = model(input_ids=ids, use_cache=False).logits[0].float()
             nll = torch.nn.functional.cross_entropy(logits[:-1], ids[0, 1:])
             self._ppl[level] = float(math.exp(float(nll)))
         return self._ppl[level]

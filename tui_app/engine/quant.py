@@ -7,11 +7,13 @@ per token and how fast a kernel streams them.
 - torchao's CPU path (and aten's `_weight_int8pack_mm`, 1-2 GB/s here) ran at fp32's speed
   eager and 27 tok/s compiled; the tied LM head, a fifth of the model, had to stay fp32 (113 MB
   read per token) because its int8 form halved the speed.
-- Here up to KERNEL_TOKENS tokens per call go to our C++ kernel (kernels/int8_linear.cpp, built
-  once per machine by native.py), which streams the int8 weights at 17-20 GB/s where widening
-  them to fp32 and multiplying was compute-bound at ~7.5 G weights/s: int8 decode 28 -> 69 tok/s
-  eager, 54 -> 92 compiled, LM head int8 too. Longer inputs (prefill) are compute-bound; there
-  each weight is widened to fp in row chunks that stay in the cache, for MKL's GEMM.
+- Here every fp32 call goes to our C++ kernel (kernels/int8_linear.cpp, built once per machine
+  by native.py), which streams the int8 weights at 17-20 GB/s where widening them to fp32 and
+  multiplying was compute-bound at ~7.5 G weights/s: int8 decode 28 -> 69 tok/s eager, 54 -> 92
+  compiled, LM head int8 too. Prefill too (session 11): the tiled kernels, four tokens per pass
+  over weights that stay in L1, beat widening the weights for MKL at every length measured (8 to
+  512 tokens, 3-8x) and even MKL's fp32 GEMM on the original weights (2-3x), so the prefill
+  computes what decode does (the same rounded activations) and faster.
 - int4 the same way (kernels/int4_linear.cpp): 8 -> 53 tok/s eager, 88 compiled (torchao's int4 -> ours);
   its tiled form on huge pages (session 9): 72 eager, 146 compiled. Session 10: int8 tiled too,
   int16 activations in both again: int8 58 eager, 118 compiled; int4 78 and 145 (ceiling.py).
@@ -28,10 +30,6 @@ import torch
 
 from . import native, pages
 
-# Below this many tokens per call the C++ kernel (kernels/int8_linear.cpp) beats widening the
-# weights for MKL (measured, 1536x576 and 49152x576 layers: 4.9x at 1 token, 1.5x at 16, a tie at
-# 32-64); prefill beyond it is compute-bound, where MKL's fp32 GEMM is the faster engine.
-KERNEL_TOKENS = 32
 GROUP = 32  # int4 weights per scale and min
 TILE = 16  # rows stored together: one per int32 lane of the kernels' AVX-512 vectors
 QUAD = 4  # int8 weights of a row side by side in a tile: one int32 lane's worth
@@ -60,8 +58,8 @@ def _frozen(t: torch.Tensor) -> torch.nn.Parameter:
 
 
 class _QuantLinear(torch.nn.Module):
-    """A linear layer over packed weights: up to KERNEL_TOKENS tokens per call go to the C++
-    kernel; longer inputs multiply widened weights, row chunk by row chunk when eager.
+    """A linear layer over packed weights: fp32 inputs go to the C++ kernel where it is built;
+    otherwise (no kernel, other dtypes) the weights are widened, row chunk by row chunk when eager.
     Its packed tensors (named in `packs`) are its own, or slices of a model-wide pool (_pool)."""
 
     packs: tuple[str, ...] = ()
@@ -83,7 +81,7 @@ class _QuantLinear(torch.nn.Module):
         return t[start:start + math.prod(shape)].view(shape)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kernel and x.dtype == torch.float32 and x.numel() < KERNEL_TOKENS * self.in_features:
+        if self.kernel and x.dtype == torch.float32:
             return self._kernel(x)
         if torch.compiler.is_compiling():
             y = self._product(x, 0, self.out_features, scratch=False)
@@ -167,11 +165,6 @@ class Int4Linear(_QuantLinear):
         w = _scratch_view(q.shape, x.dtype, q.device).copy_(q) if scratch else q.to(x.dtype)
         w.mul_(scale[:j - i].to(x.dtype)).add_(mins[:j - i].to(x.dtype))
         return x @ w.view(j - i, -1).t()
-
-
-def has_kernels(model: torch.nn.Module) -> bool:
-    """Whether some layer of `model` sends short inputs to one of our kernels."""
-    return any(isinstance(m, _QuantLinear) and m.kernel for m in model.modules())
 
 
 def _replace_linears(model: torch.nn.Module, make) -> torch.nn.Module:
