@@ -86,16 +86,20 @@ def test_kv_bytes_of_every_step_equal_the_formula(plain, collect):
 
 
 @pytest.mark.slow
-def test_compile_with_int8_weights_keeps_int8s_greedy_output(plain, collect):
-    """The compiled step (static cache, masked empty slots, the int8 kernel called from inductor's
-    code) over the int8 weights, batch 2: the same tokens as the eager int8 run, in every row."""
-    assert apply_levers(plain, {"quant": "int8", "batch": 2}) == ""
+@pytest.mark.parametrize("level", ["int8", "int4"])
+def test_compile_with_quantized_weights_keeps_their_greedy_output(plain, collect, level):
+    """The compiled step over quantized weights is the fused op (kernels/decode_step.cpp: static
+    cache, the projection kernels, attention over the filled slots), batch 2: the same tokens as the
+    eager variant's run, in every row, and the compile phase says which step it is."""
+    assert apply_levers(plain, {"quant": level, "batch": 2}) == ""
     eager, _, _ = run(plain, collect)
-    assert apply_levers(plain, {"quant": "int8", "batch": 2, "compile": True}) == ""
+    assert apply_levers(plain, {"quant": level, "batch": 2, "compile": True}) == ""
     compiled, steps, _ = run(plain, collect)
     assert not [e for e in collect if isinstance(e, LeverRefused)]
     assert compiled == eager
     assert steps[-1].kv_alloc_bytes == kv_formula_bytes(4, 2, 256, 30, 3, 64)
+    done = [e for e in collect if isinstance(e, Phase) and e.name == "compile" and e.done]
+    assert done and "decode_step" in done[-1].detail
 
 
 def test_only_a_plain_run_becomes_the_reference(plain, collect):

@@ -288,52 +288,60 @@ class Engine:
 
     def _compiled_fn(self, model, level: str):
         """A compiled decode step (ids, static cache, position ids) → logits [B, 1, V]."""
-        if level not in self._compiled:
-            if self.device.startswith("cuda"):
-                mode = "reduce-overhead"  # CUDA graphs: one launch per step
-            else:
-                import torch._inductor.config as inductor
+        if level in self._compiled:
+            return self._compiled[level]
+        lean = self._lean_step(model)
+        if lean is not None and lean.use_fused_step():  # built here, in the compile phase
+            # A quantized Llama on CPU: its static-cache step is one C++ op (kernels/decode_step.cpp,
+            # compiled ahead of time for this CPU by native.py), and torch.compile around that one op
+            # only adds dynamo's and the C++ wrapper's handling of its 160 tensors: measured on the
+            # default model's int4 step, 0.3-1 ms of a 4.5 ms step. So the op is the compiled step.
+            self._compiled[level] = lean.static_step
+            return lean.static_step
+        if self.device.startswith("cuda"):
+            mode = "reduce-overhead"  # CUDA graphs: one launch per step
+        else:
+            import torch._inductor.config as inductor
 
-                # On CPU the per-step cost left is the generated wrapper calling each kernel from
-                # Python; a C++ wrapper cuts it by a fifth (framework_overhead.py).
-                mode, inductor.cpp_wrapper = "default", True
-                weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
-                _stream_gemv_on_cpu(inductor, on=weights > CACHE_BYTES)
-                if level == "off" and weights > CACHE_BYTES:  # quantized variants' pools are there already
-                    pages.adopt(model)  # the step streams these weights: on huge pages (pages.py)
-                # With the static cache's mask, transformers copies each grouped K/V head out to
-                # every query head it serves before attention (1.2 MB per layer and token for the
-                # default model's 3 KV heads), unless SDPA is told to group them itself: measured,
-                # compiled fp32 39 -> 43 tok/s, int8 73 -> 85. Read when the step is traced.
-                os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
-            # Each weight variant × batch × cache bucket is its own graph of one step function;
-            # past dynamo's default of 8 it would fall back to eager under the "compile" label.
-            torch._dynamo.config.recompile_limit = 64
-            lean = self._lean_step(model)
-            if lean is not None:
-                # Here, in the compile phase: the attention kernel's first build takes seconds.
-                lean.own_attention = use_own_attention(model)
-                step = lean.static_step
-            else:
-                def step(ids, cache, position_ids):
-                    return model(input_ids=ids, past_key_values=cache, position_ids=position_ids, use_cache=True, logits_to_keep=1).logits
-            compiled = torch.compile(step, mode=mode, dynamic=False)
+            # On CPU the per-step cost left is the generated wrapper calling each kernel from
+            # Python; a C++ wrapper cuts it by a fifth (framework_overhead.py).
+            mode, inductor.cpp_wrapper = "default", True
+            weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+            _stream_gemv_on_cpu(inductor, on=weights > CACHE_BYTES)
+            if level == "off" and weights > CACHE_BYTES:  # quantized variants' pools are there already
+                pages.adopt(model)  # the step streams these weights: on huge pages (pages.py)
+            # With the static cache's mask, transformers copies each grouped K/V head out to
+            # every query head it serves before attention (1.2 MB per layer and token for the
+            # default model's 3 KV heads), unless SDPA is told to group them itself: measured,
+            # compiled fp32 39 -> 43 tok/s, int8 73 -> 85. Read when the step is traced.
+            os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
+        # Each weight variant × batch × cache bucket is its own graph of one step function;
+        # past dynamo's default of 8 it would fall back to eager under the "compile" label.
+        torch._dynamo.config.recompile_limit = 64
+        if lean is not None:
+            # Here, in the compile phase: the attention kernel's first build takes seconds.
+            lean.own_attention = use_own_attention(model)
+            step = lean.static_step
+        else:
+            def step(ids, cache, position_ids):
+                return model(input_ids=ids, past_key_values=cache, position_ids=position_ids, use_cache=True, logits_to_keep=1).logits
+        compiled = torch.compile(step, mode=mode, dynamic=False)
 
-            def call(ids, cache, position_ids):
-                # Once this shape is warm (_warm_compile ran it), dynamo's guards only pick among
-                # graphs the engine itself compiled: checking all of them (every parameter, every
-                # cache attribute) cost 30 us a step, a sixth of the tiny Llama's compiled step.
-                # A shape not yet warm takes the full check, so a new shape still recompiles.
-                # The stance is process-wide; it is switched only when it changes (a context
-                # manager per step cost a third of the gain), and back at each run's end.
-                trusted = (level, ids.shape[0], cache.layers[0].max_cache_len) in self._warm
-                if trusted != self._trusting:
-                    torch.compiler.set_stance("default", skip_guard_eval_unsafe=trusted)
-                    self._trusting = trusted
-                return compiled(ids, cache, position_ids)
+        def call(ids, cache, position_ids):
+            # Once this shape is warm (_warm_compile ran it), dynamo's guards only pick among
+            # graphs the engine itself compiled: checking all of them (every parameter, every
+            # cache attribute) cost 30 us a step, a sixth of the tiny Llama's compiled step.
+            # A shape not yet warm takes the full check, so a new shape still recompiles.
+            # The stance is process-wide; it is switched only when it changes (a context
+            # manager per step cost a third of the gain), and back at each run's end.
+            trusted = (level, ids.shape[0], cache.layers[0].max_cache_len) in self._warm
+            if trusted != self._trusting:
+                torch.compiler.set_stance("default", skip_guard_eval_unsafe=trusted)
+                self._trusting = trusted
+            return compiled(ids, cache, position_ids)
 
-            self._compiled[level] = call
-        return self._compiled[level]
+        self._compiled[level] = call
+        return call
 
     def _warm_compile(self, batch: int, max_len: int) -> None:
         """Compile (and run once) outside any run, so compile time is its own phase."""
@@ -354,7 +362,8 @@ class Engine:
                 self._forward(model, tok, cache, pos, fn=fn)
         self._warm.add(key)
         _freeze()
-        self.emit(Phase("compile", f"batch {batch}, {self.levers.quant}", True, time.perf_counter() - t0))
+        how = "one C++ op (decode_step)" if getattr(self._lean_step(model), "fused", None) is not None else "torch.compile"
+        self.emit(Phase("compile", f"batch {batch}, {self.levers.quant}: {how}", True, time.perf_counter() - t0))
 
     def _new_cache(self, model, needed: int):
         from transformers import DynamicCache, StaticCache

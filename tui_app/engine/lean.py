@@ -21,7 +21,7 @@ from functools import partial
 import torch
 
 from . import native
-from .quant import joined
+from .quant import Int8Linear, joined
 
 ARCHITECTURES = ("llama",)  # the module layout and decoder-layer signature this step relies on
 ATTENTION = "tokentop"  # our attention function's name in transformers' registries
@@ -68,6 +68,7 @@ class LeanDecode:
         self.norm = inner.norm
         self.head = model.lm_head
         self.own_attention = False  # static_step's attention: set by the engine when it compiles the step
+        self.fused: tuple | None = None  # static_step as one op's arguments (use_fused_step)
         # A quantized variant's q/k/v and gate/up projections, each group as one layer (quant.joined).
         self.joints = [self._joints(layer) for layer in self.layers]
 
@@ -114,9 +115,50 @@ class LeanDecode:
         gate, up = gate_up(layer.post_attention_layernorm(hidden)).split(mlp.gate_proj.out_features, dim=-1)
         return hidden + mlp.down_proj(mlp.act_fn(gate) * up)
 
+    def use_fused_step(self) -> bool:
+        """Run static_step as one op (kernels/decode_step.cpp), where every layer's projections are
+        joined layers of one quantized kind on our kernels, the head is int8 on its kernel, the MLP is
+        SiLU-gated, RoPE's frequencies are fixed, the model is on CPU in fp32, and the op builds (once
+        per machine: call this in a phase of its own)."""
+        if self.fused is not None:
+            return True
+        first, head = self.layers[0], self.head
+        rope_type = getattr(self.rotary, "rope_type", None)
+        if (any(j is None for j in self.joints) or self.embed.weight.device.type != "cpu" or self.embed.weight.dtype != torch.float32
+                or first.mlp.config.hidden_act != "silu" or rope_type is None or "dynamic" in rope_type or rope_type == "longrope"
+                or not isinstance(head, Int8Linear) or not head.kernel or head.bias is not None or "qweight" not in head.pooled):
+            return False
+        projections = [p for layer, (qkv, gate_up) in zip(self.layers, self.joints)
+                       for p in (qkv, layer.self_attn.o_proj, gate_up, layer.mlp.down_proj)]
+        kind = type(projections[0])
+        if any(type(p) is not kind or not p.kernel or p.bias is not None or any(n not in p.pooled or getattr(p, n) is not getattr(projections[0], n) for n in kind.packs)
+               for p in projections):
+            return False
+        norms = [n for layer in self.layers for n in (layer.input_layernorm, layer.post_attention_layernorm)] + [self.norm]
+        if len({getattr(n, "variance_epsilon", None) for n in norms}) != 1 or norms[0].variance_epsilon is None:
+            return False
+        if native.load("decode_step") is not None:
+            return False
+
+        def layout(p) -> list[int]:  # where p's tiles (and int8's scales) lie in its pools, and its shape
+            return [p.pooled[p.packs[0]][0], p.pooled["scale"][0] if isinstance(p, Int8Linear) else -1, p.out_features, p.in_features]
+
+        attn = first.self_attn
+        self.fused = (self.rotary.inv_freq, float(self.rotary.attention_scaling), [n.weight for n in norms],
+                      getattr(projections[0], kind.packs[0]), getattr(projections[0], "scale", None) if kind is Int8Linear else None,
+                      [v for p in projections for v in layout(p)], head.qweight, head.scale, layout(head),
+                      attn.config.num_attention_heads, norms[0].variance_epsilon, attn.scaling)
+        return True
+
     def static_step(self, ids: torch.Tensor, cache, position_ids: torch.Tensor) -> torch.Tensor:
         """The same step over a StaticCache, for torch.compile: the slots past the current position
         are empty (zeros) and must be masked out; an additive mask serves eager and SDPA alike."""
+        if self.fused is not None:
+            inv_freq, rope_scale, norms, weights, scales, layout, head, head_scales, head_layout, heads, eps, scaling = self.fused
+            layers = cache.layers[: len(self.layers)]
+            return torch.ops.tokentop.decode_step(ids, position_ids, self.embed.weight, inv_freq, rope_scale, norms, weights, scales, layout,
+                                                  head, head_scales, head_layout, [c.keys for c in layers], [c.values for c in layers],
+                                                  [c.cumulative_length for c in layers], heads, eps, scaling)
         slots = torch.arange(cache.layers[0].max_cache_len, device=ids.device)
         allowed = slots <= position_ids[0, 0]  # every row sits at the same position: batches repeat one prompt
         dtype = self.embed.weight.dtype  # the hidden states' dtype: the embedding is never quantized

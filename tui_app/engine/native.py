@@ -74,9 +74,15 @@ def _fake_decode_attention(q, k, v, position, scale):
     return q.new_empty((q.shape[0], 1, q.shape[1], q.shape[3]))
 
 
+def _fake_decode_step(ids, position, embed, inv_freq, rope_scale, norms, weights, scales, layout, head, head_scales,
+                      head_layout, keys, values, lengths, heads, eps, scaling):
+    return embed.new_empty((ids.shape[0], 1, head_layout[2]))
+
+
 FAKES = {"int8_linear": ("tokentop::int8_linear", _fake_int8_linear),
          "int4_linear": ("tokentop::int4_linear", _fake_int4_linear),
-         "decode_attention": ("tokentop::decode_attention", _fake_decode_attention)}
+         "decode_attention": ("tokentop::decode_attention", _fake_decode_attention),
+         "decode_step": ("tokentop::decode_step", _fake_decode_step)}
 
 
 def load(name: str) -> str | None:
