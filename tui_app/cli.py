@@ -60,7 +60,7 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0)
     g = p.add_argument_group("levers (initial state; keys switch them live)")
     g.add_argument("--no-cache", action="store_true", help="start with the KV cache off")
-    g.add_argument("--compile", action="store_true", help="start with static cache + torch.compile")
+    g.add_argument("--compile", action="store_true", help="start with static cache + a compiled decode step (torch.compile; a quantized Llama on CPU: one C++ op)")
     g.add_argument("--quant", choices=QUANT_LEVELS, default="off")
     g.add_argument("--spec", choices=SPEC_MODES, default="off")
     g.add_argument("--batch", type=int, choices=BATCH_SIZES, default=1)
