@@ -1,5 +1,5 @@
 // The decode attention kernel's body, on raw pointers: decode_attention.cpp wraps it as an op,
-// decode_layers.cpp calls it once per layer of a fused decode step. See decode_attention.cpp for the why.
+// decode_step.cpp calls it once per layer of a fused decode step. See decode_attention.cpp for the why.
 #pragma once  // the includer defines CPU_CAPABILITY_* before any ATen header, as decode_attention.cpp does
 
 #include <ATen/Parallel.h>
@@ -13,7 +13,6 @@
 
 namespace {
 namespace attn {
-
 
 using Vec = at::vec::Vectorized<float>;
 

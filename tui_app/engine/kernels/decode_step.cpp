@@ -69,14 +69,7 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   for (; i < n; ++i) out[i] = gate[i] / (1.f + std::exp(-gate[i])) * up[i];
 }
 
-template <typename T>
-T* buffer(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
-
-// One projection of the pooled weights: layout holds, per projection, (offset of its tiles in the
-// weight pool in bytes, offset of its scales in the scale pool or -1 for int4, out features, in features).
+// One projection of the pooled weights.
 struct Projection {
   const uint8_t* w;
   const float* scale;  // int8's row scales; null for int4
@@ -94,8 +87,10 @@ struct Projection {
 // in the scale pool or -1 for int4, out features, in features), checked to lie inside its pools.
 Projection projection(const at::Tensor& weights, const std::optional<at::Tensor>& scales, at::IntArrayRef q) {
   const int64_t off = q[0], soff = q[1], N = q[2], K = q[3];
-  TORCH_CHECK(N > 0 && K > 0 && (scales ? K <= int8k::kMaxK : K % 32 == 0), "decode_step: a projection's shape");
-  const int64_t bytes = scales ? (N + 15) / 16 * 16 * ((K + 3) / 4 * 4) : (N + 15) / 16 * (K / 32) * 320;
+  TORCH_CHECK(N > 0 && K > 0 && (scales ? K <= int8k::kMaxK : K % int4k::kGroup == 0), "decode_step: a projection's shape");
+  const int64_t tiles = (N + int8k::kRows - 1) / int8k::kRows;  // both formats: 16 rows a tile
+  const int64_t bytes = scales ? tiles * int8k::kRows * ((K + int8k::kQuad - 1) / int8k::kQuad * int8k::kQuad)
+                               : tiles * (K / int4k::kGroup) * int4k::kTile;
   TORCH_CHECK(off >= 0 && off + bytes <= weights.numel() && (!scales || (soff >= 0 && soff + N <= scales->numel())),
               "decode_step: a projection outside its pool");
   return {weights.data_ptr<uint8_t>() + off, scales ? scales->data_ptr<float>() + soff : nullptr, N, K};
@@ -142,9 +137,9 @@ at::Tensor decode_step(const at::Tensor& ids, const at::Tensor& position, const 
   }
 
   thread_local std::vector<float> h_buf, cos_buf, sin_buf;
-  float* h = buffer(h_buf, B * D);
-  float* cp = buffer(cos_buf, B * hd);
-  float* sp = buffer(sin_buf, B * hd);
+  float* h = scratch(h_buf, B * D);
+  float* cp = scratch(cos_buf, B * hd);
+  float* sp = scratch(sin_buf, B * hd);
   const at::Tensor ic = ids.contiguous(), pc = position.contiguous();
   for (int64_t b = 0; b < B; ++b) {
     const int64_t id = ic.data_ptr<int64_t>()[b];
@@ -159,14 +154,14 @@ at::Tensor decode_step(const at::Tensor& ids, const at::Tensor& position, const 
     }
   }
   const int64_t I = proj[2].N / 2;
-  thread_local std::vector<float> x_buf, qkv_buf, att_buf, gu_buf, act_buf, y_buf;
-  float* x = buffer(x_buf, B * D);
-  float* qkv = buffer(qkv_buf, B * (qn + 2 * kvn));
-  float* att = buffer(att_buf, B * qn);
-  float* gu = buffer(gu_buf, B * 2 * I);
-  float* act = buffer(act_buf, B * I);
-  float* y = buffer(y_buf, B * D);
-  std::vector<float> q(B * qn);
+  thread_local std::vector<float> x_buf, qkv_buf, q_buf, att_buf, gu_buf, act_buf, y_buf;
+  float* x = scratch(x_buf, B * D);
+  float* qkv = scratch(qkv_buf, B * (qn + 2 * kvn));
+  float* q = scratch(q_buf, B * qn);
+  float* att = scratch(att_buf, B * qn);
+  float* gu = scratch(gu_buf, B * 2 * I);
+  float* act = scratch(act_buf, B * I);
+  float* y = scratch(y_buf, B * D);
   const float e = float(eps);
 
   for (int64_t l = 0; l < L; ++l) {
@@ -183,7 +178,7 @@ at::Tensor decode_step(const at::Tensor& ids, const at::Tensor& position, const 
       const float *c = cp + b * hd, *s = sp + b * hd;
       for (int64_t j = 0; j < heads; ++j) {
         rope(row + j * hd, c, s, hd);
-        std::copy(row + j * hd, row + (j + 1) * hd, q.data() + b * qn + j * hd);
+        std::copy(row + j * hd, row + (j + 1) * hd, q + b * qn + j * hd);
       }
       for (int64_t g = 0; g < Hkv; ++g) {
         float* k = row + qn + g * hd;
@@ -193,7 +188,7 @@ at::Tensor decode_step(const at::Tensor& ids, const at::Tensor& position, const 
       }
     }
     length = pos + 1;
-    attn::attend(q.data(), kc, vc, B, heads, Hkv, S, hd, pos + 1, float(scaling), att);
+    attn::attend(q, kc, vc, B, heads, Hkv, S, hd, pos + 1, float(scaling), att);
     proj[4 * l + 1](att, B, y);
     for (int64_t i = 0; i < B * D; ++i) h[i] += y[i];
     const float* w_post = norms[2 * l + 1].data_ptr<float>();

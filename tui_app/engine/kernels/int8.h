@@ -1,4 +1,4 @@
-// The int8 kernel's body, on raw pointers: int8_linear.cpp wraps it as an op, decode_layers.cpp
+// The int8 kernel's body, on raw pointers: int8_linear.cpp wraps it as an op, decode_step.cpp
 // calls it once per projection of a fused decode step. See int8_linear.cpp for the why.
 #pragma once  // the includer checks for AVX-512 first
 
@@ -13,7 +13,6 @@
 
 namespace {
 namespace int8k {
-
 
 constexpr int64_t kRows = 16;    // rows per tile: one per int32 lane
 constexpr int64_t kQuad = 4;     // weights of a row per lane and vector
