@@ -20,6 +20,8 @@
 #include <cstring>
 #include <vector>
 
+#include "scratch.h"
+
 // The largest int16 whose high byte, rounded as below, still fits int8: 127 * 256 + 127.
 constexpr float kQmax = 32639.f;
 
@@ -59,10 +61,3 @@ inline __m512i word(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// A buffer per thread reused across calls: allocating three vectors per call cost more than
-// the rounding itself on the small layers. It grows to the largest call and is reused.
-template <typename T>
-inline T* scratch(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
