@@ -4,9 +4,10 @@ lever mix with llama.cpp decoding the same GGUF (when llama-cpp-python is instal
 
 Bytes per token = the weights (each tensor once; the embedding table only where the LM head is tied
 to it and so reads all of it) + the KV cache read at the mean context length. Bandwidth: the best of
-five sums of a 1 GiB array on huge pages (as the engine's weights lie) with the engine's thread
+three sums of a 1 GiB array on huge pages (as the engine's weights lie) with the engine's thread
 count; llama.cpp runs with that count too, and
-is put on the same measure (its bytes per token read from the GGUF, its KV cache in f16).
+is put on the same measure (its bytes per token read from the GGUF, its KV cache in f16). Each
+run is put against the bandwidth read just before and after it.
 
     .venv/bin/python benchmarks/ceiling.py [--tokens 64] [--repeats 3] [--threads N]
 """
@@ -22,22 +23,28 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def read_bandwidth(threads: int, gib: float = 1.0, repeats: int = 5) -> float:
+class ReadBandwidth:
     """The best rate of summing `gib` GiB: on huge pages, as the engine's weights are (engine/pages.py),
-    the memory's fastest read here (on this VM 26-28 GB/s on small pages, 31-34 on huge ones)."""
-    import torch
+    the memory's fastest read here (on one VM 26-28 GB/s on small pages, 31-34 on huge ones). Called
+    between runs: this VM's bandwidth swings by a third within minutes (21.9 then 31.6 GB/s, seen;
+    10.6 then 8.2 across one run of this script), so a run is put against the reads beside it."""
 
-    from tui_app.engine import pages
+    def __init__(self, threads: int, gib: float = 1.0):
+        import torch
 
-    torch.set_num_threads(threads)  # the engine's count: torch's sum splits the array across them
-    a = pages.empty(int(gib * 2**30)).view(torch.float64).fill_(1)
-    a.sum()
-    best = 0.0
-    for _ in range(repeats):
-        t = time.perf_counter()
-        a.sum()
-        best = max(best, a.numel() * 8 / (time.perf_counter() - t))
-    return best
+        from tui_app.engine import pages
+
+        torch.set_num_threads(threads)  # the engine's count: torch's sum splits the array across them
+        self.array = pages.empty(int(gib * 2**30)).view(torch.float64).fill_(1)
+        self.array.sum()
+
+    def __call__(self, repeats: int = 3) -> float:
+        best = 0.0
+        for _ in range(repeats):
+            t = time.perf_counter()
+            self.array.sum()
+            best = max(best, self.array.numel() * 8 / (time.perf_counter() - t))
+        return best
 
 
 def tensor_bytes(t) -> int:
@@ -78,12 +85,23 @@ def gguf_bytes_per_token(gguf: str, context: float) -> float:
     return sum(sizes.values()) + kv
 
 
-def llama_cpp_tps(gguf: str, tokens: int, threads: int) -> tuple[float, float] | None:
-    """llama.cpp's decode tok/s on `gguf` and the mean context of its runs, or None when it is not installed."""
+def llama_cpp_tps(gguf: str, tokens: int, threads: int, repacking: bool = True) -> tuple[float, float] | None:
+    """llama.cpp's decode tok/s on `gguf` and the mean context of its runs, or None when it is not installed.
+    `repacking=False` turns off its extra buffer types (weights repacked for AMX and other kernels)."""
     try:
         from llama_cpp import Llama
+        from llama_cpp import llama_cpp as api
     except ImportError:
         return None
+    if not repacking:
+        defaults = api.llama_model_default_params
+
+        def params():
+            p = defaults()
+            p.use_extra_bufts = False
+            return p
+
+        api.llama_model_default_params = params  # Llama() takes its model parameters from here
     llm = Llama(model_path=gguf, n_threads=threads, n_ctx=512, verbose=False)
     prompt = "Write a short story about a robot who learns to paint."
     # EOS banned, as tokentop's runs here ignore it: on a raw prompt the model may stop at once.
@@ -99,6 +117,27 @@ def llama_cpp_tps(gguf: str, tokens: int, threads: int) -> tuple[float, float] |
                 first = time.perf_counter()  # decode starts after the first token (prefill)
         out.append((n - 1) / (time.perf_counter() - first))
     return statistics.median(out), len(llm.tokenize(prompt.encode())) + tokens / 2
+
+
+def peer_tps(gguf: str, tokens: int, threads: int) -> tuple[float, float, str] | None:
+    """llama_cpp_tps in a child process, so that a crash of the peer does not end the benchmark: on
+    one of this project's VMs (AMX in its CPU flags) llama.cpp 0.3.36 died of SIGSEGV in
+    `ggml_backend_amx_mul_mat` on its first decode. Then it is measured again without its repacked
+    weight buffers, and the returned note says so."""
+    import json
+    import subprocess
+
+    crashed = None
+    for repacking in (True, False):
+        code = (f"import json, sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); import ceiling; "
+                f"print(json.dumps(ceiling.llama_cpp_tps({gguf!r}, {tokens}, {threads}, {repacking})))")
+        child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+        if child.returncode == 0:
+            result = json.loads(child.stdout.strip().splitlines()[-1])
+            note = "" if crashed is None else f"; its repacked (AMX) weight buffers off: with them it died, exit {crashed}"
+            return None if result is None else (result[0], result[1], note)
+        crashed = child.returncode
+    raise RuntimeError(f"llama.cpp died twice (exit {crashed}):\n{child.stderr[-2000:]}")
 
 
 def main() -> int:
@@ -117,7 +156,7 @@ def main() -> int:
     session = Session()
     engine = Engine(EngineConfig(threads=args.threads), session.feed)
     engine.load()
-    first = read_bandwidth(threads=engine.threads)
+    bandwidth = ReadBandwidth(engine.threads)
     req = RunRequest(max_new_tokens=args.tokens, ignore_eos=True)
     rows = []
     for name, combo in [("fp32", {}), ("fp32+compile", {"compile": True}), ("int8", {"quant": "int8"}),
@@ -125,45 +164,46 @@ def main() -> int:
                         ("int4+compile", {"quant": "int4", "compile": True})]:
         refused = apply_levers(engine, combo)
         if refused:
-            rows.append((name, None, None, refused))
+            rows.append((name, None, None, None, None, refused))
             continue
         engine.run(req)
-        tps, kv = [], []
+        wb = weight_bytes(engine._variants[engine.levers.quant])
+        tps, per_token, reads, ratios = [], [], [bandwidth()], []
         for _ in range(args.repeats):
             fin = engine.run(req)
             st = session.timer.runs[fin.run_id].total
+            reads.append(bandwidth())
             tps.append(st.decode_tps)
-            kv.append(st.kv_bytes / 2)  # the mean context over the run holds about half the final KV
-        wb = weight_bytes(engine._variants[engine.levers.quant])
-        per_token = wb + statistics.mean(kv)
-        t = statistics.median(tps)
-        rows.append((name, t, per_token, ""))
+            per_token.append(wb + st.kv_bytes / 2)  # the mean context over the run holds about half the final KV
+            # against the better of the reads just before and after the run: the ceiling of that minute
+            ratios.append(per_token[-1] * tps[-1] / max(reads[-2], reads[-1]))
+        rows.append((name, statistics.median(tps), statistics.mean(per_token), max(reads), statistics.median(ratios), ""))
     apply_levers(engine, {})
-    # This VM's bandwidth swings by a third within minutes (21.9 then 31.6 GB/s, seen): the machine's
-    # ceiling is the best it showed, so it is read before and after the rows and the better is kept.
-    after = read_bandwidth(threads=engine.threads)
-    bw = max(first, after)
     gguf = str(find_default_gguf())
-    peer = llama_cpp_tps(gguf, args.tokens, engine.threads)
-    print(f"\n{engine.ready.model} on {engine.device}, {engine.threads} torch thread(s); measured read bandwidth "
-          f"{bw / 1e9:.1f} GB/s (best of before / after the rows: {first / 1e9:.1f} / {after / 1e9:.1f}; "
-          f"sum of 1 GiB, {engine.threads} thread(s))\n")
-    print("| weights | decode tok/s | bytes/token | achieved GB/s | ÷ bandwidth | target |\n|---|---|---|---|---|---|")
-    for name, t, per_token, refused in rows:
+    before = bandwidth()
+    peer = peer_tps(gguf, args.tokens, engine.threads)
+    peer_bw = max(before, bandwidth())
+    print(f"\n{engine.ready.model} on {engine.device}, {engine.threads} torch thread(s); read bandwidth: the best of "
+          f"three sums of 1 GiB ({engine.threads} thread(s)) just before and after each run; the ratio is each run's "
+          f"against its own reads, the median of {args.repeats} runs\n")
+    print("| weights | decode tok/s | bytes/token | achieved GB/s | read GB/s (best beside the runs) | ÷ bandwidth | target |\n"
+          "|---|---|---|---|---|---|---|")
+    for name, t, per_token, bw, ratio, refused in rows:
         if refused:
-            print(f"| {name} | refused: {refused} | | | | |")
+            print(f"| {name} | refused: {refused} | | | | | |")
         else:
-            print(f"| {name} | {t:.1f} | {fmt.nbytes(per_token)} | {per_token * t / 1e9:.1f} | {per_token * t / bw:.2f} | ≥ 0.8 |")
+            print(f"| {name} | {t:.1f} | {fmt.nbytes(per_token)} | {per_token * t / 1e9:.1f} | {bw / 1e9:.1f} | {ratio:.2f} | ≥ 0.8 |")
     best = max((r for r in rows if r[1]), key=lambda r: r[1])
     print()
     if peer is None:
         print("llama.cpp: llama-cpp-python is not installed (`make bench-peer` builds it into .peer/)")
     else:
-        tps, context = peer
+        tps, context, note = peer
         per_token = gguf_bytes_per_token(gguf, context)
         # the peer on the same measure: what the ≥ 0.8 target asks of a quantized format here
-        print(f"llama.cpp on the same GGUF, {engine.threads} thread(s): {tps:.1f} tok/s × {fmt.nbytes(per_token)} per "
-              f"token = {per_token * tps / 1e9:.1f} GB/s, {per_token * tps / bw:.2f} of the bandwidth; best sound "
+        print(f"llama.cpp on the same GGUF, {engine.threads} thread(s){note}: {tps:.1f} tok/s × {fmt.nbytes(per_token)} per "
+              f"token = {per_token * tps / 1e9:.1f} GB/s, {per_token * tps / peer_bw:.2f} of the bandwidth ({peer_bw / 1e9:.1f} GB/s "
+              f"read beside it); best sound "
               f"tokentop mix ({best[0]}, same threads) ÷ llama.cpp = {best[1] / tps:.2f} (target ≥ 0.5)")
     return 0
 
