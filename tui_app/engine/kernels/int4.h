@@ -45,6 +45,7 @@ void tiles(const int8_t* xh, const int8_t* xl, const float* step, const float* s
     for (int i = 0; i < T; ++i) acc[i] = shift[i] = _mm512_setzero_ps();
     for (int64_t g = 0; g < groups; ++g) {
       const uint8_t* wg = wt + g * kTile;
+      for (int j = 0; j < kTile / 64; ++j) ahead(wg + 64 * j);
       __m512i lo[4], hi[4];
       for (int j = 0; j < 4; ++j) {
         const __m512i v = _mm512_loadu_si512(wg + 64 * j);

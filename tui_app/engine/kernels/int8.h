@@ -32,6 +32,7 @@ void tiles(const int8_t* xh, const int8_t* xl, const int32_t* offset, const floa
     __m512i h[T], l[T];
     for (int i = 0; i < T; ++i) h[i] = l[i] = _mm512_setzero_si512();
     for (int64_t k = 0; k < K; k += kQuad) {
+      ahead(wt + kRows * k);
       const __m512i v = _mm512_loadu_si512(wt + kRows * k);
       for (int i = 0; i < T; ++i) {
         h[i] = _mm512_dpbusd_epi32(h[i], v, word(xh + (m0 + i) * K + k));
