@@ -12,7 +12,8 @@
 // - The order of the reads. A tile's group is 320 bytes in one piece: 256 of nibbles, then the 16
 //   rows' scales and mins. One sequential stream per layer reads at the rate of a plain sum over
 //   the same bytes (20.1-20.8 GB/s vs 20.3-20.6), where weights, scales and mins in three arrays
-//   read at 15.5-16 (software prefetching made either slower).
+//   read at 15.5-16 (software prefetching made either slower there; on a VM with half that
+//   bandwidth the one stream gains from asking for lines 8 KiB ahead: activations.h's ahead()).
 // The mins need no work per weight: sum_k x_k * min_g = min_g * (sum of x over the group).
 // Machines without AVX-512 (F, BW, VL, VNNI) fail this build and keep torchao's path (the reason is shown).
 #if !defined(__AVX512F__) || !defined(__AVX512VNNI__) || !defined(__AVX512BW__) || !defined(__AVX512VL__)
