@@ -135,8 +135,10 @@ def _remove_stale_copies(gguf: Path, kept: Path) -> None:
     for folder in kept.parent.glob(f"{gguf.stem}-*"):
         if folder == kept or not folder.is_dir() or ".tmp" in folder.name:  # another process's save in progress
             continue
-        record = folder / SOURCE_RECORD
-        source = Path(record.read_text()) if record.is_file() else None
+        try:
+            source = Path((folder / SOURCE_RECORD).read_text())
+        except (OSError, ValueError):  # unrecorded (older than the record) or unreadable: nothing would load it
+            source = None
         if source is None or source == gguf.resolve() or not source.is_file():
             shutil.rmtree(folder, ignore_errors=True)  # a process loading from it keeps its open files
 

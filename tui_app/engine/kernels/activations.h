@@ -70,4 +70,3 @@ inline __m512i word(const int8_t* p) {
 // lie in call order), and past the pool's end a prefetch is dropped, never a fault.
 constexpr int64_t kAhead = 8192;
 inline void ahead(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p + kAhead), _MM_HINT_T0); }
-
