@@ -74,15 +74,10 @@ def _fake_decode_attention(q, k, v, position, scale):
     return q.new_empty((q.shape[0], 1, q.shape[1], q.shape[3]))
 
 
-def _fake_decode_step(ids, position, embed, inv_freq, rope_scale, norms, weights, scales, layout, head, head_scales,
-                      head_layout, keys, values, lengths, heads, eps, scaling):
-    return embed.new_empty((ids.shape[0], 1, head_layout[2]))
-
-
 FAKES = {"int8_linear": ("tokentop::int8_linear", _fake_int8_linear),
          "int4_linear": ("tokentop::int4_linear", _fake_int4_linear),
-         "decode_attention": ("tokentop::decode_attention", _fake_decode_attention),
-         "decode_step": ("tokentop::decode_step", _fake_decode_step)}
+         "decode_attention": ("tokentop::decode_attention", _fake_decode_attention)}
+# decode_step has none: it is never traced, the engine calls it as the compiled step itself.
 
 
 def load(name: str) -> str | None:
@@ -93,7 +88,8 @@ def load(name: str) -> str | None:
         except (RuntimeError, OSError) as exc:
             _loaded[name] = str(exc)
         else:
-            op, fake = FAKES[name]
-            torch.library.register_fake(op)(fake)
+            if name in FAKES:
+                op, fake = FAKES[name]
+                torch.library.register_fake(op)(fake)
             _loaded[name] = None
     return _loaded[name]
