@@ -274,3 +274,23 @@ def test_sampling_is_seeded(engine, engine_events):
     finally:
         engine.cfg.temperature, engine.cfg.top_p = 0.0, 1.0
     assert a == b and fin.diff_note == "sampled: not compared"
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.9])
+def test_a_sampled_token_is_torch_multinomials_draw(engine, top_p):
+    """The engine draws on the device without torch.multinomial's host-side checks; with the same
+    generator state it must pick what multinomial picks from the same (top-p filtered) probabilities."""
+    logits = torch.randn(3, 500, generator=torch.Generator().manual_seed(1)) * 3
+    engine.cfg.temperature, engine.cfg.top_p = 0.7, top_p
+    try:
+        engine._gen.manual_seed(5)
+        ours = engine._pick(logits).tolist()
+    finally:
+        engine.cfg.temperature, engine.cfg.top_p = 0.0, 1.0
+    probs = torch.softmax(logits / 0.7, dim=-1)
+    sorted_p, idx = probs.sort(dim=-1, descending=True)
+    for row in range(3):  # the nucleus: the fewest most likely tokens whose mass reaches top_p
+        keep = int((sorted_p[row].cumsum(0) < top_p).sum()) + 1
+        probs[row, idx[row, keep:]] = 0
+    expected = torch.multinomial(probs, 1, generator=torch.Generator(engine.device).manual_seed(5)).squeeze(-1).tolist()
+    assert ours == expected

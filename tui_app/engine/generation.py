@@ -75,13 +75,13 @@ class Engine:
         self._draft: DraftProposer | None = None
         self._leak: list[bytearray] = []
         self._run_id = 0
-        self._gen = torch.Generator()
 
     # ---------------------------------------------------------------- loading
     def load(self) -> EngineReady:
         cfg = self.cfg
         self.device = resolve_device(cfg.device)
         self.dtype = resolve_dtype(cfg.dtype, self.device)
+        self._gen = torch.Generator(self.device)  # sampling stays on the device: no sync for the draw
         self.threads = cfg.threads or _default_threads()
         if self.device == "cpu":
             torch.set_num_threads(self.threads)
@@ -278,9 +278,11 @@ class Engine:
         if self.cfg.top_p < 1.0:
             sorted_p, idx = probs.sort(dim=-1, descending=True)
             drop = sorted_p.cumsum(-1) - sorted_p > self.cfg.top_p
-            sorted_p[drop] = 0
-            probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p)
-        return torch.multinomial(probs.cpu(), 1, generator=self._gen).squeeze(-1).to(logits.device)
+            probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p.masked_fill(drop, 0))  # a boolean index would sync
+        # torch.multinomial's own draw for one sample (argmax of p / Exp(1) noise), without its
+        # validity check, which reads the probabilities' min and max on the host: two syncs a token.
+        noise = torch.empty_like(probs).exponential_(1, generator=self._gen)
+        return (probs / noise).argmax(-1)
 
     def _static_len(self, needed: int) -> int:
         # Buckets of 256 so compiled graphs (specialized on the cache shape) are reused across runs.
@@ -476,32 +478,36 @@ class Engine:
                     if self._draft is not None:
                         self._draft.reset()
                 else:
-                    props: list[int] = []
+                    props = None  # proposals on the device, [k]
                     if lev.spec == "lookup":
-                        props = lookup_proposals(tokens[0], num_tokens=min(8, max_new - len(out_ids) - 1))
+                        found = lookup_proposals(tokens[0], num_tokens=min(8, max_new - len(out_ids) - 1))
+                        props = torch.tensor(found, device=self.device) if found else None
                     elif lev.spec == "draft" and max_new - len(out_ids) > 1:
                         props = self._draft_proposer().propose(tokens[0])[: max_new - len(out_ids) - 1]
                     last = torch.tensor([[row[-1]] for row in tokens], device=self.device)
                     f0 = time.perf_counter_ns()
-                    if props:
+                    if props is not None:
                         kind = "verify"
-                        feed = torch.cat([last, torch.tensor([props], device=self.device)], dim=1)
+                        feed = torch.cat([last, props.unsqueeze(0)], dim=1)
                         logits = self._forward(model, feed, state["cache"], ctx_len - 1, keep=len(props) + 1)
-                        choice = logits[0].argmax(-1)
+                        checked = torch.cat([props, logits[0].argmax(-1)])
                     else:
                         kind = "decode"
                         fn = self._compiled_fn(model, lev.quant) if lev.compile else None
                         logits = self._forward(model, last, state["cache"], ctx_len - 1, fn=fn)
                         new = self._pick(logits[:, -1]).unsqueeze(1)
                     forward_ns = time.perf_counter_ns() - f0
-                    if props:
-                        choice_list = choice.tolist()  # the step's one device→host transfer
-                        n_acc = accept_greedy(props, choice_list)
-                        gained = props[:n_acc] + [choice_list[n_acc]]
-                        state["cache"].crop(-(len(props) - n_acc))
+                    if props is not None:
+                        n = len(props)
+                        # The proposals cross with the target's choices: the step's one device→host transfer.
+                        checked_list = checked.tolist()
+                        props_list, choice_list = checked_list[:n], checked_list[n:]
+                        n_acc = accept_greedy(props_list, choice_list)
+                        gained = props_list[:n_acc] + [choice_list[n_acc]]
+                        state["cache"].crop(-(n - n_acc))
                         if lev.spec == "draft":
-                            self._draft.settle(n_acc, len(props))
-                        proposed, accepted = len(props), n_acc
+                            self._draft.settle(n_acc, n)
+                        proposed, accepted = n, n_acc
                         new_rows = [gained]
                 if kind != "verify":
                     new_rows = new.tolist()  # the step's one device→host transfer

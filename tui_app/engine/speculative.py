@@ -53,21 +53,22 @@ class DraftProposer:
         self.cached = 0
 
     @torch.inference_mode()
-    def propose(self, context: list[int]) -> list[int]:
+    def propose(self, context: list[int]) -> torch.Tensor:
+        """k greedy proposals, [k] on the model's device: each is fed back without the host reading
+        it (on a GPU a read is a sync), and the engine reads them with the target's choices at once."""
         if self.cached >= len(context):  # context shrank (new run): start again
             self.reset()
         feed = context[self.cached:]
-        out: list[int] = []
+        out: list[torch.Tensor] = []
         ids = torch.tensor([feed], device=self.device)
         for _ in range(self.k):
             pos = self.cached
             position_ids = torch.arange(pos, pos + ids.shape[1], device=self.device).unsqueeze(0)
             logits = self.model(input_ids=ids, past_key_values=self.cache, position_ids=position_ids, use_cache=True, logits_to_keep=1).logits
             self.cached += ids.shape[1]
-            nxt = int(logits[0, -1].argmax())
-            out.append(nxt)
-            ids = torch.tensor([[nxt]], device=self.device)
-        return out
+            ids = logits[:, -1:].argmax(-1)
+            out.append(ids[0])
+        return torch.cat(out)
 
     def settle(self, accepted_len: int, n_proposed: int) -> None:
         """Drop the draft's cache entries past the accepted proposals, and adapt how many to propose."""
