@@ -12,6 +12,7 @@ Both slow what runs under them: for counting runs, not timed ones.
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass
 
@@ -54,6 +55,7 @@ class count_host_reads:
             warnings.filterwarnings("always", message=CUDA_SYNC_WARNING)
             torch.cuda.synchronize()
             torch.cuda.set_sync_debug_mode("warn")
+        os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # else kineto prints two lines per count on stderr
         self._prof = profile(activities=[ProfilerActivity.CPU])
         self._prof.__enter__()
         # Wrapped on the class while counting (they are inherited from TensorBase, so removing the

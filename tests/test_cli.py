@@ -102,6 +102,9 @@ def test_bench_end_to_end_writes_table_and_files(tmp_path):
     assert data["environment"]["versions"]["torch"] and data["environment"]["device"] == "cpu"
     plain = data["results"][0]
     assert plain["levers"] == "plain" and plain["repeats"] == 2 and plain["ttft_p50"] > 0 and plain["tps_mean"] > 0
+    # One read of the new token per step (tests/test_host_reads.py checks the counter itself).
+    assert plain["host_reads_per_token"] == 1 and data["results"][1]["host_reads_per_token"] == 1
+    assert plain["cuda_syncs_per_token"] is None and "| 1.00 |" in table[1]
     assert (tmp_path / "b.csv").read_text().startswith("levers,")
 
 

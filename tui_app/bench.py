@@ -89,13 +89,16 @@ class Result:
     accept_rate: float = math.nan
     perplexity: float | None = None
     diff_note: str = ""
+    host_reads: float | None = None  # per token: each a device→host sync on a GPU
+    cuda_syncs: float | None = None  # per token, as CUDA counts them
     refused: str = ""
     extra: dict = field(default_factory=dict)
 
     def flat(self) -> dict:
         d = {"levers": self.levers, "prompt_tokens": self.prompt_tokens, "new_tokens": self.new_tokens, "repeats": self.repeats,
              "refused": self.refused, "peak_rss": self.peak_rss, "kv_bytes": self.kv_bytes, "accept_rate": self.accept_rate,
-             "perplexity": self.perplexity, "diff_note": self.diff_note}
+             "perplexity": self.perplexity, "diff_note": self.diff_note,
+             "host_reads_per_token": self.host_reads, "cuda_syncs_per_token": self.cuda_syncs}
         for name in ("ttft", "itl", "tps", "e2e"):
             s = getattr(self, name)
             for k in ("mean", "std", "min", "max", "p50", "p95", "p99"):
@@ -161,15 +164,36 @@ def measure(engine, session, errors: list, name: str, combo: dict, prompt_len: i
         res.perplexity = fin.perplexity
         res.diff_note = fin.diff_note
     res.ttft, res.itl, res.tps, res.e2e = Summary.of(ttft), Summary.of(itl), Summary.of(tps), Summary.of(e2e)
+    res.host_reads, res.cuda_syncs = count_reads(engine, req)
+    progress()
     return res
 
 
+def count_reads(engine, req, steps: int = 16) -> tuple[float | None, float | None]:
+    """Host reads (and on CUDA syncs) per token, from one more run of the same request stopped
+    after `steps` steps: counting slows a run several times over, so it is never a timed one."""
+    from monitors.host_reads import count_host_reads
+
+    polls = [0]
+
+    def poll():
+        polls[0] += 1
+        return [("stop",)] if polls[0] > steps else []
+
+    with count_host_reads(cuda=engine.device.startswith("cuda")) as n:
+        fin = engine.run(req, poll)
+    if fin is None or not fin.n_tokens:
+        return None, None
+    return n.reads / fin.n_tokens, None if n.syncs is None else n.syncs / fin.n_tokens
+
+
 def markdown(results: list[Result]) -> str:
-    head = "| levers | prompt→new | TTFT mean (p50/p95) | ITL mean (p50/p95/p99) | decode tok/s (min–max) | e2e s | peak RSS | KV | accept | ppl | vs plain greedy |"
+    head = ("| levers | prompt→new | TTFT mean (p50/p95) | ITL mean (p50/p95/p99) | decode tok/s (min–max) | e2e s | peak RSS | KV "
+            "| accept | host reads/token | ppl | vs plain greedy |")
     lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
     for r in results:
         if r.refused:
-            lines.append(f"| {r.levers} | {r.prompt_tokens}→{r.new_tokens} | refused: {r.refused} |" + " |" * 8)
+            lines.append(f"| {r.levers} | {r.prompt_tokens}→{r.new_tokens} | refused: {r.refused} |" + " |" * 9)
             continue
         lines.append(
             f"| {r.levers} | {r.prompt_tokens}→{r.new_tokens} "
@@ -177,9 +201,15 @@ def markdown(results: list[Result]) -> str:
             f"| {fmt.ms(r.itl.mean, 2)} ({fmt.ms(r.itl.p50, 2)}/{fmt.ms(r.itl.p95, 2)}/{fmt.ms(r.itl.p99, 2)}) "
             f"| {fmt.num(r.tps.mean)} ({fmt.num(r.tps.min)}–{fmt.num(r.tps.max)}) "
             f"| {fmt.num(r.e2e.mean, 2)} | {fmt.nbytes(r.peak_rss)} | {fmt.nbytes(r.kv_bytes)} "
-            f"| {fmt.pct(r.accept_rate)} | {fmt.num(r.perplexity, 2)} | {r.diff_note} |"
+            f"| {fmt.pct(r.accept_rate)} | {reads_cell(r)} | {fmt.num(r.perplexity, 2)} | {r.diff_note} |"
         )
     return "\n".join(lines)
+
+
+def reads_cell(r: Result) -> str:
+    if r.host_reads is None:
+        return "–"
+    return f"{r.host_reads:.2f}" + ("" if r.cuda_syncs is None else f" ({r.cuda_syncs:.2f} CUDA syncs)")
 
 
 def environment(engine) -> dict:
@@ -223,7 +253,7 @@ def run_bench(args) -> int:
     engine = load_engine(args, session)
     if engine is None:
         return EXIT_USAGE
-    total = len(combos) * len(lengths) * (args.warmup + args.repeats)
+    total = len(combos) * len(lengths) * (args.warmup + args.repeats + 1)  # + the counting run
     done = [0]
     t0 = time.time()
 
