@@ -74,11 +74,12 @@ class Sampler:
         while not self._stop.is_set():
             self.sample_once()
             next_t += self.interval
-            delay = next_t - time.monotonic()
-            if delay < 0:  # fell behind (suspended, overloaded): skip rather than burst
-                next_t = time.monotonic()
-                delay = 0
-            self._stop.wait(delay)
+            now = time.monotonic()
+            # Fell behind (suspended, overloaded): drop the missed ticks and start the grid again,
+            # rather than sample twice in a row (a late sample then an immediate catch-up, seen).
+            if next_t - now < self.interval / 2:
+                next_t = now + self.interval
+            self._stop.wait(next_t - now)
 
     def start(self) -> Sampler:
         if self._thread is None:
