@@ -62,7 +62,7 @@ def reads_per_token(fn, device) -> tuple[float, float | None]:
 
     with count_host_reads(cuda=device.startswith("cuda")) as n:
         fn()
-    return n.reads / NEW, None if n.syncs is None else n.syncs / NEW
+    return n.per_token(NEW)
 
 
 def main() -> int:

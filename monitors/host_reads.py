@@ -26,6 +26,9 @@ class HostReads:
     reads: int = 0
     syncs: int | None = None
 
+    def per_token(self, tokens: int) -> tuple[float, float | None]:
+        return self.reads / tokens, None if self.syncs is None else self.syncs / tokens
+
 
 class count_host_reads:
     """`with count_host_reads(cuda=...) as n: loop()`, then `n.reads` (and `n.syncs` with cuda)."""

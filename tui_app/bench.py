@@ -184,7 +184,7 @@ def count_reads(engine, req, steps: int = 16) -> tuple[float | None, float | Non
         fin = engine.run(req, poll)
     if fin is None or not fin.n_tokens:
         return None, None
-    return n.reads / fin.n_tokens, None if n.syncs is None else n.syncs / fin.n_tokens
+    return n.per_token(fin.n_tokens)
 
 
 def markdown(results: list[Result]) -> str:
