@@ -129,8 +129,10 @@ def peer_tps(gguf: str, tokens: int, threads: int) -> tuple[float, float, str] |
 
     crashed = None
     for repacking in (True, False):
-        code = (f"import json, sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); import ceiling; "
-                f"print(json.dumps(ceiling.llama_cpp_tps({gguf!r}, {tokens}, {threads}, {repacking})))")
+        code = (
+            f"import json, sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); import ceiling; "
+            f"print(json.dumps(ceiling.llama_cpp_tps({gguf!r}, {tokens}, {threads}, {repacking})))"
+        )
         child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
         if child.returncode == 0:
             result = json.loads(child.stdout.strip().splitlines()[-1])
@@ -145,8 +147,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (default: the engine's, cores - 1); "
-                    "llama.cpp is compared at the same count")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (default: the engine's, cores - 1); llama.cpp is compared at the same count")
     args = ap.parse_args()
     from tui_app import fmt
     from tui_app.bench import apply_levers
@@ -160,9 +161,14 @@ def main() -> int:
     bandwidth = ReadBandwidth(engine.threads)
     req = RunRequest(max_new_tokens=args.tokens, ignore_eos=True)
     rows = []
-    for name, combo in [("fp32", {}), ("fp32+compile", {"compile": True}), ("int8", {"quant": "int8"}),
-                        ("int8+compile", {"quant": "int8", "compile": True}), ("int4", {"quant": "int4"}),
-                        ("int4+compile", {"quant": "int4", "compile": True})]:
+    for name, combo in [
+        ("fp32", {}),
+        ("fp32+compile", {"compile": True}),
+        ("int8", {"quant": "int8"}),
+        ("int8+compile", {"quant": "int8", "compile": True}),
+        ("int4", {"quant": "int4"}),
+        ("int4+compile", {"quant": "int4", "compile": True}),
+    ]:
         refused = apply_levers(engine, combo)
         if refused:
             rows.append((name, None, None, None, None, refused))
@@ -184,11 +190,12 @@ def main() -> int:
     before = bandwidth()
     peer = peer_tps(gguf, args.tokens, engine.threads)
     peer_bw = max(before, bandwidth())
-    print(f"\n{engine.ready.model} on {engine.device}, {engine.threads} torch thread(s); read bandwidth: the best of "
-          f"three sums of 1 GiB ({engine.threads} thread(s)) just before and after each run; the ratio is each run's "
-          f"against its own reads, the median of {args.repeats} runs\n")
-    print("| weights | decode tok/s | bytes/token | achieved GB/s | read GB/s (best beside the runs) | ÷ bandwidth | target |\n"
-          "|---|---|---|---|---|---|---|")
+    print(
+        f"\n{engine.ready.model} on {engine.device}, {engine.threads} torch thread(s); read bandwidth: the best of "
+        f"three sums of 1 GiB ({engine.threads} thread(s)) just before and after each run; the ratio is each run's "
+        f"against its own reads, the median of {args.repeats} runs\n"
+    )
+    print("| weights | decode tok/s | bytes/token | achieved GB/s | read GB/s (best beside the runs) | ÷ bandwidth | target |\n|---|---|---|---|---|---|---|")
     for name, t, per_token, bw, ratio, refused in rows:
         if refused:
             print(f"| {name} | refused: {refused} | | | | | |")
@@ -204,10 +211,12 @@ def main() -> int:
         tps, context, note = peer
         per_token = gguf_bytes_per_token(gguf, context)
         # the peer on the same measure: what the ≥ 0.8 target asks of a quantized format here
-        print(f"llama.cpp on the same GGUF, {engine.threads} thread(s){note}: {tps:.1f} tok/s × {fmt.nbytes(per_token)} per "
-              f"token = {per_token * tps / 1e9:.1f} GB/s, {per_token * tps / peer_bw:.2f} of the bandwidth ({peer_bw / 1e9:.1f} GB/s "
-              f"read beside it); best sound "
-              f"tokentop mix ({best[0]}, same threads) ÷ llama.cpp = {best[1] / tps:.2f} (target ≥ 0.5)")
+        print(
+            f"llama.cpp on the same GGUF, {engine.threads} thread(s){note}: {tps:.1f} tok/s × {fmt.nbytes(per_token)} per "
+            f"token = {per_token * tps / 1e9:.1f} GB/s, {per_token * tps / peer_bw:.2f} of the bandwidth ({peer_bw / 1e9:.1f} GB/s "
+            f"read beside it); best sound "
+            f"tokentop mix ({best[0]}, same threads) ÷ llama.cpp = {best[1] / tps:.2f} (target ≥ 0.5)"
+        )
     return 0
 
 

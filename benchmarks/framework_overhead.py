@@ -28,8 +28,17 @@ def tiny_llama(folder: str):
     from tui_app.engine.models import _gguf_cache_dir, find_default_gguf, load_model
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=256, hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=1,
-                      num_key_value_heads=1, max_position_embeddings=2048, bos_token_id=1, eos_token_id=2)
+    cfg = LlamaConfig(
+        vocab_size=256,
+        hidden_size=16,
+        intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        max_position_embeddings=2048,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     LlamaForCausalLM(cfg).save_pretrained(folder)
     # The engine wants a tokenizer to detokenize; ids < 256 decode with the default model's.
     cached = _gguf_cache_dir(find_default_gguf())
@@ -78,8 +87,10 @@ def main() -> int:
     folder = tempfile.mkdtemp(prefix="tiny-llama-")
     tiny_llama(folder)
     phases = []
-    engine = Engine(EngineConfig(model=folder, device=args.device, dtype="fp32"),
-                    lambda ev: phases.append(ev) if type(ev).__name__ == "Phase" and ev.name == "compile" and ev.done else None)
+    engine = Engine(
+        EngineConfig(model=folder, device=args.device, dtype="fp32"),
+        lambda ev: phases.append(ev) if type(ev).__name__ == "Phase" and ev.name == "compile" and ev.done else None,
+    )
     engine.load()
     model, dev = engine.model, engine.device
     ids = torch.tensor([[1]], device=dev)
@@ -109,8 +120,10 @@ def main() -> int:
     if not refused:
         eng()  # the compile phase itself happens before the first compiled run
         rows["engine (compile)"] = time_it(eng, dev, args.repeats)
-    print(f"tiny Llama (hidden 16, 1 layer, vocab 256), {NEW} new tokens, device {dev}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, median of {args.repeats}\n")
+    print(
+        f"tiny Llama (hidden 16, 1 layer, vocab 256), {NEW} new tokens, device {dev}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, median of {args.repeats}\n"
+    )
     print("| loop | ms/token | ÷ generate | target |")
     print("|---|---|---|---|")
     targets = {"engine (eager)": "≤ 0.6", "engine (compile)": "≤ 0.25"}

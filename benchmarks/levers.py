@@ -51,8 +51,10 @@ def main() -> int:
             if r.refused:
                 print(f"| {name} | {n} | refused: {r.refused} | | | | | | |")
                 continue
-            print(f"| {name} | {n} | {fmt.num(r.tps.mean)} | {r.tps.mean / base.tps.mean:.2f} | {fmt.ms(r.ttft.mean)} "
-                  f"| {r.ttft.mean / base.ttft.mean:.2f} | {fmt.pct(r.accept_rate)} | {fmt.num(r.perplexity, 2)} | {r.diff_note} |")
+            print(
+                f"| {name} | {n} | {fmt.num(r.tps.mean)} | {r.tps.mean / base.tps.mean:.2f} | {fmt.ms(r.ttft.mean)} "
+                f"| {r.ttft.mean / base.ttft.mean:.2f} | {fmt.pct(r.accept_rate)} | {fmt.num(r.perplexity, 2)} | {r.diff_note} |"
+            )
     return 0
 
 

@@ -93,9 +93,11 @@ def main() -> int:
     for name, v in times.items():
         print(f"| {name} | {statistics.median(v) * 1e3:.2f} | {min(v) * 1e3:.2f} | {', '.join(f'{x * 1e3:.2f}' for x in v)} |")
     med = {name: statistics.median(v) for name, v in times.items()}
-    print(f"\npooled, joined ÷ pooled: {med['pooled, joined'] / med['pooled']:.2f}; "
-          f"pooled ÷ per-layer parameters: {med['pooled'] / med['per-layer parameters']:.2f}; "
-          f"per-layer parameters ÷ buffers: {med['per-layer parameters'] / med['per-layer buffers']:.2f} (medians)")
+    print(
+        f"\npooled, joined ÷ pooled: {med['pooled, joined'] / med['pooled']:.2f}; "
+        f"pooled ÷ per-layer parameters: {med['pooled'] / med['per-layer parameters']:.2f}; "
+        f"per-layer parameters ÷ buffers: {med['per-layer parameters'] / med['per-layer buffers']:.2f} (medians)"
+    )
     return 0
 
 

@@ -52,8 +52,10 @@ def main() -> int:
         with_.append(tps())
         s.stop()
     c = statistics.median(costs) * 1000
-    print(f"one sample (2 processes, system, NVML: {probe.gpu_reason or 'present'}): median {c:.2f} ms, "
-          f"p95 {sorted(costs)[int(len(costs) * 0.95)] * 1000:.2f} ms → {c * args.hz / 10:.2f} % of a core at {args.hz:g} Hz\n")
+    print(
+        f"one sample (2 processes, system, NVML: {probe.gpu_reason or 'present'}): median {c:.2f} ms, "
+        f"p95 {sorted(costs)[int(len(costs) * 0.95)] * 1000:.2f} ms → {c * args.hz / 10:.2f} % of a core at {args.hz:g} Hz\n"
+    )
     print("| decode tok/s | median of rounds |\n|---|---|")
     print(f"| engine alone | {statistics.median(without):.2f} |")
     print(f"| with the sampler at {args.hz:g} Hz | {statistics.median(with_):.2f} |")

@@ -54,14 +54,22 @@ class SoakResult:
         return self.rss_end / self.rss_start - 1
 
 
-async def soak(seconds: float, max_runs: int, seed: int, keys=KEYS, out_dir: str | None = None, history: int = 4000,
-               trace_allocations: bool = False) -> SoakResult:
+async def soak(
+    seconds: float, max_runs: int, seed: int, keys=KEYS, out_dir: str | None = None, history: int = 4000, trace_allocations: bool = False
+) -> SoakResult:
     rng = random.Random(seed)
     out_dir = out_dir or tempfile.mkdtemp(prefix="tokentop-soak-")
     rec_path = os.path.join(out_dir, "soak.jsonl")
-    app = TokentopApp(LiveSource(EngineConfig()), RunRequest(max_new_tokens=24), recorder=Recorder(rec_path),
-                      sampler=Sampler(hz=4, history=history), fps=8, auto=True, out_dir=out_dir,
-                      history=history)
+    app = TokentopApp(
+        LiveSource(EngineConfig()),
+        RunRequest(max_new_tokens=24),
+        recorder=Recorder(rec_path),
+        sampler=Sampler(hz=4, history=history),
+        fps=8,
+        auto=True,
+        out_dir=out_dir,
+        history=history,
+    )
     me = psutil.Process()
     presses = 0
     crashed = None
@@ -111,16 +119,30 @@ async def soak(seconds: float, max_runs: int, seed: int, keys=KEYS, out_dir: str
         if before is not None:
             stats = tracemalloc.take_snapshot().compare_to(before, "traceback")
             traced_end = tracemalloc.get_traced_memory()[0]
-            grew = [f"Python objects (traced): {traced_start / 2**20:.1f} → {traced_end / 2**20:.1f} MiB"] + [f"{st.size_diff / 2**20:+.2f} MiB in {st.count_diff:+d} blocks at " + " < ".join(
-                f"{os.path.basename(fr.filename)}:{fr.lineno}" for fr in list(st.traceback)[-4:]) for st in stats[:12]]
+            grew = [f"Python objects (traced): {traced_start / 2**20:.1f} → {traced_end / 2**20:.1f} MiB"] + [
+                f"{st.size_diff / 2**20:+.2f} MiB in {st.count_diff:+d} blocks at "
+                + " < ".join(f"{os.path.basename(fr.filename)}:{fr.lineno}" for fr in list(st.traceback)[-4:])
+                for st in stats[:12]
+            ]
             tracemalloc.stop()
         finished = list(app.session.finished_ids)
         verdict = app.session.verdict.text() if app.session.verdict else "no verdict"
         suspected = app.session.verdict is not None and app.session.verdict.status == "suspected"
         await pilot.press("q")
     recorded = {e.run_id for e in read_recording(rec_path).events if isinstance(e, RunFinished)}
-    return SoakResult(time.monotonic() - t0, presses, len(finished), len(recorded), [r for r in finished if r not in recorded],
-                      rss_start, rss_end, ("SUSPECTED " if suspected else "") + verdict, crashed, trace, grew)
+    return SoakResult(
+        time.monotonic() - t0,
+        presses,
+        len(finished),
+        len(recorded),
+        [r for r in finished if r not in recorded],
+        rss_start,
+        rss_end,
+        ("SUSPECTED " if suspected else "") + verdict,
+        crashed,
+        trace,
+        grew,
+    )
 
 
 def main() -> int:
@@ -131,9 +153,11 @@ def main() -> int:
     ap.add_argument("--trace-allocations", action="store_true", help="print where Python memory grew after the warm-up (slow)")
     args = ap.parse_args()
     r = asyncio.run(soak(args.minutes * 60, args.runs, args.seed, trace_allocations=args.trace_allocations))
-    print(f"soak: {r.seconds / 60:.1f} min, {r.presses} key presses, {r.runs} runs finished, {r.recorded_runs} in the recording, "
-          f"missing {r.missing}; UI RSS {r.rss_start / 2**20:.0f} → {r.rss_end / 2**20:.0f} MiB ({r.rss_growth * 100:+.1f} %); "
-          f"{r.verdict}; crashed: {r.crashed}\nUI RSS every 10 s (s, MiB): {r.rss_trace}")
+    print(
+        f"soak: {r.seconds / 60:.1f} min, {r.presses} key presses, {r.runs} runs finished, {r.recorded_runs} in the recording, "
+        f"missing {r.missing}; UI RSS {r.rss_start / 2**20:.0f} → {r.rss_end / 2**20:.0f} MiB ({r.rss_growth * 100:+.1f} %); "
+        f"{r.verdict}; crashed: {r.crashed}\nUI RSS every 10 s (s, MiB): {r.rss_trace}"
+    )
     for line in r.grew:
         print(line)
     ok = r.crashed is None and not r.missing and abs(r.rss_growth) <= 0.05 and not r.verdict.startswith("SUSPECTED")

@@ -64,6 +64,7 @@ class PaneTimer:
                 return redraw(*args, **kwargs)
             finally:
                 self.drawing[name] += time.process_time() - t
+
         return timed
 
     def reset(self) -> None:

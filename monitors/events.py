@@ -181,10 +181,7 @@ class EngineError:
     t_ns: int = field(default_factory=now_ns)
 
 
-EVENT_TYPES = {
-    cls.__name__: cls
-    for cls in (EngineReady, Phase, RunStarted, Step, LeverChanged, LeverRefused, TorchMemory, RunFinished, Sampled, EngineError)
-}
+EVENT_TYPES = {cls.__name__: cls for cls in (EngineReady, Phase, RunStarted, Step, LeverChanged, LeverRefused, TorchMemory, RunFinished, Sampled, EngineError)}
 Event = EngineReady | Phase | RunStarted | Step | LeverChanged | LeverRefused | TorchMemory | RunFinished | Sampled | EngineError
 
 

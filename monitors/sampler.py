@@ -100,9 +100,13 @@ def to_event(s: Sample) -> Sampled:
     eng, app = s.processes.get("engine"), s.processes.get("app")
     ev = Sampled(
         s.t_ns,
-        engine_rss=eng.rss if eng else None, engine_cpu=eng.cpu_percent if eng else None,
-        app_rss=app.rss if app else None, app_cpu=app.cpu_percent if app else None,
-        sys_cpu=s.system.cpu_percent, sys_mem_used=s.system.mem_used, sys_mem_total=s.system.mem_total,
+        engine_rss=eng.rss if eng else None,
+        engine_cpu=eng.cpu_percent if eng else None,
+        app_rss=app.rss if app else None,
+        app_cpu=app.cpu_percent if app else None,
+        sys_cpu=s.system.cpu_percent,
+        sys_mem_used=s.system.mem_used,
+        sys_mem_total=s.system.mem_total,
         swap_used=s.system.swap_used,
     )
     gpus = [g for g in s.gpu.gpus if not g.reason or g.mem_used is not None]

@@ -57,8 +57,12 @@ class SystemWatcher:
         vm = psutil.virtual_memory()
         per_core = psutil.cpu_percent(None, percpu=True)
         return SystemSample(
-            vm.total - vm.available, vm.available, vm.total, psutil.swap_memory().used,
-            sum(per_core) / len(per_core) if per_core else 0.0, per_core,
+            vm.total - vm.available,
+            vm.available,
+            vm.total,
+            psutil.swap_memory().used,
+            sum(per_core) / len(per_core) if per_core else 0.0,
+            per_core,
         )
 
 

@@ -59,8 +59,15 @@ class Summary:
             nan = math.nan
             return cls(nan, nan, nan, nan, nan, nan, nan, nan, 0)
         return cls(
-            mean(values), std(values), min(values), max(values),
-            percentile(values, 50), percentile(values, 90), percentile(values, 95), percentile(values, 99), len(values),
+            mean(values),
+            std(values),
+            min(values),
+            max(values),
+            percentile(values, 50),
+            percentile(values, 90),
+            percentile(values, 95),
+            percentile(values, 99),
+            len(values),
         )
 
 

@@ -12,8 +12,24 @@ def session_events(runs: int = 3, tokens: int = 60) -> list:
     t = 10_000 * MS
     out = [
         Phase("load", "SmolLM2-135M-Instruct from converted-cache", True, 1.2, t_ns=t),
-        EngineReady("SmolLM2-135M-Instruct", "converted-cache", "cpu", "float32", 134515008, 538060032, 30, 3, 64, 4, 8192,
-                    1.2, 1, {"int8": "int8 per-channel weights, LM head too (fused when compiled)"}, None, t_ns=t),
+        EngineReady(
+            "SmolLM2-135M-Instruct",
+            "converted-cache",
+            "cpu",
+            "float32",
+            134515008,
+            538060032,
+            30,
+            3,
+            64,
+            4,
+            8192,
+            1.2,
+            1,
+            {"int8": "int8 per-channel weights, LM head too (fused when compiled)"},
+            None,
+            t_ns=t,
+        ),
     ]
     rss = 900 * MIB
     text = "The lighthouse keeper wrote down the weather, the ships, and the small repairs. "
@@ -41,9 +57,33 @@ def session_events(runs: int = 3, tokens: int = 60) -> list:
             kv = 2 * 4 * seq * 30 * 3 * 64
             out.append(Step(run, i + 1, kind, [100 + i], word, 1, t, dt, dt - 2 * MS, kv, kv, seq, seg))
             if i % 4 == 0:
-                out.append(Sampled(t, engine_rss=rss + i * MIB // 4, engine_cpu=98.0 + (i % 3), app_rss=280 * MIB,
-                                   app_cpu=6.0 + (i % 4), sys_cpu=55.0 + (i % 5), sys_mem_used=6 * 2**30,
-                                   sys_mem_total=24 * 2**30, gpu_reason="n/a: NVML unavailable (Driver Not Loaded)"))
-        out.append(RunFinished(run, tokens, "max tokens", text, rss + 40 * MIB, rss + run * MIB, None, None, 24.6 if run != 2 else 24.63,
-                               None if run != 2 else 37, "reference" if run != 2 else "differs at token 37", t_ns=t))
+                out.append(
+                    Sampled(
+                        t,
+                        engine_rss=rss + i * MIB // 4,
+                        engine_cpu=98.0 + (i % 3),
+                        app_rss=280 * MIB,
+                        app_cpu=6.0 + (i % 4),
+                        sys_cpu=55.0 + (i % 5),
+                        sys_mem_used=6 * 2**30,
+                        sys_mem_total=24 * 2**30,
+                        gpu_reason="n/a: NVML unavailable (Driver Not Loaded)",
+                    )
+                )
+        out.append(
+            RunFinished(
+                run,
+                tokens,
+                "max tokens",
+                text,
+                rss + 40 * MIB,
+                rss + run * MIB,
+                None,
+                None,
+                24.6 if run != 2 else 24.63,
+                None if run != 2 else 37,
+                "reference" if run != 2 else "differs at token 37",
+                t_ns=t,
+            )
+        )
     return out

@@ -31,8 +31,7 @@ async def until(pilot, cond, timeout=90.0, what=""):
 
 
 def live_app(tmp_path, max_new=40):
-    return TokentopApp(LiveSource(EngineConfig()), RunRequest(max_new_tokens=max_new), sampler=Sampler(hz=4), fps=8,
-                       out_dir=str(tmp_path))
+    return TokentopApp(LiveSource(EngineConfig()), RunRequest(max_new_tokens=max_new), sampler=Sampler(hz=4), fps=8, out_dir=str(tmp_path))
 
 
 def status_text(app) -> str:

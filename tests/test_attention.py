@@ -29,7 +29,7 @@ def test_the_decode_attention_equals_masked_sdpa(batch, hq, hkv, dim, position):
     torch.manual_seed(position)
     q = torch.randn(batch, hq, 1, dim)
     k, v = torch.randn(2, batch, hkv, 256, dim).unbind(0)
-    k[:, :, position + 1:] = 1e4  # what lies past the position must not count
+    k[:, :, position + 1 :] = 1e4  # what lies past the position must not count
     scale = dim**-0.5
     ours = torch.ops.tokentop.decode_attention(q, k, v, torch.full((batch, 1), position), scale)
     assert ours.shape == (batch, 1, hq, dim)

@@ -12,23 +12,25 @@ from tui_app.replay import fold
 
 def tokentop(*args, timeout=180, env=None):
     e = dict(os.environ, **(env or {}))
-    r = subprocess.run([sys.executable, "-m", "tui_app", *args], capture_output=True, text=True, timeout=timeout,
-                       stdin=subprocess.DEVNULL, env=e)
+    r = subprocess.run([sys.executable, "-m", "tui_app", *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=e)
     assert "Traceback" not in r.stderr, r.stderr
     return r
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--bogus"], "unrecognized arguments: --bogus"),
-    (["--batch", "3"], "invalid choice: 3"),
-    (["--quant", "int2"], "invalid choice: 'int2'"),
-    (["--temperature", "hot"], "expected a number"),
-    (["run", "--no-tui", "--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
-    (["run", "--no-tui", "--prompt", "  "], "--prompt is empty"),
-    (["run", "--no-tui", "--preset", "file"], "--preset file needs --prompt-file"),
-    (["bench", "--lengths", "12x4"], "bad length pair"),
-    (["bench", "--levers", "turbo"], "unknown lever preset 'turbo'"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--batch", "3"], "invalid choice: 3"),
+        (["--quant", "int2"], "invalid choice: 'int2'"),
+        (["--temperature", "hot"], "expected a number"),
+        (["run", "--no-tui", "--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
+        (["run", "--no-tui", "--prompt", "  "], "--prompt is empty"),
+        (["run", "--no-tui", "--preset", "file"], "--preset file needs --prompt-file"),
+        (["bench", "--lengths", "12x4"], "bad length pair"),
+        (["bench", "--levers", "turbo"], "unknown lever preset 'turbo'"),
+    ],
+)
 def test_command_line_misuse_exits_2_with_one_clear_line(args, needle):
     r = tokentop(*args)
     assert r.returncode == 2 and needle in r.stderr
@@ -66,8 +68,7 @@ def test_headless_run_records_and_replay_gives_the_same_statistics(tmp_path):
     rec = tmp_path / "s.jsonl"
     odd = tmp_path / "odd.txt"
     odd.write_bytes("Résumé: naïve café — 東京 🚀 \xff\n".encode("utf-8", errors="surrogateescape") + b"\xff tail")
-    r = tokentop("run", "--no-tui", "--record", str(rec), "--prompt-file", str(odd), "--max-new-tokens", "8", "--runs", "2",
-                 "--ignore-eos")
+    r = tokentop("run", "--no-tui", "--record", str(rec), "--prompt-file", str(odd), "--max-new-tokens", "8", "--runs", "2", "--ignore-eos")
     assert r.returncode == 0, r.stderr
     live = [line for line in r.stdout.splitlines() if line.startswith("run ")]
     assert len(live) == 2 and all("TTFT" in line and "tok/s" in line and "KV" in line for line in live)
@@ -92,8 +93,24 @@ def test_bench_end_to_end_writes_table_and_files(tmp_path):
     import json
 
     out = tmp_path / "b"
-    r = tokentop("bench", "--lengths", "8:4", "--levers", "plain,int8,lookup+b2", "--repeats", "2", "--warmup", "0",
-                 "-o", "json", "-o", "csv", "--out", str(out), timeout=300)
+    r = tokentop(
+        "bench",
+        "--lengths",
+        "8:4",
+        "--levers",
+        "plain,int8,lookup+b2",
+        "--repeats",
+        "2",
+        "--warmup",
+        "0",
+        "-o",
+        "json",
+        "-o",
+        "csv",
+        "--out",
+        str(out),
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     table = [line for line in r.stdout.splitlines() if line.startswith("| ")]
     assert len(table) == 1 + 3
@@ -123,8 +140,9 @@ def test_serve_binds_to_localhost_and_serves_the_page():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "tui_app", "serve", "--port", str(port), "--no-record"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tui_app", "serve", "--port", str(port), "--no-record"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         page = None
         for _ in range(100):

@@ -54,7 +54,7 @@ def test_the_fused_step_computes_what_the_layers_do(engine, level, batch):
         assert int(mine.cumulative_length) == int(theirs.cumulative_length) == PROMPT.shape[1] + STEPS
         for a, b in ((mine.keys, theirs.keys), (mine.values, theirs.values)):
             assert (a - b).norm() <= (1e-5 if i == 0 else 3e-3) * b.norm()
-        assert not mine.keys[:, :, PROMPT.shape[1] + STEPS:].any()  # nothing written past the position
+        assert not mine.keys[:, :, PROMPT.shape[1] + STEPS :].any()  # nothing written past the position
 
 
 def test_the_fused_step_refuses_a_full_cache_and_unknown_tokens(engine):

@@ -26,9 +26,8 @@ def run(engine, events, req=REQ, poll=lambda: ()):
 def reference(engine, req, batch=1):
     ids, _ = engine.prompt_ids(req)
     with torch.inference_mode():
-        out = engine.model.generate(torch.tensor([ids] * batch), max_new_tokens=req.max_new_tokens, do_sample=False,
-                                    min_new_tokens=req.max_new_tokens)
-    return out[:, len(ids):].tolist()
+        out = engine.model.generate(torch.tensor([ids] * batch), max_new_tokens=req.max_new_tokens, do_sample=False, min_new_tokens=req.max_new_tokens)
+    return out[:, len(ids) :].tolist()
 
 
 @pytest.fixture(scope="module")
@@ -182,8 +181,7 @@ def test_a_quantized_variants_perplexity_is_what_its_decode_computes(plain):
     ids = plain.tok(reference_text(), return_tensors="pt")["input_ids"][:, :512]
     cache = DynamicCache(config=model.config)
     with torch.inference_mode():
-        logits = torch.cat([model(input_ids=ids[:, i:i + 1], past_key_values=cache, use_cache=True).logits[0]
-                            for i in range(ids.shape[1] - 1)])
+        logits = torch.cat([model(input_ids=ids[:, i : i + 1], past_key_values=cache, use_cache=True).logits[0] for i in range(ids.shape[1] - 1)])
     decoded = math.exp(float(torch.nn.functional.cross_entropy(logits.float(), ids[0, 1:])))
     assert plain.perplexity("int4") == pytest.approx(decoded, rel=1e-3)
 
@@ -233,13 +231,16 @@ def test_stop_ends_a_run_at_a_token_boundary(plain, collect):
     assert fin.stop_reason == "stopped" and len(steps) == 3
 
 
-@pytest.mark.parametrize("levers,lever,value,needle", [
-    ({"batch": 2}, "spec", "lookup", "batch size 1"),
-    ({"spec": "lookup"}, "cache", False, "needs the KV cache"),
-    ({"cache": False}, "compile", True, "needs the (static) KV cache"),
-    ({}, "batch", 3, "one of 1, 2, 4, 8"),
-    ({}, "quant", "int2", "one of off, int8, int4"),
-])
+@pytest.mark.parametrize(
+    "levers,lever,value,needle",
+    [
+        ({"batch": 2}, "spec", "lookup", "batch size 1"),
+        ({"spec": "lookup"}, "cache", False, "needs the KV cache"),
+        ({"cache": False}, "compile", True, "needs the (static) KV cache"),
+        ({}, "batch", 3, "one of 1, 2, 4, 8"),
+        ({}, "quant", "int2", "one of off, int8, int4"),
+    ],
+)
 def test_levers_the_setting_cannot_do_are_refused_with_the_reason(plain, collect, levers, lever, value, needle):
     apply_levers(plain, levers)
     collect.clear()
@@ -260,8 +261,7 @@ def test_prompt_errors_are_clear_and_the_engine_goes_on(plain, collect, monkeypa
     _, steps, fin = run(plain, collect, RunRequest(prompt_ids=list(range(1000, 1400)), max_new_tokens=4, truncate=True))
     assert fin.n_tokens == 4 and steps[0].seq_len == 296
     monkeypatch.undo()
-    for req, needle in [(RunRequest(prompt="   "), "empty"), (RunRequest(max_new_tokens=0), "at least 1"),
-                        (RunRequest(max_new_tokens=9000), "does not fit")]:
+    for req, needle in [(RunRequest(prompt="   "), "empty"), (RunRequest(max_new_tokens=0), "at least 1"), (RunRequest(max_new_tokens=9000), "does not fit")]:
         _, _, fin = run(plain, collect, req)
         assert fin is None and needle in [e.message for e in collect if isinstance(e, EngineError)][0]
 

@@ -8,7 +8,7 @@ from monitors.events import EventDecodeError, Levers, from_json, to_json
 SAMPLES = [
     E.EngineReady("m", "gguf", "cpu", "float32", 1, 2, 3, 4, 5, 4, 8192, 1.5, 1, {"int8": "x"}, 13.2),
     E.Phase("compile", "batch 1", True, 47.5),
-    E.RunStarted(1, Levers(cache=False, quant="int8", batch=4), 42, 64, "héllo ✓ \n \"q\"", "short"),
+    E.RunStarted(1, Levers(cache=False, quant="int8", batch=4), 42, 64, 'héllo ✓ \n "q"', "short"),
     E.Step(1, 2, "verify", [1, 2, 3], "a\u00e9b", 3, 123456789, 1000, 900, 4096, 8192, 7, 1, 5, 2),
     E.LeverChanged(1, "spec", "lookup", Levers(spec="lookup"), 2),
     E.LeverChanged(None, "cache", False, Levers(cache=False)),
@@ -34,13 +34,16 @@ def test_every_event_type_is_covered_by_the_roundtrip_test():
     assert {type(e).__name__ for e in SAMPLES} == set(E.EVENT_TYPES)
 
 
-@pytest.mark.parametrize("line,needle", [
-    ("{not json", "invalid JSON"),
-    ("[1,2]", "not a JSON object"),
-    ('{"type": "Nope"}', "not a tokentop event"),
-    ('{"type": "Phase", "name": "x"}', "Phase"),
-    ('{"type": "Phase", "name": "x", "detail": "", "done": true, "bogus": 1}', "bogus"),
-])
+@pytest.mark.parametrize(
+    "line,needle",
+    [
+        ("{not json", "invalid JSON"),
+        ("[1,2]", "not a JSON object"),
+        ('{"type": "Nope"}', "not a tokentop event"),
+        ('{"type": "Phase", "name": "x"}', "Phase"),
+        ('{"type": "Phase", "name": "x", "detail": "", "done": true, "bogus": 1}', "bogus"),
+    ],
+)
 def test_bad_lines_raise_a_clear_error(line, needle):
     with pytest.raises(EventDecodeError, match=needle):
         from_json(line)

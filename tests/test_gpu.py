@@ -23,11 +23,14 @@ def test_readings_of_every_device():
     assert g0.proc_mem == 0 and g1.proc_mem == 3 * 2**30  # only our pids count
 
 
-@pytest.mark.parametrize("code,needle", [
-    (NVML_ERROR_LIBRARY_NOT_FOUND, "Library Not Found"),
-    (NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded"),
-    (NVML_ERROR_LIB_RM_VERSION_MISMATCH, "version mismatch"),
-])
+@pytest.mark.parametrize(
+    "code,needle",
+    [
+        (NVML_ERROR_LIBRARY_NOT_FOUND, "Library Not Found"),
+        (NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded"),
+        (NVML_ERROR_LIB_RM_VERSION_MISMATCH, "version mismatch"),
+    ],
+)
 def test_nvml_failing_at_init_is_na_with_the_reason(code, needle):
     reader = NvmlReader(FakeNVML(init_error=code))
     r = reader.read()

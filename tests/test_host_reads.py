@@ -53,15 +53,19 @@ def test_generate_reads_each_token_and_more(engine):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("levers,preset,sampled", [
-    ({}, "short", False),
-    ({}, "short", True),
-    ({"spec": "lookup"}, "long", False),
-    ({"spec": "draft"}, "short", False),
-    ({"compile": True}, "short", False),
-    ({"quant": "int4", "compile": True}, "short", False),
-    ({"batch": 2}, "short", False),
-], ids=["plain", "sampled", "lookup", "draft", "compile", "int4-compile", "batch2"])
+@pytest.mark.parametrize(
+    "levers,preset,sampled",
+    [
+        ({}, "short", False),
+        ({}, "short", True),
+        ({"spec": "lookup"}, "long", False),
+        ({"spec": "draft"}, "short", False),
+        ({"compile": True}, "short", False),
+        ({"quant": "int4", "compile": True}, "short", False),
+        ({"batch": 2}, "short", False),
+    ],
+    ids=["plain", "sampled", "lookup", "draft", "compile", "int4-compile", "batch2"],
+)
 def test_the_engine_reads_at_most_once_per_token(plain, collect, levers, preset, sampled):
     assert apply_levers(plain, levers) == ""
     if sampled:

@@ -34,8 +34,9 @@ def test_cold_load_converts_once_then_loads_the_cached_copy(tmp_path, monkeypatc
         if source is not None:
             (tmp_path / "models" / name / models.SOURCE_RECORD).write_text(str(source))
     cold = load_model("default", "cpu", torch.float32)
-    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == sorted([models._gguf_cache_dir(models.find_default_gguf()).name,
-                                                                             f"{stem}-live", "Other-abc"])
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == sorted(
+        [models._gguf_cache_dir(models.find_default_gguf()).name, f"{stem}-live", "Other-abc"]
+    )
     warm = load_model("default", "cpu", torch.float32)
     assert (cold.source, warm.source) == ("gguf", "converted-cache")
     assert warm.load_s < cold.load_s
@@ -45,11 +46,14 @@ def test_cold_load_converts_once_then_loads_the_cached_copy(tmp_path, monkeypatc
     assert not list(tmp_path.glob("models/*.tmp*"))  # saved atomically
 
 
-@pytest.mark.parametrize("spec,needle", [
-    ("no-such-org/no-such-model", "not in the local Hugging Face cache"),
-    ("./definitely/missing", "no such file or folder"),
-    ("/tmp/missing-model.gguf", "no such file"),
-])
+@pytest.mark.parametrize(
+    "spec,needle",
+    [
+        ("no-such-org/no-such-model", "not in the local Hugging Face cache"),
+        ("./definitely/missing", "no such file or folder"),
+        ("/tmp/missing-model.gguf", "no such file"),
+    ],
+)
 def test_unknown_models_fail_fast_with_what_to_do(spec, needle):
     with pytest.raises(ModelError, match=needle):
         load_model(spec, "cpu", torch.float32)
@@ -90,8 +94,9 @@ def gpt2_folder(tmp_path_factory, engine):
 
     folder = tmp_path_factory.mktemp("gpt2")
     torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=len(engine.tok), n_positions=512, n_embd=64, n_layer=3, n_head=4,
-                     bos_token_id=engine.tok.bos_token_id, eos_token_id=engine.tok.eos_token_id)
+    cfg = GPT2Config(
+        vocab_size=len(engine.tok), n_positions=512, n_embd=64, n_layer=3, n_head=4, bos_token_id=engine.tok.bos_token_id, eos_token_id=engine.tok.eos_token_id
+    )
     GPT2LMHeadModel(cfg).save_pretrained(folder)
     engine.tok.save_pretrained(folder)
     yield folder
@@ -105,7 +110,7 @@ def test_gpt2_style_model_runs_every_lever_it_can_and_refuses_quantization_with_
     assert (ready.n_layers, ready.kv_heads, ready.head_dim, ready.context_len) == (3, 4, 16, 512)
     req = RunRequest(prompt="Hello there, how are you?", max_new_tokens=12, ignore_eos=True, chat=False)
     ids, _ = eng.prompt_ids(req)
-    ref = eng.model.generate(torch.tensor([ids]), max_new_tokens=12, min_new_tokens=12, do_sample=False)[0, len(ids):].tolist()
+    ref = eng.model.generate(torch.tensor([ids]), max_new_tokens=12, min_new_tokens=12, do_sample=False)[0, len(ids) :].tolist()
     for lever, value in [(None, None), ("cache", False), ("cache", True), ("spec", "lookup"), ("spec", "draft"), ("spec", "off"), ("batch", 2)]:
         if lever:
             assert eng.set_lever(lever, value), (lever, value, events[-1])

@@ -15,7 +15,7 @@ def _thp_mode() -> str | None:
             text = f.read()
     except OSError:
         return None
-    return text[text.index("[") + 1:text.index("]")]
+    return text[text.index("[") + 1 : text.index("]")]
 
 
 needs_thp = pytest.mark.skipif(_thp_mode() in (None, "never"), reason="this kernel gives no transparent huge pages")

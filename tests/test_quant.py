@@ -226,9 +226,20 @@ def test_the_int4_kernel_is_refused_by_a_compiler_for_another_cpu(tmp_path):
 
     from torch.utils import cpp_extension
 
-    done = subprocess.run(["g++", "-march=x86-64-v3", "-std=c++20", "-fsyntax-only", "-w",
-                           *(f"-I{p}" for p in cpp_extension.include_paths()), str(native.SOURCES / "int4_linear.cpp")],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [
+            "g++",
+            "-march=x86-64-v3",
+            "-std=c++20",
+            "-fsyntax-only",
+            "-w",
+            *(f"-I{p}" for p in cpp_extension.include_paths()),
+            str(native.SOURCES / "int4_linear.cpp"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode != 0 and "int4_linear needs AVX-512 (F, BW, VL, VNNI)" in done.stderr
 
 
@@ -237,7 +248,8 @@ def test_int4_on_rows_that_do_not_split_into_groups_says_torchao_serves_it():
     with the kernel built, the note must still name torchao and the reason, not say "int4"."""
     model = torch.nn.Sequential(torch.nn.Linear(40, 8))
     assert quant_note("int4", "cpu", model) == (
-        "int4 on torchao's IntxWeightOnly g32, LM head fp (slower; our kernel: rows that do not split into groups of 32)")
+        "int4 on torchao's IntxWeightOnly g32, LM head fp (slower; our kernel: rows that do not split into groups of 32)"
+    )
 
 
 def test_int4_variant_of_the_real_model(plain):

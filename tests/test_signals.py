@@ -27,14 +27,17 @@ def _stop(app, how):
         os.kill(app.pid(), {"SIGTERM": signal.SIGTERM, "SIGHUP": signal.SIGHUP}[how])
 
 
-@pytest.mark.parametrize("phase,how", [
-    ("load", "SIGTERM"),
-    ("generate", "SIGTERM"),
-    ("generate", "SIGHUP"),
-    ("generate", "ctrl+c"),
-    ("quantize", "ctrl+c"),
-    ("compile", "SIGTERM"),
-])
+@pytest.mark.parametrize(
+    "phase,how",
+    [
+        ("load", "SIGTERM"),
+        ("generate", "SIGTERM"),
+        ("generate", "SIGHUP"),
+        ("generate", "ctrl+c"),
+        ("quantize", "ctrl+c"),
+        ("compile", "SIGTERM"),
+    ],
+)
 def test_ending_the_app_at_any_phase(tmp_path, phase, how):
     rec = tmp_path / "s.jsonl"
     app = TmuxApp(f"tt-sig-{phase}-{how}".replace("+", ""), ["--record", str(rec), "--max-new-tokens", "400", "--ignore-eos"])

@@ -87,7 +87,7 @@ async def test_runs_table_shows_every_number_whole():
         header, body = lines[0], lines[1:]
         rows = session.rows()
         assert len(body) == min(len(rows), table.content_size.height - 1)
-        for line, row in zip(body, rows[-len(body):]):
+        for line, row in zip(body, rows[-len(body) :]):
             for col in COLUMNS:
                 if col.title in header:
                     assert col.cell(row) in line, (col.title, col.cell(row), line)

@@ -80,8 +80,19 @@ class TokentopApp(App):
         Binding("ctrl+c", "quit", "quit", show=False, priority=True),
     ]
 
-    def __init__(self, source, request=None, *, recorder=None, sampler=None, fps: float = 8.0, auto: bool = False,
-                 prompt_file: str | None = None, out_dir: str | None = None, history: int = 4000):
+    def __init__(
+        self,
+        source,
+        request=None,
+        *,
+        recorder=None,
+        sampler=None,
+        fps: float = 8.0,
+        auto: bool = False,
+        prompt_file: str | None = None,
+        out_dir: str | None = None,
+        history: int = 4000,
+    ):
         super().__init__()
         self.source = source
         self.request = request
@@ -110,8 +121,12 @@ class TokentopApp(App):
         # References, not queries: with a modal open, queries search the modal's screen.
         self.status = StatusBar(id="status")
         self.tokens = TokenStream(id="tokens")
-        charts = [LatencyChart(self.session, id="latency"), KVChart(self.session, id="kv"),
-                  MemoryChart(self.session, id="memory"), UtilChart(self.session, id="util")]
+        charts = [
+            LatencyChart(self.session, id="latency"),
+            KVChart(self.session, id="kv"),
+            MemoryChart(self.session, id="memory"),
+            UtilChart(self.session, id="util"),
+        ]
         self.panes = {w.id: w for w in (self.tokens, RunsTable(self.session, id="runs"), *charts)}
         yield self.status
         with Horizontal(id="main"):
@@ -369,14 +384,26 @@ def export_session(session: Session, path: str) -> None:
     for row in session.rows():
         s = row.stats
         itl = s.itl
-        rows.append({
-            "run": row.label, "levers": asdict(s.levers), "prompt_tokens": s.prompt_tokens, "new_tokens": s.n_tokens,
-            "ttft_s": s.ttft_s, "itl_mean_s": itl.mean, "itl_p50_s": itl.p50, "itl_p95_s": itl.p95, "itl_p99_s": itl.p99,
-            "decode_tok_s": s.decode_tps, "e2e_s": s.e2e_s, "kv_bytes": s.kv_bytes, "accept_rate": s.accept_rate,
-            "peak_rss": row.finished.peak_rss if row.finished else None,
-            "perplexity": row.finished.perplexity if row.finished else None,
-            "output": row.finished.diff_note if row.finished else row.note,
-        })
+        rows.append(
+            {
+                "run": row.label,
+                "levers": asdict(s.levers),
+                "prompt_tokens": s.prompt_tokens,
+                "new_tokens": s.n_tokens,
+                "ttft_s": s.ttft_s,
+                "itl_mean_s": itl.mean,
+                "itl_p50_s": itl.p50,
+                "itl_p95_s": itl.p95,
+                "itl_p99_s": itl.p99,
+                "decode_tok_s": s.decode_tps,
+                "e2e_s": s.e2e_s,
+                "kv_bytes": s.kv_bytes,
+                "accept_rate": s.accept_rate,
+                "peak_rss": row.finished.peak_rss if row.finished else None,
+                "perplexity": row.finished.perplexity if row.finished else None,
+                "output": row.finished.diff_note if row.finished else row.note,
+            }
+        )
     data = {
         "engine": asdict(session.ready) if session.ready else None,
         "leak": asdict(session.verdict) if session.verdict else None,
@@ -392,6 +419,11 @@ def make_app(args, source, recorder=None) -> TokentopApp:
     from tui_app.cli import run_request
 
     return TokentopApp(
-        source, run_request(args), recorder=recorder, sampler=Sampler(hz=args.hz or 4.0),
-        fps=args.fps, auto=args.auto, prompt_file=args.prompt_file,
+        source,
+        run_request(args),
+        recorder=recorder,
+        sampler=Sampler(hz=args.hz or 4.0),
+        fps=args.fps,
+        auto=args.auto,
+        prompt_file=args.prompt_file,
     )

@@ -39,8 +39,14 @@ _APPLY_ORDER = ("quant", "batch", "cache", "compile", "spec")
 def add_bench_args(p) -> None:
     p.add_argument("--levers", default="plain,int8,lookup", help=f"comma-separated; join with + to combine. Known: {', '.join(LEVER_PRESETS)}")
     p.add_argument("--lengths", default="128:64,512:128,1024:256", help="prompt:new token pairs (default: the classic latency study)")
-    p.add_argument("--prompt-lengths", nargs="?", const="16,512", default=None, metavar="N,M",
-                   help="the short-vs-long prompt experiment: these prompt lengths, --new-tokens each, with ratios")
+    p.add_argument(
+        "--prompt-lengths",
+        nargs="?",
+        const="16,512",
+        default=None,
+        metavar="N,M",
+        help="the short-vs-long prompt experiment: these prompt lengths, --new-tokens each, with ratios",
+    )
     p.add_argument("--new-tokens", type=int, default=64, help="new tokens for --prompt-lengths")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--repeats", type=int, default=3)
@@ -95,10 +101,20 @@ class Result:
     extra: dict = field(default_factory=dict)
 
     def flat(self) -> dict:
-        d = {"levers": self.levers, "prompt_tokens": self.prompt_tokens, "new_tokens": self.new_tokens, "repeats": self.repeats,
-             "refused": self.refused, "peak_rss": self.peak_rss, "kv_bytes": self.kv_bytes, "accept_rate": self.accept_rate,
-             "perplexity": self.perplexity, "diff_note": self.diff_note,
-             "host_reads_per_token": self.host_reads, "cuda_syncs_per_token": self.cuda_syncs}
+        d = {
+            "levers": self.levers,
+            "prompt_tokens": self.prompt_tokens,
+            "new_tokens": self.new_tokens,
+            "repeats": self.repeats,
+            "refused": self.refused,
+            "peak_rss": self.peak_rss,
+            "kv_bytes": self.kv_bytes,
+            "accept_rate": self.accept_rate,
+            "perplexity": self.perplexity,
+            "diff_note": self.diff_note,
+            "host_reads_per_token": self.host_reads,
+            "cuda_syncs_per_token": self.cuda_syncs,
+        }
         for name in ("ttft", "itl", "tps", "e2e"):
             s = getattr(self, name)
             for k in ("mean", "std", "min", "max", "p50", "p95", "p99"):
@@ -188,8 +204,10 @@ def count_reads(engine, req, steps: int = 16) -> tuple[float | None, float | Non
 
 
 def markdown(results: list[Result]) -> str:
-    head = ("| levers | prompt→new | TTFT mean (p50/p95) | ITL mean (p50/p95/p99) | decode tok/s (min–max) | e2e s | peak RSS | KV "
-            "| accept | host reads/token | ppl | vs plain greedy |")
+    head = (
+        "| levers | prompt→new | TTFT mean (p50/p95) | ITL mean (p50/p95/p99) | decode tok/s (min–max) | e2e s | peak RSS | KV "
+        "| accept | host reads/token | ppl | vs plain greedy |"
+    )
     lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
     for r in results:
         if r.refused:
@@ -223,9 +241,16 @@ def environment(engine) -> dict:
             versions[pkg] = None
     r = engine.ready
     return {
-        "model": r.model, "device": r.device, "dtype": r.dtype, "threads": r.threads, "quant_impl": r.quant_impl,
-        "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-        "python": platform.python_version(), "versions": versions, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "model": r.model,
+        "device": r.device,
+        "dtype": r.dtype,
+        "threads": r.threads,
+        "quant_impl": r.quant_impl,
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "versions": versions,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 
 
@@ -273,8 +298,10 @@ def run_bench(args) -> int:
             results.append(measure(engine, session, errors, name, combo, p_len, new, args.warmup, args.repeats, progress))
     print(file=sys.stderr)
     env = environment(engine)
-    print(f"{env['model']} on {env['device']} ({env['dtype']}, {env['threads']} threads), torch {env['versions']['torch']}, "
-          f"{args.warmup} warmup + {args.repeats} repeats per row\n")
+    print(
+        f"{env['model']} on {env['device']} ({env['dtype']}, {env['threads']} threads), torch {env['versions']['torch']}, "
+        f"{args.warmup} warmup + {args.repeats} repeats per row\n"
+    )
     print(markdown(results))
     if args.prompt_lengths and len(results) >= 2:
         print()
@@ -294,8 +321,10 @@ def prompt_length_ratios(results: list[Result]) -> str:
         rs.sort(key=lambda r: r.prompt_tokens)
         base = rs[0]
         for r in rs:
-            lines.append(f"| {name} | {r.prompt_tokens} | {fmt.ms(r.ttft.mean)} | {r.ttft.mean / base.ttft.mean:.2f} "
-                         f"| {fmt.ms(r.itl.mean, 2)} | {r.itl.mean / base.itl.mean:.2f} |")
+            lines.append(
+                f"| {name} | {r.prompt_tokens} | {fmt.ms(r.ttft.mean)} | {r.ttft.mean / base.ttft.mean:.2f} "
+                f"| {fmt.ms(r.itl.mean, 2)} | {r.itl.mean / base.itl.mean:.2f} |"
+            )
     return "\n".join(lines)
 
 

@@ -86,8 +86,9 @@ def bounds(series: list[list[float]], floor_zero: bool = True) -> tuple[float, f
     return lo, hi + (hi - lo) * 0.05
 
 
-def plot(canvas: Canvas, series: list[list[float]], lo: float, hi: float, xs: list[list[float]] | None = None,
-         x_lo: float = 0.0, x_hi: float | None = None) -> None:
+def plot(
+    canvas: Canvas, series: list[list[float]], lo: float, hi: float, xs: list[list[float]] | None = None, x_lo: float = 0.0, x_hi: float | None = None
+) -> None:
     """Draw line series. Without xs, point i of each series sits at x = i (right-aligned windows are the caller's job)."""
     if x_hi is None:
         x_hi = max((len(s) - 1 for s in series), default=1) or 1

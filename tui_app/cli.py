@@ -41,7 +41,9 @@ def _nonneg_float(text: str) -> float:
 
 def _engine_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model")
-    g.add_argument("--model", default="default", help="'default' (bundled SmolLM2-135M-Instruct), a Hugging Face id in the local cache, a folder or a .gguf file")
+    g.add_argument(
+        "--model", default="default", help="'default' (bundled SmolLM2-135M-Instruct), a Hugging Face id in the local cache, a folder or a .gguf file"
+    )
     g.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     g.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
     g.add_argument("--draft-model", default=None, help="draft model for speculative decoding (default: the target's own first layers)")
@@ -60,7 +62,9 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0)
     g = p.add_argument_group("levers (initial state; keys switch them live)")
     g.add_argument("--no-cache", action="store_true", help="start with the KV cache off")
-    g.add_argument("--compile", action="store_true", help="start with static cache + a compiled decode step (torch.compile; a quantized Llama on CPU: one C++ op)")
+    g.add_argument(
+        "--compile", action="store_true", help="start with static cache + a compiled decode step (torch.compile; a quantized Llama on CPU: one C++ op)"
+    )
     g.add_argument("--quant", choices=QUANT_LEVELS, default="off")
     g.add_argument("--spec", choices=SPEC_MODES, default="off")
     g.add_argument("--batch", type=int, choices=BATCH_SIZES, default=1)
@@ -117,9 +121,17 @@ def engine_config(args):
     if args.threads < 0:
         raise UsageError("--threads must be 0 (auto) or more")
     return EngineConfig(
-        model=args.model, device=args.device, dtype=args.dtype, draft_model=args.draft_model,
-        draft_layers=args.draft_layers, threads=args.threads, temperature=args.temperature, top_p=args.top_p,
-        seed=args.seed, levers=levers_from(args), debug_leak_mb=args.debug_leak_mb,
+        model=args.model,
+        device=args.device,
+        dtype=args.dtype,
+        draft_model=args.draft_model,
+        draft_layers=args.draft_layers,
+        threads=args.threads,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
+        levers=levers_from(args),
+        debug_leak_mb=args.debug_leak_mb,
     )
 
 
@@ -142,8 +154,13 @@ def run_request(args):
     if args.max_new_tokens <= 0:
         raise UsageError(f"--max-new-tokens must be at least 1 (got {args.max_new_tokens})")
     return RunRequest(
-        prompt=args.prompt, preset=preset, prompt_file=args.prompt_file, max_new_tokens=args.max_new_tokens,
-        ignore_eos=args.ignore_eos, truncate=args.truncate == "left", chat=not args.no_chat,
+        prompt=args.prompt,
+        preset=preset,
+        prompt_file=args.prompt_file,
+        max_new_tokens=args.max_new_tokens,
+        ignore_eos=args.ignore_eos,
+        truncate=args.truncate == "left",
+        chat=not args.no_chat,
     )
 
 

@@ -68,8 +68,11 @@ def run_headless(args) -> int:
         if engine is None:
             return EXIT_USAGE
         r = session.ready
-        print(f"{r.model} on {r.device} ({r.dtype}, {r.threads} threads): {r.n_params / 1e6:.0f}M params, "
-              f"{fmt.nbytes(r.weight_bytes)} weights, loaded from {r.source} in {r.load_s:.1f} s", flush=True)
+        print(
+            f"{r.model} on {r.device} ({r.dtype}, {r.threads} threads): {r.n_params / 1e6:.0f}M params, "
+            f"{fmt.nbytes(r.weight_bytes)} weights, loaded from {r.source} in {r.load_s:.1f} s",
+            flush=True,
+        )
         for _ in range(args.runs):
             errors.clear()
             fin = engine.run(run_request(args))

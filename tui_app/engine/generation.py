@@ -112,10 +112,19 @@ class Engine:
                 raise ModelError(f"--draft-model {cfg.draft_model}: its tokenizer differs from the target's; a draft must share the vocabulary")
             self._draft = DraftProposer(draft.model, self.device, f"draft {draft.name}")
         ready = EngineReady(
-            model=loaded.name, source=loaded.source, device=self.device, dtype=str(self.dtype).removeprefix("torch."),
-            n_params=self.n_params, weight_bytes=self.weight_bytes, n_layers=self.n_layers, kv_heads=self.kv_heads,
-            head_dim=self.head_dim, kv_bytes_per_elem=torch.tensor([], dtype=self.dtype).element_size(),
-            context_len=self.context_len, load_s=loaded.load_s, threads=self.threads,
+            model=loaded.name,
+            source=loaded.source,
+            device=self.device,
+            dtype=str(self.dtype).removeprefix("torch."),
+            n_params=self.n_params,
+            weight_bytes=self.weight_bytes,
+            n_layers=self.n_layers,
+            kv_heads=self.kv_heads,
+            head_dim=self.head_dim,
+            kv_bytes_per_elem=torch.tensor([], dtype=self.dtype).element_size(),
+            context_len=self.context_len,
+            load_s=loaded.load_s,
+            threads=self.threads,
             quant_impl=lv.quant_impl(self.device, self.dtype),
         )
         self.ready = ready
@@ -325,8 +334,10 @@ class Engine:
             lean.own_attention = use_own_attention(model)
             step = lean.static_step
         else:
+
             def step(ids, cache, position_ids):
                 return model(input_ids=ids, past_key_values=cache, position_ids=position_ids, use_cache=True, logits_to_keep=1).logits
+
         compiled = torch.compile(step, mode=mode, dynamic=False)
 
         def call(ids, cache, position_ids):
@@ -529,11 +540,25 @@ class Engine:
                 # Every token but the newest is in the cache (verify steps crop the rejected ones).
                 kv = measure_cache(state["cache"], len(tokens[0]) - 1)
                 step_no += 1
-                self.emit(Step(
-                    run_id, step_no, kind, new_rows[0], decoder.push(new_rows[0]), len(new_rows[0]),
-                    t1, t1 - t0, forward_ns,
-                    kv.used_bytes, kv.alloc_bytes, kv.seq_len, state["segment"], proposed, accepted,
-                ))
+                self.emit(
+                    Step(
+                        run_id,
+                        step_no,
+                        kind,
+                        new_rows[0],
+                        decoder.push(new_rows[0]),
+                        len(new_rows[0]),
+                        t1,
+                        t1 - t0,
+                        forward_ns,
+                        kv.used_bytes,
+                        kv.alloc_bytes,
+                        kv.seq_len,
+                        state["segment"],
+                        proposed,
+                        accepted,
+                    )
+                )
                 if self.device.startswith("cuda") and t1 - last_mem > 250_000_000:
                     last_mem = t1
                     mem = read_torch_memory(self.device)
@@ -603,8 +628,17 @@ class Engine:
         else:
             first_diff, note = None, "no reference yet"
         ev = RunFinished(
-            run_id, len(out_ids), stop_reason, text, peak_rss, rss_bytes(), torch_peak, gpu_base,
-            self.perplexity(lev.quant), first_diff, note,
+            run_id,
+            len(out_ids),
+            stop_reason,
+            text,
+            peak_rss,
+            rss_bytes(),
+            torch_peak,
+            gpu_base,
+            self.perplexity(lev.quant),
+            first_diff,
+            note,
         )
         self.emit(ev)
         return ev
@@ -686,14 +720,12 @@ class _IncrementalDecoder:
 
     def push(self, new: list[int]) -> str:
         self.ids.extend(new)
-        full = self.tok.decode(self.ids[self.prefix:], skip_special_tokens=True)
+        full = self.tok.decode(self.ids[self.prefix :], skip_special_tokens=True)
         if full.endswith("\ufffd") or len(full) <= len(self.prefix_text):
             return ""
-        delta = full[len(self.prefix_text):]
+        delta = full[len(self.prefix_text) :]
         # The next window starts at the tokens just consumed; its prefix text is decoded once here.
         self.prefix, self.read = self.read, len(self.ids)
-        self.prefix_text = self.tok.decode(self.ids[self.prefix:self.read], skip_special_tokens=True)
+        self.prefix_text = self.tok.decode(self.ids[self.prefix : self.read], skip_special_tokens=True)
         self.text += delta
         return delta
-
-

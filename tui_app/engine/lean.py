@@ -81,9 +81,12 @@ class LeanDecode:
     @staticmethod
     def supports(model) -> bool:
         inner = getattr(model, "model", None)
-        return (getattr(model.config, "model_type", None) in ARCHITECTURES and inner is not None
-                and all(hasattr(inner, a) for a in ("embed_tokens", "rotary_emb", "layers", "norm"))
-                and hasattr(model, "lm_head"))
+        return (
+            getattr(model.config, "model_type", None) in ARCHITECTURES
+            and inner is not None
+            and all(hasattr(inner, a) for a in ("embed_tokens", "rotary_emb", "layers", "norm"))
+            and hasattr(model, "lm_head")
+        )
 
     def __call__(self, ids: torch.Tensor, cache, position_ids: torch.Tensor, mask: torch.Tensor | None = None, **extra) -> torch.Tensor:
         """Logits [batch, 1, vocab] for one new token per row; the cache grows by one position.
@@ -92,8 +95,9 @@ class LeanDecode:
         pos_emb = self.rotary(hidden, position_ids=position_ids)
         for layer, joints in zip(self.layers, self.joints):
             if joints is None:
-                hidden = layer(hidden, attention_mask=mask, position_embeddings=pos_emb, position_ids=position_ids,
-                               past_key_values=cache, use_cache=True, **extra)
+                hidden = layer(
+                    hidden, attention_mask=mask, position_embeddings=pos_emb, position_ids=position_ids, past_key_values=cache, use_cache=True, **extra
+                )
             else:
                 hidden = self._joined_layer(layer, joints, hidden, pos_emb, cache, mask, extra)
         return self.head(self.norm(hidden))
@@ -124,15 +128,29 @@ class LeanDecode:
             return True
         first, head = self.layers[0], self.head
         rope_type = getattr(self.rotary, "rope_type", None)
-        if (any(j is None for j in self.joints) or self.embed.weight.device.type != "cpu" or self.embed.weight.dtype != torch.float32
-                or first.mlp.config.hidden_act != "silu" or rope_type is None or "dynamic" in rope_type or rope_type == "longrope"
-                or not isinstance(head, Int8Linear) or not head.kernel or head.bias is not None or "qweight" not in head.pooled):
+        if (
+            any(j is None for j in self.joints)
+            or self.embed.weight.device.type != "cpu"
+            or self.embed.weight.dtype != torch.float32
+            or first.mlp.config.hidden_act != "silu"
+            or rope_type is None
+            or "dynamic" in rope_type
+            or rope_type == "longrope"
+            or not isinstance(head, Int8Linear)
+            or not head.kernel
+            or head.bias is not None
+            or "qweight" not in head.pooled
+        ):
             return False
-        projections = [p for layer, (qkv, gate_up) in zip(self.layers, self.joints)
-                       for p in (qkv, layer.self_attn.o_proj, gate_up, layer.mlp.down_proj)]
+        projections = [p for layer, (qkv, gate_up) in zip(self.layers, self.joints) for p in (qkv, layer.self_attn.o_proj, gate_up, layer.mlp.down_proj)]
         kind = type(projections[0])
-        if any(type(p) is not kind or not p.kernel or p.bias is not None or any(n not in p.pooled or getattr(p, n) is not getattr(projections[0], n) for n in kind.packs)
-               for p in projections):
+        if any(
+            type(p) is not kind
+            or not p.kernel
+            or p.bias is not None
+            or any(n not in p.pooled or getattr(p, n) is not getattr(projections[0], n) for n in kind.packs)
+            for p in projections
+        ):
             return False
         norms = [n for layer in self.layers for n in (layer.input_layernorm, layer.post_attention_layernorm)] + [self.norm]
         if len({getattr(n, "variance_epsilon", None) for n in norms}) != 1 or norms[0].variance_epsilon is None:
@@ -144,10 +162,20 @@ class LeanDecode:
             return [p.pooled[p.packs[0]][0], p.pooled["scale"][0] if isinstance(p, Int8Linear) else -1, p.out_features, p.in_features]
 
         attn = first.self_attn
-        self.fused = (self.rotary.inv_freq, float(self.rotary.attention_scaling), [n.weight for n in norms],
-                      getattr(projections[0], kind.packs[0]), getattr(projections[0], "scale", None) if kind is Int8Linear else None,
-                      [v for p in projections for v in layout(p)], head.qweight, head.scale, layout(head),
-                      attn.config.num_attention_heads, norms[0].variance_epsilon, attn.scaling)
+        self.fused = (
+            self.rotary.inv_freq,
+            float(self.rotary.attention_scaling),
+            [n.weight for n in norms],
+            getattr(projections[0], kind.packs[0]),
+            getattr(projections[0], "scale", None) if kind is Int8Linear else None,
+            [v for p in projections for v in layout(p)],
+            head.qweight,
+            head.scale,
+            layout(head),
+            attn.config.num_attention_heads,
+            norms[0].variance_epsilon,
+            attn.scaling,
+        )
         return True
 
     def static_step(self, ids: torch.Tensor, cache, position_ids: torch.Tensor) -> torch.Tensor:
@@ -156,9 +184,26 @@ class LeanDecode:
         if self.fused is not None:
             inv_freq, rope_scale, norms, weights, scales, layout, head, head_scales, head_layout, heads, eps, scaling = self.fused
             layers = cache.layers[: len(self.layers)]
-            return torch.ops.tokentop.decode_step(ids, position_ids, self.embed.weight, inv_freq, rope_scale, norms, weights, scales, layout,
-                                                  head, head_scales, head_layout, [c.keys for c in layers], [c.values for c in layers],
-                                                  [c.cumulative_length for c in layers], heads, eps, scaling)
+            return torch.ops.tokentop.decode_step(
+                ids,
+                position_ids,
+                self.embed.weight,
+                inv_freq,
+                rope_scale,
+                norms,
+                weights,
+                scales,
+                layout,
+                head,
+                head_scales,
+                head_layout,
+                [c.keys for c in layers],
+                [c.values for c in layers],
+                [c.cumulative_length for c in layers],
+                heads,
+                eps,
+                scaling,
+            )
         slots = torch.arange(cache.layers[0].max_cache_len, device=ids.device)
         allowed = slots <= position_ids[0, 0]  # every row sits at the same position: batches repeat one prompt
         dtype = self.embed.weight.dtype  # the hidden states' dtype: the embedding is never quantized

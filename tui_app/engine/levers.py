@@ -30,8 +30,10 @@ def quant_impl(device: str, dtype: torch.dtype) -> dict[str, str]:
     if device.startswith("cuda"):
         int4 = "torchao Int4WeightOnly g128 (tinygemm)" if dtype == torch.bfloat16 else "refused: needs --dtype bf16"
         return {"int8": "torchao Int8WeightOnly, LM head fp", "int4": int4}
-    return {"int8": "int8 per-channel weights, LM head too; decode on our C++ kernel (AVX-512 VNNI)",
-            "int4": "int4 g32 weights, int8 LM head; decode on our C++ kernel (AVX-512 VNNI)"}
+    return {
+        "int8": "int8 per-channel weights, LM head too; decode on our C++ kernel (AVX-512 VNNI)",
+        "int4": "int4 g32 weights, int8 LM head; decode on our C++ kernel (AVX-512 VNNI)",
+    }
 
 
 def quant_note(level: str, device: str, variant: torch.nn.Module) -> str:
@@ -49,8 +51,7 @@ def quant_note(level: str, device: str, variant: torch.nn.Module) -> str:
 
 def _own_int4(model: torch.nn.Module) -> bool:
     """Our int4 needs its kernel and rows that split into whole groups; else torchao's."""
-    return native.load("int4_linear") is None and all(
-        m.in_features % GROUP == 0 for m in model.modules() if isinstance(m, torch.nn.Linear))
+    return native.load("int4_linear") is None and all(m.in_features % GROUP == 0 for m in model.modules() if isinstance(m, torch.nn.Linear))
 
 
 def _not_lm_head(module: torch.nn.Module, fqn: str) -> bool:

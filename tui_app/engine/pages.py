@@ -35,7 +35,7 @@ def empty(nbytes: int) -> torch.Tensor:
         region.madvise(mmap.MADV_HUGEPAGE, start, size - start)
     except OSError:
         pass  # a kernel without THP: the same memory on small pages
-    return base[start:start + nbytes]
+    return base[start : start + nbytes]
 
 
 def adopt(module: torch.nn.Module) -> None:
@@ -50,6 +50,6 @@ def adopt(module: torch.nn.Module) -> None:
     with torch.inference_mode(False), torch.no_grad():  # normal tensors, usable in and out of inference mode
         region = empty(end)
         for p, start in zip(params, starts):
-            home = region[start:start + p.numel() * p.element_size()].view(p.dtype).view(p.shape)
+            home = region[start : start + p.numel() * p.element_size()].view(p.dtype).view(p.shape)
             home.copy_(p)
             p.data = home

@@ -47,7 +47,7 @@ def _scratch_view(shape: tuple[int, ...], dtype: torch.dtype, device: torch.devi
     if buf is None:
         with torch.inference_mode(False):  # a normal tensor may be written in and out of inference mode
             buf = _scratch[(dtype, device)] = torch.empty(CHUNK_ELEMENTS, dtype=dtype, device=device)
-    return buf[:math.prod(shape)].view(shape)
+    return buf[: math.prod(shape)].view(shape)
 
 
 def _frozen(t: torch.Tensor) -> torch.nn.Parameter:
@@ -78,7 +78,7 @@ class _QuantLinear(torch.nn.Module):
         if name not in self.pooled:
             return t
         start, shape = self.pooled[name]
-        return t[start:start + math.prod(shape)].view(shape)
+        return t[start : start + math.prod(shape)].view(shape)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel and x.dtype == torch.float32:
@@ -86,8 +86,7 @@ class _QuantLinear(torch.nn.Module):
         if torch.compiler.is_compiling():
             y = self._product(x, 0, self.out_features, scratch=False)
         else:
-            y = torch.cat([self._product(x, i, min(i + self.rows, self.out_features), scratch=True)
-                           for i in range(0, self.out_features, self.rows)], dim=-1)
+            y = torch.cat([self._product(x, i, min(i + self.rows, self.out_features), scratch=True) for i in range(0, self.out_features, self.rows)], dim=-1)
         return y if self.bias is None else y + self.bias
 
     def extra_repr(self) -> str:
@@ -117,11 +116,11 @@ class Int8Linear(_QuantLinear):
         return torch.ops.tokentop.int8_linear(x, self._w("qweight"), self._w("scale"), self.out_features, self.bias)
 
     def _product(self, x: torch.Tensor, i: int, j: int, scratch: bool) -> torch.Tensor:
-        p = self._w("qweight")[i // TILE:-(-j // TILE)]  # i is a whole number of tiles
+        p = self._w("qweight")[i // TILE : -(-j // TILE)]  # i is a whole number of tiles
         tiles, quads = p.shape[:2]
         q = p.view(tiles, quads, TILE, QUAD).transpose(1, 2)
         w = _scratch_view(q.shape, x.dtype, q.device).copy_(q) if scratch else q.to(x.dtype)
-        w = w.reshape(tiles * TILE, quads * QUAD)[:j - i, :self.in_features].sub_(128)
+        w = w.reshape(tiles * TILE, quads * QUAD)[: j - i, : self.in_features].sub_(128)
         return (x @ w.t()) * self._w("scale")[i:j]  # the row scale once per output, not per weight
 
 
@@ -156,14 +155,13 @@ class Int4Linear(_QuantLinear):
         return torch.ops.tokentop.int4_linear(x, self._w("packed"), self.out_features, self.bias)
 
     def _product(self, x: torch.Tensor, i: int, j: int, scratch: bool) -> torch.Tensor:
-        p = self._w("packed")[i // TILE:-(-j // TILE)]  # i is a whole number of tiles
+        p = self._w("packed")[i // TILE : -(-j // TILE)]  # i is a whole number of tiles
         tiles, groups = p.shape[:2]
         nibbles = p[..., :NIBBLES].reshape(tiles, groups, 4, TILE, 4).permute(0, 3, 1, 2, 4).reshape(tiles * TILE, groups, -1)
-        scale, mins = (p[..., k:k + 2 * TILE].view(torch.float16).transpose(1, 2).reshape(tiles * TILE, groups, 1)
-                       for k in (NIBBLES, NIBBLES + 2 * TILE))
-        q = torch.cat([nibbles & 15, nibbles >> 4], dim=-1)[:j - i]
+        scale, mins = (p[..., k : k + 2 * TILE].view(torch.float16).transpose(1, 2).reshape(tiles * TILE, groups, 1) for k in (NIBBLES, NIBBLES + 2 * TILE))
+        q = torch.cat([nibbles & 15, nibbles >> 4], dim=-1)[: j - i]
         w = _scratch_view(q.shape, x.dtype, q.device).copy_(q) if scratch else q.to(x.dtype)
-        w.mul_(scale[:j - i].to(x.dtype)).add_(mins[:j - i].to(x.dtype))
+        w.mul_(scale[: j - i].to(x.dtype)).add_(mins[: j - i].to(x.dtype))
         return x @ w.view(j - i, -1).t()
 
 
@@ -212,7 +210,8 @@ def joined(layers: list[torch.nn.Module]) -> _QuantLinear | None:
     first = layers[0]
     kind = type(first)
     if not isinstance(first, _QuantLinear) or any(
-            type(layer) is not kind or layer.bias is not None or layer.in_features != first.in_features for layer in layers):
+        type(layer) is not kind or layer.bias is not None or layer.in_features != first.in_features for layer in layers
+    ):
         return None
     if any(layer.out_features % TILE for layer in layers[:-1]):  # padding rows would land inside the joint
         return None

@@ -16,10 +16,10 @@ def lookup_proposals(context: list[int], max_ngram: int = 3, num_tokens: int = 8
     (longest n first) and propose the tokens that followed it there."""
     n_ctx = len(context)
     for n in range(min(max_ngram, n_ctx - 1), 0, -1):
-        tail = context[n_ctx - n:]
+        tail = context[n_ctx - n :]
         for start in range(n_ctx - n - 1, -1, -1):
-            if context[start:start + n] == tail:
-                follow = context[start + n:start + n + num_tokens]
+            if context[start : start + n] == tail:
+                follow = context[start + n : start + n + num_tokens]
                 if follow:
                     return follow
     return []
@@ -58,7 +58,7 @@ class DraftProposer:
         it (on a GPU a read is a sync), and the engine reads them with the target's choices at once."""
         if self.cached >= len(context):  # context shrank (new run): start again
             self.reset()
-        feed = context[self.cached:]
+        feed = context[self.cached :]
         out: list[torch.Tensor] = []
         ids = torch.tensor([feed], device=self.device)
         for _ in range(self.k):

@@ -15,7 +15,7 @@ class LatencyChart(Chart):
     def draw_chart(self, width: int, height: int) -> list | Text:
         s = self.session
         canvas = Canvas(width, height - 1)
-        window = list(s.latency)[-canvas.px_w:]
+        window = list(s.latency)[-canvas.px_w :]
         self.border_title = "per-token latency"
         if not window:
             return Text("waiting for tokens…", style="dim")
@@ -49,4 +49,6 @@ class LatencyChart(Chart):
         if rec is not None:
             st = rec.total
             self.border_subtitle = f"run {rec.started.run_id}: TTFT {fmt.ms(st.ttft_s, 0)}  ITL p50 {fmt.ms(st.itl.p50)}  p95 {fmt.ms(st.itl.p95)}"
-        return self.compose_text(canvas, lo, hi, lambda v: f"{v:.0f}ms", [("decode", 0), ("spec verify", 1), ("mean", 2), ("p95", 3), ("prefill", 4), ("lever", 5)])
+        return self.compose_text(
+            canvas, lo, hi, lambda v: f"{v:.0f}ms", [("decode", 0), ("spec verify", 1), ("mean", 2), ("p95", 3), ("prefill", 4), ("lever", 5)]
+        )

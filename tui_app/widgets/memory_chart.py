@@ -17,7 +17,7 @@ class MemoryChart(Chart):
     def draw_chart(self, width: int, height: int) -> list | Text:
         s = self.session
         canvas = Canvas(width, height - 1)
-        samples = list(s.samples)[-canvas.px_w:]
+        samples = list(s.samples)[-canvas.px_w :]
         verdict = s.verdict.text() if s.verdict else "leak: collecting (0 runs)"
         self.border_title = f"memory — {verdict}"
         if not samples:

@@ -113,8 +113,7 @@ class RunsTable(LinePane):
         body = range(max(end - visible, 0), end)
         self.border_title = f"runs · {self.scrolled} newer below (wheel down)" if self.scrolled else "runs"
         return [line([c.title for c in COLUMNS], self.HEADER)] + [
-            line(cells[k], self.SEGMENT if self._rows[k].segment is not None else self.RUN if k == len(cells) - 1 else None)
-            for k in body
+            line(cells[k], self.SEGMENT if self._rows[k].segment is not None else self.RUN if k == len(cells) - 1 else None) for k in body
         ]
 
     def _scroll(self, by: int) -> None:

@@ -14,12 +14,11 @@ class UtilChart(Chart):
     def draw_chart(self, width: int, height: int) -> list | Text:
         s = self.session
         canvas = Canvas(width, height - 1)
-        samples = list(s.samples)[-canvas.px_w:]
+        samples = list(s.samples)[-canvas.px_w :]
         self.border_title = "utilization"
         if not samples:
             return Text("waiting for samples…", style="dim")
-        names = [("engine CPU%", [x.engine_cpu for x in samples]), ("system CPU%", [x.sys_cpu for x in samples]),
-                 ("UI CPU%", [x.app_cpu for x in samples])]
+        names = [("engine CPU%", [x.engine_cpu for x in samples]), ("system CPU%", [x.sys_cpu for x in samples]), ("UI CPU%", [x.app_cpu for x in samples])]
         has_gpu = any(x.gpu_sm is not None for x in samples)
         if has_gpu:
             names.append(("GPU SM%", [x.gpu_sm for x in samples]))
