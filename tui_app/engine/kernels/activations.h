@@ -62,7 +62,7 @@ inline __m512i word(const int8_t* p) {
 }
 
 // Asks for the weights' cache line kAhead bytes past p. Both kernels read their tiles as one
-// sequential stream, yet on a VM with ~8-11 GB/s to memory (session 13) they streamed at ~0.75 of a
+// sequential stream, yet on a VM with ~8-11 GB/s to memory they streamed at ~0.75 of a
 // plain sum over the same bytes: the arithmetic between loads keeps fewer lines in flight than the
 // hardware prefetcher needs. Asked for 8 KiB ahead (one line per 64 bytes read), the fused int4
 // step took 0.77x the time and int8's 0.82x (one process, alternating, the same tokens); 1 KiB ahead
