@@ -23,6 +23,10 @@ class RecordError(OSError):
 class Recorder:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
+        # Opened now, so an unwritable path is refused before a model loads; a session that records
+        # nothing (a failed start) removes the empty file on close, or replay would later reject it.
+        self._created = not self.path.exists()
+        self._written = False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the session
@@ -33,6 +37,7 @@ class Recorder:
         if self._f.closed:
             return
         self._f.write(to_json(event) + "\n")
+        self._written = True
         if isinstance(event, _FLUSH_ON):
             self.flush()
 
@@ -45,6 +50,13 @@ class Recorder:
         if not self._f.closed:
             self.flush()
             self._f.close()
+            if self._created and not self._written:
+                self.path.unlink(missing_ok=True)
+
+    @property
+    def kept(self) -> bool:
+        """Whether the file holds this session's events (False once an empty one was removed)."""
+        return self._written or not self._created
 
 
 @dataclass

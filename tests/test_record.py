@@ -66,3 +66,23 @@ def test_unwritable_record_path_is_a_clear_error(tmp_path):
     blocker.write_text("")
     with pytest.raises(RecordError, match="cannot write the recording"):
         Recorder(blocker / "sub" / "s.jsonl")
+
+
+def test_a_session_that_records_nothing_leaves_no_empty_file(tmp_path):
+    """A failed start (a bad --device) recorded no event: a 0-byte file would be rejected by replay."""
+    path = tmp_path / "s.jsonl"
+    rec = Recorder(path)
+    rec.close()
+    assert not path.exists() and not rec.kept
+    old = tmp_path / "old.jsonl"  # an existing recording appended to is never removed
+    old.write_text("")
+    rec = Recorder(old)
+    rec.close()
+    assert old.exists() and rec.kept
+
+
+def test_tests_record_into_their_own_folder_never_the_users():
+    from tests.conftest import TEST_DATA
+    from tui_app.cli import default_record_path
+
+    assert default_record_path().startswith(TEST_DATA + "/")

@@ -90,7 +90,8 @@ def run_headless(args) -> int:
     finally:
         if recorder is not None:
             recorder.close()
-            print(f"recorded to {recorder.path}", file=sys.stderr)
+            if recorder.kept:
+                print(f"recorded to {recorder.path}", file=sys.stderr)
 
 
 def leakcheck(args) -> int:
