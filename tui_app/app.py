@@ -33,6 +33,7 @@ from monitors.events import (
     Step,
 )
 from monitors.system import trim_heap
+from tui_app import fmt
 from tui_app.screens.help import HelpScreen
 from tui_app.screens.prompt import PromptScreen
 from tui_app.session import Session, short_value
@@ -410,7 +411,7 @@ def export_session(session: Session, path: str) -> None:
         "runs": rows,
     }
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, default=str, allow_nan=True)
+        json.dump(fmt.strict_json(data), f, indent=2, default=str, allow_nan=False)
 
 
 def make_app(args, source, recorder=None) -> TokentopApp:

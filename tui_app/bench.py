@@ -335,10 +335,10 @@ def write_outputs(args, env: dict, results: list[Result]) -> None:
         path = f"{args.out}.{kind}"
         with open(path, "w", newline="", encoding="utf-8") as f:
             if kind == "json":
-                json.dump({"settings": settings, "environment": env, "results": rows}, f, indent=2, default=str)
+                json.dump(fmt.strict_json({"settings": settings, "environment": env, "results": rows}), f, indent=2, default=str, allow_nan=False)
             elif kind == "jsonl":
                 for row in rows:
-                    f.write(json.dumps({**row, "environment": env, "settings": settings}, default=str) + "\n")
+                    f.write(json.dumps(fmt.strict_json({**row, "environment": env, "settings": settings}), default=str, allow_nan=False) + "\n")
             else:
                 w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["levers"])
                 w.writeheader()

@@ -33,3 +33,15 @@ def nbytes(n: float | None) -> str:
 
 def pct(x: float | None) -> str:
     return "–" if _bad(x) else f"{x * 100:.0f}%"
+
+
+def strict_json(obj):
+    """`obj` with every NaN and ±inf float as None: strict JSON parsers (browsers, jq, most
+    languages) reject the bare NaN that Python's json writes by default."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    return obj
