@@ -159,3 +159,18 @@ def test_serve_binds_to_localhost_and_serves_the_page():
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.mark.parametrize(
+    "levers,needle",
+    [
+        (["--compile", "--spec", "lookup"], "--spec lookup refused: verify steps are multi-token"),
+        (["--compile", "--no-cache"], "--no-cache refused: compile runs on a static KV cache"),
+        (["--spec", "draft", "--batch", "2"], "--batch 2 refused: speculative decoding verifies one sequence"),
+    ],
+)
+def test_headless_refuses_a_lever_it_cannot_apply_instead_of_dropping_it(levers, needle):
+    """It used to run without the lever, exit 0 and label the numbers without it."""
+    r = tokentop("run", "--no-tui", "--no-record", "--max-new-tokens", "2", *levers)
+    assert r.returncode == 2 and needle in r.stderr, r.stderr
+    assert " tok/s" not in r.stdout

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from monitors.events import EngineError, RunFinished
+from monitors.events import EngineError, LeverRefused, RunFinished
 from monitors.record import RecordError
 from tui_app import fmt
 from tui_app.charts import text_plot
@@ -17,18 +17,40 @@ from tui_app.session import Row, Session
 MB = 1024 * 1024
 
 
+def lever_option(lever: str, value) -> str:
+    """The command-line option that asked for this lever value."""
+    if lever == "cache":
+        return "--no-cache"
+    if lever == "compile":
+        return "--compile"
+    return f"--{lever} {value}"
+
+
 def load_engine(args, session: Session):
-    """An in-process engine feeding `session`; None (after printing why) when the model cannot load."""
+    """An in-process engine feeding `session`; None (after printing why) when the model cannot load
+    or refuses a lever the command line asked for: numbers labelled without the lever asked for
+    would answer another question than the one put."""
     from tui_app.engine.generation import Engine
     from tui_app.engine.models import ModelError
 
+    refused: list[LeverRefused] = []
+
+    def listen(ev) -> None:
+        if isinstance(ev, LeverRefused):
+            refused.append(ev)
+
+    session.listeners.append(listen)
     engine = Engine(engine_config(args), session.feed)
     try:
         engine.load()
     except ModelError as exc:
         print(f"tokentop: {exc}", file=sys.stderr)
         return None
-    return engine
+    finally:
+        session.listeners.remove(listen)
+    for ev in refused:
+        print(f"tokentop: {lever_option(ev.lever, ev.value)} refused: {ev.reason}", file=sys.stderr)
+    return None if refused else engine
 
 
 def row_line(row: Row) -> str:
