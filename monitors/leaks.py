@@ -94,6 +94,11 @@ class LeakDetector:
         self.seen = 0
         self.baselines: deque[float] = deque(maxlen=window)
 
+    @property
+    def runs_needed(self) -> int:
+        """Runs before the first verdict: the warmup, then enough baselines for a trend."""
+        return self.warmup + self.min_runs
+
     def reset(self) -> None:
         """Start a new series: after a lever is prepared (a quantized copy, a compiled graph)
         the baseline rises for a legitimate reason, and only runs after it compare."""

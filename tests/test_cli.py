@@ -29,6 +29,7 @@ def tokentop(*args, timeout=180, env=None):
         (["run", "--no-tui", "--preset", "file"], "--preset file needs --prompt-file"),
         (["bench", "--lengths", "12x4"], "bad length pair"),
         (["bench", "--levers", "turbo"], "unknown lever preset 'turbo'"),
+        (["leakcheck", "--runs", "5"], "use --runs 11 or more"),  # it used to exit 0 with no verdict
     ],
 )
 def test_command_line_misuse_exits_2_with_one_clear_line(args, needle):

@@ -119,6 +119,14 @@ def run_headless(args) -> int:
 def leakcheck(args) -> int:
     """Repeated runs; exit 1 when the baseline trend says the engine leaks (for CI)."""
     session = Session()
+    need = session.leak.runs_needed
+    if args.runs < need:
+        print(
+            f"tokentop: leakcheck --runs {args.runs} gives no verdict: the first {session.leak.warmup} runs warm up and the trend needs "
+            f"{session.leak.min_runs} more; use --runs {need} or more",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     engine = load_engine(args, session)
     if engine is None:
         return EXIT_USAGE
