@@ -96,3 +96,25 @@ async def test_runs_table_shows_every_number_whole():
         table._scroll(2)  # the wheel shows older rows and says so
         assert "newer below" in table.border_title
         assert table._strips[1].text.split()[0] == rows[-len(body) - 2].label
+
+
+async def test_kv_pane_shows_only_the_current_runs_cache():
+    """A no-cache run used to keep the previous run's "7.4 MiB measured = 7.4 MiB formula"."""
+    from monitors.events import Levers, RunStarted, Step
+    from tui_app.widgets.kv_chart import KVChart
+
+    events = session_events(runs=1, tokens=8)
+    t = events[-1].t_ns
+    events += [RunStarted(2, Levers(cache=False), 42, 8, "p", t_ns=t + 1)]
+    events += [Step(2, i + 1, "prefill" if i == 0 else "decode", [1], "a", 1, t + 2 + i, 1, 1, 0, 0, 43 + i) for i in range(3)]
+    session = fold(events)
+    chart = KVChart(session)
+    async with One(chart).run_test(size=(80, 14)) as pilot:
+        await pilot.pause()
+        chart.redraw(force=True)
+        shown = " ".join(strip.text for strip in chart._strips)
+        assert "KV cache off" in shown and "measured" not in str(chart.border_subtitle)
+        session.feed(RunStarted(3, Levers(), 42, 8, "p", t_ns=t + 10))  # cache on again, no token yet
+        chart.dirty = True
+        chart.redraw(force=True)
+        assert "waiting for tokens" in " ".join(strip.text for strip in chart._strips) and not chart.border_subtitle

@@ -46,6 +46,7 @@ class KVPoint:
     measured: int
     formula: int
     alloc: int
+    run_id: int = 0
 
 
 @dataclass
@@ -147,10 +148,15 @@ class Session:
         for fn in self.listeners:
             fn(ev)
 
-    def engine_died(self, message: str) -> None:
+    def engine_died(self, message: str, why: str = "engine died") -> None:
         self.fatal = message
         if self.current is not None and self.current.finished is None:
-            self.died[self.current.started.run_id] = "engine died"
+            self.died[self.current.started.run_id] = why
+
+    @property
+    def next_run_id(self) -> int:
+        """The id after every run seen, for an engine that starts again (its own count starts at 1)."""
+        return max([*self.timer.runs, *self.finished_ids, 0]) + 1
 
     def say(self, text: str, error: bool = False) -> None:
         self.messages.append((error, text))
@@ -168,7 +174,7 @@ class Session:
             # Events arrive in order, so self.levers is the setting this step ran with.
             r = self.ready
             formula = kv_formula_bytes(r.kv_bytes_per_elem, self.levers.batch, ev.seq_len, r.n_layers, r.kv_heads, r.head_dim) if ev.kv_bytes else 0
-            self.kv.append(KVPoint(ev.seq_len, ev.kv_bytes, formula, ev.kv_alloc_bytes))
+            self.kv.append(KVPoint(ev.seq_len, ev.kv_bytes, formula, ev.kv_alloc_bytes, ev.run_id))
 
     def rows(self, limit: int = 200) -> list[Row]:
         out: list[Row] = []

@@ -14,14 +14,16 @@ class KVChart(Chart):
     def draw_chart(self, width: int, height: int) -> list | Text:
         s = self.session
         canvas = Canvas(width, height - 1)
-        pts = [p for p in s.kv if p.seq_len]
+        # The current run's points only: a run without the cache must not show the last one's bytes.
+        run = s.current.started.run_id if s.current is not None else None
+        pts = [p for p in s.kv if p.seq_len and p.run_id == run]
         self.border_title = "KV cache"
         r = s.ready
-        if not pts or r is None:
+        if not s.levers.cache or not pts or r is None:
             msg = "KV cache off: every step recomputes the whole context" if not s.levers.cache else "waiting for tokens…"
             self.border_subtitle = ""
             return Text(msg, style="dim")
-        # Only the points since the last time the sequence shrank (a new run or a rebuild).
+        # Only the points since the last time the sequence shrank (a rebuild after a lever switch).
         start = 0
         for i in range(1, len(pts)):
             if pts[i].seq_len < pts[i - 1].seq_len:
