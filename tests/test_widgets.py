@@ -118,3 +118,16 @@ async def test_kv_pane_shows_only_the_current_runs_cache():
         chart.dirty = True
         chart.redraw(force=True)
         assert "waiting for tokens" in " ".join(strip.text for strip in chart._strips) and not chart.border_subtitle
+
+
+def test_a_run_switched_midway_is_labelled_with_the_levers_its_numbers_come_from():
+    """Run 2 switches to int8 halfway: its ppl and output are int8's, so the row says cache→cache int8
+    (it said "cache", the starting levers, beside int8's perplexity)."""
+    from tui_app.headless import row_line
+
+    rows = {row.label: row for row in fold(session_events(runs=2)).rows()}
+    assert rows["1"].levers_label == "cache"
+    assert rows["2"].levers_label == "cache→cache int8"
+    assert (rows["2.0"].levers_label, rows["2.1"].levers_label) == ("cache", "cache int8")
+    levers_col = next(c for c in COLUMNS if c.title == "levers")
+    assert levers_col.cell(rows["2"]) == "cache→cache int8" and "[cache→cache int8]" in row_line(rows["2"])

@@ -57,7 +57,7 @@ def row_line(row: Row) -> str:
     s, f = row.stats, row.finished
     itl = s.itl
     parts = [
-        f"run {row.label:<5} [{s.levers.label()}]",
+        f"run {row.label:<5} [{row.levers_label}]",
         f"prompt {s.prompt_tokens} tok",
         f"new {s.n_tokens} tok",
         f"TTFT {fmt.ms(s.ttft_s)}",

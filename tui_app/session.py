@@ -65,10 +65,20 @@ class Row:
     stats: TimingStats
     finished: RunFinished | None = None
     note: str = ""
+    end_levers: Levers | None = None  # a run's levers at its end, where a switch changed them
 
     @property
     def label(self) -> str:
         return f"{self.run_id}" if self.segment is None else f"{self.run_id}.{self.segment}"
+
+    @property
+    def levers_label(self) -> str:
+        """The levers the row's numbers come from: a run switched midway shows start→end, since its
+        perplexity and output belong to the end levers and its timings to both."""
+        start = self.stats.levers.label()
+        if self.end_levers is None or self.end_levers == self.stats.levers:
+            return start
+        return f"{start}→{self.end_levers.label()}"
 
 
 @dataclass
@@ -181,7 +191,7 @@ class Session:
         for rid in list(self.timer.runs)[-limit:]:
             rec = self.timer.runs[rid]
             note = rec.finished.diff_note if rec.finished else self.died.get(rid, "running")
-            out.append(Row(rid, None, rec.total, rec.finished, note))
+            out.append(Row(rid, None, rec.total, rec.finished, note, rec.segments[-1].levers))
             if len(rec.segments) > 1:
                 out.extend(Row(rid, i, seg, None) for i, seg in enumerate(rec.segments) if seg.n_tokens)
         return out
