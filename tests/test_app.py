@@ -256,3 +256,34 @@ async def test_replay_step_mode_advances_one_step_per_space():
             assert app.session.token_count == n
         first_steps = [e.text for e in evs if isinstance(e, StepEvent)][:3]
         assert "".join(t for t, _ in app.tokens.chunks).endswith("".join(first_steps))
+
+
+async def test_restart_of_a_working_engine_asks_first_and_keeps_every_run(tmp_path):
+    """Run numbers continue across engine restarts: a second "run 1" replaced the first in the runs
+    table, the export and replay --stats. A working engine is restarted only after a yes."""
+    import json
+
+    from monitors.record import Recorder, read_recording
+    from tui_app.app import export_session
+    from tui_app.replay import fold
+    from tui_app.screens.confirm import ConfirmScreen
+
+    rec_path = tmp_path / "s.jsonl"
+    app = TokentopApp(LiveSource(EngineConfig()), RunRequest(max_new_tokens=4), recorder=Recorder(rec_path), fps=8, out_dir=str(tmp_path))
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await until(pilot, lambda: finished(app) >= 1, what="the first run")
+        pid = app.source.pid
+        await pilot.press("R")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        assert app.source.pid == pid and any("not restarted" in n for n in notes(app))
+        await pilot.press("R")
+        await pilot.press("y")
+        await until(pilot, lambda: finished(app) >= 2, timeout=120, what="a run on the new engine")
+        assert app.source.pid != pid
+        assert list(app.session.finished_ids) == [1, 2]
+        export_session(app.session, str(tmp_path / "x.json"))
+        assert [r["run"] for r in json.loads((tmp_path / "x.json").read_text())["runs"]] == ["1", "2"]
+        await pilot.press("q")
+    replayed = fold(read_recording(rec_path).events)
+    assert [row.label for row in replayed.rows()] == ["1", "2"] and all(row.finished for row in replayed.rows())

@@ -83,6 +83,6 @@ def test_a_session_that_records_nothing_leaves_no_empty_file(tmp_path):
 
 def test_tests_record_into_their_own_folder_never_the_users():
     from tests.conftest import TEST_DATA
-    from tui_app.cli import default_record_path
+    from tui_app.options import default_record_path
 
     assert default_record_path().startswith(TEST_DATA + "/")

@@ -34,6 +34,7 @@ from monitors.events import (
 )
 from monitors.system import trim_heap
 from tui_app import fmt
+from tui_app.screens.confirm import ConfirmScreen
 from tui_app.screens.help import HelpScreen
 from tui_app.screens.prompt import PromptScreen
 from tui_app.session import Session, short_value
@@ -339,9 +340,23 @@ class TokentopApp(App):
 
     def action_restart(self) -> None:
         if not self.source.live:
+            self.notify("a replay has no engine to restart")
             return
+        if self.session.fatal is None and getattr(self.source, "alive", lambda: False)():
+            cur = self.session.current
+            in_flight = f" Run {cur.started.run_id}, in flight, is stopped." if cur is not None and cur.finished is None else ""
+            question = f"The engine is working. Restart it?{in_flight} Finished runs are kept; compiled and quantized variants are rebuilt when next used."
+            self.push_screen(ConfirmScreen(question), lambda yes: self._restart() if yes else self.notify("engine not restarted"))
+            return
+        self._restart()
+
+    def _restart(self) -> None:
+        """A new engine process, numbering its runs after the last one: ids stay unique in the runs
+        table, the export and the recording (a second run 1 used to replace the first)."""
         self.state = "restarting engine…"
-        self.source.restart(self.session.levers)
+        self.session.engine_died("restarting", why="stopped by the engine restart")
+        self.running = False
+        self.source.restart(self.session.levers, first_run_id=self.session.next_run_id)
         self.session.fatal = None
         if self.sampler is not None:
             self.sampler.watch("engine", self.source.pid)
@@ -389,6 +404,7 @@ def export_session(session: Session, path: str) -> None:
             {
                 "run": row.label,
                 "levers": asdict(s.levers),
+                "levers_end": asdict(row.end_levers or s.levers),
                 "prompt_tokens": s.prompt_tokens,
                 "new_tokens": s.n_tokens,
                 "ttft_s": s.ttft_s,

@@ -55,7 +55,7 @@ class Engine(LeverControl, QualityChecks):
         self.pending: list[tuple] = []
         self._lean: dict[int, LeanDecode | None] = {}  # per weight variant (id of the module)
         self._leak: list[bytearray] = []
-        self._run_id = 0
+        self._run_id = config.first_run_id - 1  # a restarted engine continues the session's numbering
 
     # ---------------------------------------------------------------- loading
     def load(self) -> EngineReady:

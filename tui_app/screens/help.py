@@ -26,7 +26,7 @@ HELP = """\
 | `v` | next chart, when the terminal is too small for all of them |
 | `e` | export the session as JSON |
 | `ctrl+s` | screenshot (SVG) |
-| `R` | restart the engine after it died |
+| `R` | restart the engine (asks first while it works); run numbers continue, finished runs are kept |
 | `q`, `ctrl+q`, `ctrl+c` | quit |
 
 Levers switch at the next token boundary and continue the same text; a change that needs the
