@@ -108,9 +108,9 @@ async def test_every_key_on_the_live_engine(tmp_path):
         await pilot.press("a")
 
         await pilot.press("e")
-        await until(pilot, lambda: list(Path(tmp_path).glob("tokentop-session-*.json")), what="export")
+        await until(pilot, lambda: list(Path(tmp_path).glob("tokentop-*-export.json")), what="export")
         await pilot.press("ctrl+s")
-        await until(pilot, lambda: list(Path(tmp_path).glob("*.svg")), what="screenshot")
+        await until(pilot, lambda: list(Path(tmp_path).glob("tokentop-*-screenshot.svg")), what="screenshot")
 
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)

@@ -54,3 +54,58 @@ def test_unwritable_engine_log_is_an_engine_error_not_a_traceback(blocked):
         assert proc.exit_info().exitcode == 0
     finally:
         proc.shutdown()
+
+
+def _cli(*args, env):
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-m", "tui_app", *args], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, env=dict(os.environ, **env)
+    )
+    assert "Traceback" not in r.stderr, r.stderr
+    return r
+
+
+@pytest.mark.parametrize(
+    "args,variable",
+    [
+        (["run", "--no-tui", "--no-record"], "TOKENTOP_CACHE"),
+        (["bench", "--lengths", "8:2"], "TOKENTOP_CACHE"),
+        (["leakcheck"], "TOKENTOP_CACHE"),
+        (["run", "--no-tui"], "TOKENTOP_DATA"),  # the default recording's folder
+    ],
+)
+def test_every_command_refuses_an_unwritable_folder_in_one_line(blocked, tmp_path, args, variable):
+    r = _cli(*args, env={variable: str(blocked), **({"TOKENTOP_CACHE": str(tmp_path / "c")} if variable != "TOKENTOP_CACHE" else {})})
+    assert r.returncode == 2 and str(blocked) in r.stderr and variable in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+async def test_export_and_screenshot_into_an_unwritable_folder_say_which_and_what_moves_it(blocked):
+    from tests.synthetic import session_events
+    from tui_app.app import TokentopApp
+    from tui_app.sources import ReplaySource
+
+    app = TokentopApp(ReplaySource(session_events(runs=1, tokens=4), speed=0), None, out_dir=str(blocked))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("e")
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+    errors = [t for t in app.told if str(blocked) in t]
+    assert len(errors) == 2 and all("--out-dir" in t for t in errors)
+
+
+async def test_exports_default_to_the_recordings_folder_with_the_full_path(tmp_path, monkeypatch):
+    from tests.synthetic import session_events
+    from tui_app.app import TokentopApp
+    from tui_app.sources import ReplaySource
+
+    monkeypatch.setenv("TOKENTOP_DATA", str(tmp_path))
+    app = TokentopApp(ReplaySource(session_events(runs=1, tokens=4), speed=0), None)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("e")
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+    written = sorted(p.name for p in (tmp_path / "recordings").iterdir())
+    assert len(written) == 2 and written[0].endswith("-export.json") and written[1].endswith("-screenshot.svg")
+    assert all(any(str(tmp_path / "recordings" / name) in t for t in app.told) for name in written)

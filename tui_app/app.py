@@ -7,11 +7,11 @@ the events to the Session, and redraws only the panes whose data changed, at --f
 from __future__ import annotations
 
 import json
-import os
 from collections import deque
 import signal
 import time
 from dataclasses import asdict, replace
+from pathlib import Path
 
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -102,7 +102,7 @@ class TokentopApp(App):
         self.fps = max(1.0, min(fps or 8.0, 60.0))
         self.auto = auto
         self.prompt_file = prompt_file
-        self.out_dir = out_dir or os.getcwd()
+        self.out_dir = out_dir  # None: the recordings folder (TOKENTOP_DATA moves it)
         self.session = Session(recorder=recorder, history=history)
         self.running = False
         self.paused = False
@@ -361,20 +361,40 @@ class TokentopApp(App):
         if self.sampler is not None:
             self.sampler.watch("engine", self.source.pid)
 
-    def action_export(self) -> None:
-        path = os.path.join(self.out_dir, time.strftime("tokentop-session-%Y%m%d-%H%M%S.json"))
+    def _out_folder(self, what: str):
+        """The folder exports and screenshots go to, created; None after saying why it cannot be written."""
+        from tui_app.folders import FolderError, recordings_dir, require
+
         try:
-            export_session(self.session, path)
+            return require(Path(self.out_dir) if self.out_dir else recordings_dir(), what, "--out-dir" if self.out_dir else "--out-dir or TOKENTOP_DATA")
+        except FolderError as exc:
+            self.notify(str(exc), severity="error", timeout=10)
+            return None
+
+    def action_export(self) -> None:
+        from tui_app.folders import stamped
+
+        folder = self._out_folder("the export")
+        if folder is None:
+            return
+        path = stamped(folder, "export", "json")
+        try:
+            export_session(self.session, str(path))
         except OSError as exc:
             self.notify(f"cannot write {path}: {exc.strerror or exc}", severity="error")
             return
         self.notify(f"session exported to {path}")
 
     def action_screenshot(self) -> None:
+        from tui_app.folders import stamped
+
+        folder = self._out_folder("the screenshot")
+        if folder is None:
+            return
         try:
-            path = self.save_screenshot(path=self.out_dir)
+            path = self.save_screenshot(filename=stamped(folder, "screenshot", "svg").name, path=str(folder))
         except OSError as exc:
-            self.notify(f"cannot write the screenshot: {exc.strerror or exc}", severity="error")
+            self.notify(f"cannot write the screenshot in {folder}: {exc.strerror or exc}", severity="error")
             return
         self.notify(f"screenshot saved to {path}")
 
@@ -443,4 +463,5 @@ def make_app(args, source, recorder=None) -> TokentopApp:
         fps=args.fps,
         auto=args.auto,
         prompt_file=args.prompt_file,
+        out_dir=args.out_dir,
     )

@@ -72,6 +72,7 @@ def _ui_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hz", type=_nonneg_float, default=4.0, help="system/GPU samples per second (default 4)")
     p.add_argument("--record", default=None, help="record every event to this JSONL file (default: the user data folder)")
     p.add_argument("--no-record", action="store_true", help="do not record the session")
+    p.add_argument("--out-dir", default=None, help="folder for exports (e) and screenshots (ctrl+s) (default: the recordings folder)")
     p.add_argument("--auto", action="store_true", help="start in auto-repeat mode")
 
 
@@ -155,7 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
         argv = ["run", *argv]
     args = parser.parse_args(argv)
+    from tui_app.folders import FolderError, check_engine_folders
+
     try:
+        if args.command in ("run", "serve", "bench", "leakcheck"):
+            for note in check_engine_folders():
+                print(f"tokentop: {note}", file=sys.stderr)
         if args.command == "run":
             run_request(args)  # validate before any model loads
             engine_config(args)
@@ -180,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             from tui_app.headless import leakcheck
 
             return leakcheck(args)
-    except UsageError as exc:
+    except (UsageError, FolderError) as exc:
         print(f"tokentop: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

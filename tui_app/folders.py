@@ -44,6 +44,13 @@ def recordings_dir() -> Path:
     return data_root() / "recordings"
 
 
+def stamped(folder: str | os.PathLike, kind: str, ext: str) -> Path:
+    """The one naming style of what a session writes, sorting by time: tokentop-20261123-121500-export.json."""
+    import time
+
+    return Path(folder) / time.strftime(f"tokentop-%Y%m%d-%H%M%S-{kind}.{ext}")
+
+
 def inductor_dir() -> Path:
     """Where torch.compile writes its kernels: torch's own default, computed as
     torch._inductor.runtime.cache_dir_utils does (importing it would load torch here)."""

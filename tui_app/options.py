@@ -7,7 +7,6 @@ line and exit status EXIT_USAGE.
 
 from __future__ import annotations
 
-import os
 
 from monitors.events import Levers
 
@@ -72,16 +71,20 @@ def run_request(args):
 
 
 def default_record_path() -> str:
-    import time
+    from tui_app.folders import recordings_dir, stamped
 
-    import platformdirs
-
-    folder = os.environ.get("TOKENTOP_DATA") or platformdirs.user_data_dir("tokentop")
-    return os.path.join(folder, "recordings", time.strftime("session-%Y%m%d-%H%M%S.jsonl"))
+    return str(stamped(recordings_dir(), "recording", "jsonl"))
 
 
 def make_recorder(args):
-    """The session's recorder: --record FILE, else the user data folder; None with --no-record."""
-    from monitors.record import Recorder
+    """The session's recorder: --record FILE, else the user data folder; None with --no-record.
+    RecordError names the file and what moves it."""
+    from monitors.record import RecordError, Recorder
 
-    return None if args.no_record else Recorder(args.record or default_record_path())
+    if args.no_record:
+        return None
+    try:
+        return Recorder(args.record or default_record_path())
+    except RecordError as exc:
+        fix = "give --record another file, or --no-record" if args.record else "set TOKENTOP_DATA to a writable folder, or pass --no-record"
+        raise RecordError(f"{exc}; {fix}") from None
