@@ -111,8 +111,8 @@ class LeverControl:
 
     def _draft_proposer(self) -> DraftProposer:
         if self._draft is None:
-            n = self.cfg.draft_layers
-            self._draft = DraftProposer(lv.self_draft(self.model, n), self.device, f"self-draft: first {n} of {self.n_layers} layers")
+            draft = lv.self_draft(self.model, self.cfg.draft_layers)
+            self._draft = DraftProposer(draft, self.device, lv.self_draft_label(draft, self.cfg.draft_layers, self.n_layers))
             self.emit(Phase("draft", self._draft.label, True))
         return self._draft
 
