@@ -2,6 +2,7 @@
 and snapshots of the main layouts on deterministic data."""
 
 import asyncio
+import re
 import os
 import signal
 from pathlib import Path
@@ -84,7 +85,7 @@ async def test_every_key_on_the_live_engine(tmp_path):
         assert rows[-1].stats.levers.batch == 2
 
         n = len(app.session.timer.runs)
-        await pilot.press("l")
+        await pilot.press("l", "r")  # idle: the preset, like a lever, applies to the next run
         await until(pilot, lambda: len(app.session.timer.runs) > n, what="long preset run")
         assert app.session.current.started.preset == "long" and app.session.current.started.prompt_tokens > 300
 
@@ -287,3 +288,49 @@ async def test_restart_of_a_working_engine_asks_first_and_keeps_every_run(tmp_pa
         await pilot.press("q")
     replayed = fold(read_recording(rec_path).events)
     assert [row.label for row in replayed.rows()] == ["1", "2"] and all(row.finished for row in replayed.rows())
+
+
+async def test_every_key_answers_at_once(tmp_path):
+    """r mid-run says the run stopped and its row says so; a lever or the prompt preset while idle
+    says it applies to the next run (and starts none); v with every chart shown says so; after
+    s → off the status no longer names the draft."""
+    app = live_app(tmp_path, max_new=120)
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await until(pilot, lambda: app.session.token_count > 3, what="tokens")
+        await pilot.press("r")
+        assert any("run 1 stopped" in n for n in notes(app))
+        await until(pilot, lambda: finished(app) >= 2, timeout=120, what="the rerun")
+        assert app.session.rows()[0].note.startswith("stopped")
+        assert "stopped" in app.query_one("#runs")._strips[1].text
+
+        runs = len(app.session.timer.runs)
+        await pilot.press("k")
+        await until(pilot, lambda: "applies to the next run" in status_text(app), timeout=1, what="the answer, within a frame or two")
+        await until(pilot, lambda: not app.session.levers.cache, what="cache off")
+        assert "applies to the next run" in status_text(app)
+        await pilot.press("l")
+        await until(pilot, lambda: "prompt long: applies to the next run" in status_text(app), timeout=1, what="the preset's answer")
+        await pilot.pause(1.0)
+        assert len(app.session.timer.runs) == runs and not app.running
+
+        await pilot.press("v")
+        assert any("all four charts already show" in n for n in notes(app))
+
+        await pilot.press("k", "s", "s")
+        await until(pilot, lambda: app.session.levers.spec == "draft", what="draft")
+        await pilot.press("s")
+        await until(pilot, lambda: app.session.levers.spec == "off", what="spec off")
+        assert "draft" not in status_text(app)
+        await pilot.press("q")
+
+
+async def test_a_phase_in_progress_shows_its_elapsed_time():
+    from monitors.events import Phase
+
+    events = session_events(runs=1, tokens=4)
+    events.insert(3, Phase("compile", "compiling the decode step (static cache 256, batch 1, off)", False))  # before the first step
+    app = TokentopApp(ReplaySource(events, speed=0, step_mode=True), None)  # held at that step
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await until(pilot, lambda: "compiling the decode step" in status_text(app), what="the phase shown")
+        await pilot.pause(1.2)
+        assert re.search(r"compiling the decode step .*… [1-9]\d* s", status_text(app)), status_text(app)

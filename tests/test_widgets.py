@@ -131,3 +131,18 @@ def test_a_run_switched_midway_is_labelled_with_the_levers_its_numbers_come_from
     assert (rows["2.0"].levers_label, rows["2.1"].levers_label) == ("cache", "cache int8")
     levers_col = next(c for c in COLUMNS if c.title == "levers")
     assert levers_col.cell(rows["2"]) == "cache→cache int8" and "[cache→cache int8]" in row_line(rows["2"])
+
+
+def test_a_run_that_ends_before_its_limit_says_why():
+    from dataclasses import replace
+
+    from monitors.events import RunFinished
+    from tui_app.headless import row_line
+
+    events = session_events(runs=3, tokens=8)
+    reasons = {1: "eos", 2: "stopped", 3: "max tokens"}
+    events = [replace(e, stop_reason=reasons[e.run_id]) if isinstance(e, RunFinished) else e for e in events]
+    rows = {row.label: row for row in fold(events).rows()}
+    assert rows["1"].note.startswith("eos · ") and "ended: eos" in row_line(rows["1"])
+    assert rows["2"].note.startswith("stopped · ") and "ended: stopped" in row_line(rows["2"])
+    assert "ended" not in row_line(rows["3"]) and rows["3"].note == rows["3"].finished.diff_note

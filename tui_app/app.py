@@ -112,6 +112,7 @@ class TokentopApp(App):
         self._table_t = 0.0
         self._wanted: dict[str, object] = {}
         self._mode = ""
+        self._phase_since: float | None = None  # when the phase in progress began, on this clock
         self.told: deque[str] = deque(maxlen=50)  # what notify() said, for tests and export
 
     def notify(self, message: str, **kwargs) -> None:
@@ -200,7 +201,12 @@ class TokentopApp(App):
             self._mark("runs")
         for widget in self.panes.values():
             widget.redraw()
-        self.status.show(self.session, self.state, self.request.preset if self.request else "replay", self.auto)
+        phase = self.session.phase
+        state = self.state
+        if phase is not None and not phase.done and self._phase_since is not None and state.startswith(f"{phase.name}: "):
+            # A first compile takes a minute or more: the clock shows it is working, not stuck.
+            state = f"{state} {time.monotonic() - self._phase_since:.0f} s"
+        self.status.show(self.session, state, self.request.preset if self.request else "replay", self.auto)
         if not self.source.live and self.source.done and self.state != "replay finished":
             self.state = "replay finished"
 
@@ -232,12 +238,16 @@ class TokentopApp(App):
             self._wanted.pop(ev.lever, None)
             if ev.run_id is not None:
                 tokens.add_mark(f"{ev.lever}→{short_value(ev.value)}")
+                self.state = f"run {ev.run_id}: generating"  # not the preparation phase that came before
+            else:
+                self.state = f"{ev.lever} → {short_value(ev.value)}: applies to the next run (r starts one)"
             self._mark("runs", "latency")
         elif isinstance(ev, LeverRefused):
             self._wanted.pop(ev.lever, None)
             self.notify(ev.reason, title=f"{ev.lever} refused", severity="warning")
         elif isinstance(ev, Phase):
             self.state = f"{ev.name}: {ev.detail}" + (f" ({ev.seconds:.1f} s)" if ev.done else "…")
+            self._phase_since = None if ev.done else time.monotonic()
             if ev.name == "pause":
                 self.state = "paused" if not ev.done else "generating"
         elif isinstance(ev, EngineReady):
@@ -291,13 +301,19 @@ class TokentopApp(App):
         }[name](current)
         self._wanted[name] = value
         self.source.send("lever", name, value)
+        if not self.running:  # answered now; the engine's LeverChanged or LeverRefused follows
+            self.state = f"{name} → {short_value(value)}: applies to the next run (r starts one)"
 
     def action_preset(self) -> None:
         if self.request is None:
             return
         presets = ["short", "long"] + (["file"] if self.prompt_file else [])
         self.request = replace(self.request, prompt=None, preset=_cycle(presets, self.request.preset))
-        self.start_run()
+        if self.running:  # a prompt cannot change mid-run: the run starts again on the new one
+            self.notify(f"prompt {self.request.preset}: run {self._current_id()} stopped, a new run starts")
+            self.start_run()
+        else:  # as a lever pressed while idle
+            self.state = f"prompt {self.request.preset}: applies to the next run (r starts one)"
 
     def action_new_prompt(self) -> None:
         if self.request is None:
@@ -310,7 +326,16 @@ class TokentopApp(App):
 
         self.push_screen(PromptScreen(), done)
 
+    def _current_id(self) -> int | str:
+        cur = self.session.current
+        return cur.started.run_id if cur is not None else "?"
+
     def action_rerun(self) -> None:
+        if not self.source.live:
+            self.notify("a replay cannot run the prompt again")
+            return
+        if self.running:
+            self.notify(f"run {self._current_id()} stopped; the prompt runs again")
         self.start_run()
 
     def action_pause(self) -> None:
@@ -332,6 +357,12 @@ class TokentopApp(App):
             self.start_run()
 
     def action_next_view(self) -> None:
+        if self._mode == "wide":
+            self.notify(f"all four charts already show; v cycles them on a terminal smaller than {NARROW_W}×{NARROW_H}")
+            return
+        if self._mode == "tiny":
+            self.notify(f"the terminal is too small for charts: enlarge it to {TINY_W}×{TINY_H} or more")
+            return
         self.view = (self.view + 1) % len(CHARTS)
         self._show_view()
 
@@ -438,6 +469,7 @@ def export_session(session: Session, path: str) -> None:
                 "accept_rate": s.accept_rate,
                 "peak_rss": row.finished.peak_rss if row.finished else None,
                 "perplexity": row.finished.perplexity if row.finished else None,
+                "ended": row.finished.stop_reason if row.finished else row.note,
                 "output": row.finished.diff_note if row.finished else row.note,
             }
         )

@@ -72,6 +72,8 @@ def row_line(row: Row) -> str:
         parts.append(f"peak RSS {fmt.nbytes(f.peak_rss)}")
         if f.perplexity is not None:
             parts.append(f"ppl {f.perplexity:.2f}")
+        if f.stop_reason != "max tokens":
+            parts.append(f"ended: {f.stop_reason}")
         parts.append(f"vs plain greedy: {f.diff_note}")
     return "  ".join(parts)
 

@@ -190,7 +190,7 @@ class Session:
         out: list[Row] = []
         for rid in list(self.timer.runs)[-limit:]:
             rec = self.timer.runs[rid]
-            note = rec.finished.diff_note if rec.finished else self.died.get(rid, "running")
+            note = end_note(rec.finished) if rec.finished else self.died.get(rid, "running")
             out.append(Row(rid, None, rec.total, rec.finished, note, rec.segments[-1].levers))
             if len(rec.segments) > 1:
                 out.extend(Row(rid, i, seg, None) for i, seg in enumerate(rec.segments) if seg.n_tokens)
@@ -201,6 +201,12 @@ class Session:
         runs = self.timer.runs
         while len(runs) > keep_runs:
             runs.pop(next(iter(runs)))
+
+
+def end_note(fin: RunFinished) -> str:
+    """The output's comparison, after why the run ended when that was not its token limit: a run
+    that stops early (EOS, a full context, an error, `r`) must say so, not look complete."""
+    return fin.diff_note if fin.stop_reason == "max tokens" else f"{fin.stop_reason} · {fin.diff_note}"
 
 
 def short_value(value) -> str:

@@ -18,18 +18,19 @@ HELP = """\
 | `w` | weight quantization: off → int8 → int4 |
 | `s` | speculative decoding: off → prompt lookup → draft model |
 | `b` | batch size 1 → 2 → 4 → 8 (the prompt replicated) |
-| `l` | prompt length preset: short → long (→ file), and a new run |
+| `l` | prompt length preset: short → long (→ file); a run in flight starts again on it |
 | `n` | new prompt |
 | `r` | rerun the prompt |
 | `space` | pause / resume generation |
 | `a` | auto-repeat: run in a loop (demos, leak watching) |
-| `v` | next chart, when the terminal is too small for all of them |
+| `v` | next chart, when the terminal is too small for all of them (under 120×34) |
 | `e` | export the session as JSON |
 | `ctrl+s` | screenshot (SVG) |
 | `R` | restart the engine (asks first while it works); run numbers continue, finished runs are kept |
 | `q`, `ctrl+q`, `ctrl+c` | quit |
 
-Levers switch at the next token boundary and continue the same text; a change that needs the
+Levers switch at the next token boundary and continue the same text; pressed between runs,
+a lever (or `l`) applies to the next run, which `r` starts; a change that needs the
 cache rebuilt re-prefills the whole text, shown as a labelled spike. A lever the device or the
 current setting cannot do is refused with the reason.
 
