@@ -37,6 +37,8 @@ _APPLY_ORDER = ("quant", "batch", "cache", "compile", "spec")
 
 
 def add_bench_args(p) -> None:
+    from tui_app.options import bounded
+
     p.add_argument("--levers", default="plain,int8,lookup", help=f"comma-separated; join with + to combine. Known: {', '.join(LEVER_PRESETS)}")
     p.add_argument("--lengths", default="128:64,512:128,1024:256", help="prompt:new token pairs (default: the classic latency study)")
     p.add_argument(
@@ -47,9 +49,9 @@ def add_bench_args(p) -> None:
         metavar="N,M",
         help="the short-vs-long prompt experiment: these prompt lengths, --new-tokens each, with ratios",
     )
-    p.add_argument("--new-tokens", type=int, default=64, help="new tokens for --prompt-lengths")
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--new-tokens", type=bounded(int, 1), default=64, help="new tokens for --prompt-lengths")
+    p.add_argument("--warmup", type=bounded(int, 0), default=1, help="unmeasured runs before each row (default 1)")
+    p.add_argument("--repeats", type=bounded(int, 1), default=3, help="measured runs per row (default 3)")
     p.add_argument("-o", "--output", choices=["json", "csv", "jsonl"], action="append", default=[], help="also write results in this format (repeatable)")
     p.add_argument("--out", default="tokentop-bench", help="file name stem for -o outputs (default tokentop-bench)")
 

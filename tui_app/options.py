@@ -7,6 +7,8 @@ line and exit status EXIT_USAGE.
 
 from __future__ import annotations
 
+import argparse
+import math
 
 from monitors.events import Levers
 
@@ -17,6 +19,32 @@ class UsageError(Exception):
     pass
 
 
+def bounded(kind: type = int, lo: float | None = None, hi: float | None = None, lo_open: bool = False, why: str = ""):
+    """An argparse type for a number of `kind` in [lo, hi] ((lo, hi] with lo_open); out of range,
+    the message gives the range and why. `.bounds` lets a test try both sides of every option."""
+
+    if lo is not None and hi is not None:
+        span = f"in ({lo}, {hi}]" if lo_open else f"from {lo} to {hi}"
+    elif lo is not None:
+        span = f"more than {lo}" if lo_open else f"at least {lo}"
+    else:
+        span = f"at most {hi}"
+
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'a whole number' if kind is int else 'a number'}, got {text!r}") from None
+        if kind is float and not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        if (lo is not None and (v <= lo if lo_open else v < lo)) or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"must be {span}, got {text}" + (f": {why}" if why else ""))
+        return v
+
+    parse.bounds = (kind, lo, hi, lo_open)
+    return parse
+
+
 def levers_from(args) -> Levers:
     return Levers(cache=not args.no_cache, compile=args.compile, quant=args.quant, spec=args.spec, batch=args.batch)
 
@@ -24,8 +52,6 @@ def levers_from(args) -> Levers:
 def engine_config(args):
     from tui_app.engine.config import EngineConfig
 
-    if args.threads < 0:
-        raise UsageError("--threads must be 0 (auto) or more")
     return EngineConfig(
         model=args.model,
         device=args.device,
@@ -57,8 +83,6 @@ def run_request(args):
             raise UsageError(str(exc)) from None
     if args.prompt is not None and not args.prompt.strip():
         raise UsageError("--prompt is empty; give some text, or leave it out for the preset")
-    if args.max_new_tokens <= 0:
-        raise UsageError(f"--max-new-tokens must be at least 1 (got {args.max_new_tokens})")
     return RunRequest(
         prompt=args.prompt,
         preset=preset,
