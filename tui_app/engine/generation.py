@@ -88,7 +88,9 @@ class Engine(LeverControl, QualityChecks):
         self.n_params = sum(p.numel() for p in seen.values())
         self.weight_bytes = sum(p.numel() * p.element_size() for p in seen.values())
         if cfg.draft_model:
-            draft = load_model(cfg.draft_model, self.device, self.dtype, progress=lambda m: self.emit(Phase("load", f"draft: {m}", False)))
+            draft = load_model(
+                cfg.draft_model, self.device, self.dtype, progress=lambda m: self.emit(Phase("load", f"draft: {m}", False)), option="--draft-model"
+            )
             if draft.tokenizer.get_vocab() != self.tok.get_vocab():
                 raise ModelError(f"--draft-model {cfg.draft_model}: its tokenizer differs from the target's; a draft must share the vocabulary")
             self._draft = DraftProposer(draft.model, self.device, f"draft {draft.name}")
