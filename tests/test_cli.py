@@ -252,3 +252,11 @@ def test_model_errors_name_the_option_and_the_kind_of_path(tmp_path):
     assert r.returncode == 2 and f"--model {notes}: a file that is not a .gguf" in r.stderr and "folder" not in r.stderr.split(":")[1]
     r = tokentop("run", "--no-tui", "--no-record", "--max-new-tokens", "1", "--draft-model", str(tmp_path / "missing.gguf"))
     assert r.returncode == 2 and "--draft-model " in r.stderr and "--model " not in r.stderr.replace("--draft-model", ""), r.stderr
+
+
+def test_headless_output_has_no_library_noise_unless_verbose():
+    """torchao's optional kernels, torch's pytree deprecations and the weight-loading bar were printed."""
+    r = tokentop("run", "--no-tui", "--no-record", "--quant", "int8", "--max-new-tokens", "2")
+    assert r.returncode == 0 and r.stderr.strip() == "", r.stderr
+    loud = tokentop("run", "--no-tui", "--no-record", "--quant", "int8", "--max-new-tokens", "2", "--verbose", env={"TRANSFORMERS_VERBOSITY": "info"})
+    assert loud.returncode == 0 and loud.stderr.strip() != ""

@@ -11,7 +11,7 @@ import sys
 
 from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES
 from tui_app.engine.prompts import PRESETS
-from tui_app.options import EXIT_USAGE, UsageError, bounded, engine_config, make_recorder, run_request
+from tui_app.options import EXIT_USAGE, UsageError, bounded, engine_config, make_recorder, quiet_libraries, run_request
 
 
 COUNT = bounded(int, 1)  # runs, tokens, layers: one or more
@@ -50,6 +50,7 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--quant", choices=QUANT_LEVELS, default="off")
     g.add_argument("--spec", choices=SPEC_MODES, default="off")
     g.add_argument("--batch", type=int, choices=BATCH_SIZES, default=1)
+    g.add_argument("--verbose", action="store_true", help="show the libraries' own warnings and progress bars")
     g.add_argument("--debug-leak-mb", type=bounded(float, 0), default=0.0, help=argparse.SUPPRESS)
 
 
@@ -151,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
         argv = ["run", *argv]
     args = parser.parse_args(argv)
+    if not getattr(args, "verbose", False):
+        quiet_libraries()
     from tui_app.folders import FolderError, check_engine_folders
 
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 
 from monitors.events import Levers
 
@@ -112,3 +113,16 @@ def make_recorder(args):
     except RecordError as exc:
         fix = "give --record another file, or --no-record" if args.record else "set TOKENTOP_DATA to a writable folder, or pass --no-record"
         raise RecordError(f"{exc}; {fix}") from None
+
+
+def quiet_libraries() -> None:
+    """Before torch, torchao and transformers load: no library chatter on a headless command's
+    output (torchao's optional kernels that this machine cannot load, torch's pytree deprecations,
+    transformers' weight-loading bar). --verbose keeps them; the engine's own lines always show.
+    Set in the environment too, so a spawned engine process inherits it (its log stays readable)."""
+    import logging
+
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    for name in ("torchao", "torch.utils._pytree", "transformers"):
+        logging.getLogger(name).setLevel(logging.ERROR)
