@@ -8,6 +8,8 @@ of MIN_MB_PER_RUN: a single allocator step or noise does not move the lower boun
 
 from __future__ import annotations
 
+from monitors.text import plural
+
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -66,9 +68,9 @@ class LeakVerdict:
 
     def text(self) -> str:
         if self.status == "collecting":
-            return f"leak: collecting ({self.n} runs)"
+            return f"leak: collecting ({plural(self.n, 'run')})"
         sign = "+" if self.mb_per_run >= 0 else ""
-        return f"leak: {self.status} ({sign}{self.mb_per_run:.2f} MB/run, 95% [{self.low:.2f}, {self.high:.2f}], {self.n} runs)"
+        return f"leak: {self.status} ({sign}{self.mb_per_run:.2f} MB/run, 95% [{self.low:.2f}, {self.high:.2f}], {plural(self.n, 'run')})"
 
 
 def fit_slope(ys: list[float]) -> tuple[float, float]:

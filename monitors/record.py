@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from monitors.events import EngineError, Event, EventDecodeError, LeverChanged, RunFinished, from_json, to_json
+from monitors.text import plural
 
 _FLUSH_ON = (RunFinished, EngineError, LeverChanged)
 
@@ -79,10 +80,10 @@ def read_recording(path: str | os.PathLike) -> Recording:
         try:
             events.append(from_json(line.decode("utf-8")))
         except UnicodeDecodeError:
-            return Recording(events, f"{p}: line {n} is not UTF-8 text; {len(events)} events before it were read")
+            return Recording(events, f"{p}: line {n} is not UTF-8 text; {plural(len(events), 'event')} before it {'was' if len(events) == 1 else 'were'} read")
         except EventDecodeError as exc:
             what = "truncated or corrupt" if events else "not a tokentop recording"
-            return Recording(events, f"{p}: line {n} is {what}: {exc}; {len(events)} events before it were read")
+            return Recording(events, f"{p}: line {n} is {what}: {exc}; {plural(len(events), 'event')} before it {'was' if len(events) == 1 else 'were'} read")
     if not events:
         return Recording([], f"{p} holds no tokentop events")
     return Recording(events)

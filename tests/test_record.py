@@ -41,7 +41,7 @@ def test_truncated_recording_names_the_line_and_keeps_what_came_before(tmp_path)
     data = path.read_bytes()
     path.write_bytes(data[:-25])  # cut in the middle of the last line
     got = read_recording(path)
-    assert len(got.events) == 3 and "line 4" in got.error and "3 events before it" in got.error
+    assert len(got.events) == 3 and "line 4" in got.error and "3 events before it were read" in got.error
 
 
 def test_garbage_in_the_middle(tmp_path):
@@ -86,3 +86,12 @@ def test_tests_record_into_their_own_folder_never_the_users():
     from tui_app.options import default_record_path
 
     assert default_record_path().startswith(TEST_DATA + "/")
+
+
+def test_counts_are_singular_for_one(tmp_path):
+    from monitors.leaks import LeakVerdict
+
+    path = tmp_path / "s.jsonl"
+    path.write_text(to_json(EVENTS[0]) + "\n{broken\n")
+    assert "1 event before it was read" in read_recording(path).error
+    assert LeakVerdict("collecting", 0, 0, 0, 1).text() == "leak: collecting (1 run)"

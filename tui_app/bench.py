@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from monitors.events import EngineError, LeverRefused, Levers
+from monitors.text import plural
 from monitors.timing import Summary
 from tui_app import fmt
 
@@ -289,7 +290,7 @@ def run_bench(args) -> int:
         width = 30
         filled = width * done[0] // total
         eta = (time.time() - t0) / done[0] * (total - done[0])
-        print(f"\r[{'█' * filled}{'·' * (width - filled)}] {done[0]}/{total} runs, ~{eta:.0f} s left ", end="", file=sys.stderr, flush=True)
+        print(f"\r[{'█' * filled}{'·' * (width - filled)}] {done[0]}/{plural(total, 'run')}, ~{eta:.0f} s left ", end="", file=sys.stderr, flush=True)
 
     results = []
     for p_len, new in lengths:
@@ -301,8 +302,8 @@ def run_bench(args) -> int:
     print(file=sys.stderr)
     env = environment(engine)
     print(
-        f"{env['model']} on {env['device']} ({env['dtype']}, {env['threads']} threads), torch {env['versions']['torch']}, "
-        f"{args.warmup} warmup + {args.repeats} repeats per row\n"
+        f"{env['model']} on {env['device']} ({env['dtype']}, {plural(env['threads'], 'thread')}), torch {env['versions']['torch']}, "
+        f"{plural(args.warmup, 'warmup run')} + {plural(args.repeats, 'repeat')} per row\n"
     )
     print(markdown(results))
     if args.prompt_lengths and len(results) >= 2:

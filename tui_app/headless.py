@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 
 from monitors.events import EngineError, LeverRefused, RunFinished
+from monitors.text import plural
 from monitors.record import RecordError
 from tui_app import fmt
 from tui_app.charts import text_plot
@@ -93,7 +94,7 @@ def run_headless(args) -> int:
             return EXIT_USAGE
         r = session.ready
         print(
-            f"{r.model} on {r.device} ({r.dtype}, {r.threads} threads): {r.n_params / 1e6:.0f}M params, "
+            f"{r.model} on {r.device} ({r.dtype}, {plural(r.threads, 'thread')}): {r.n_params / 1e6:.0f}M params, "
             f"{fmt.nbytes(r.weight_bytes)} weights, loaded from {r.source} in {r.load_s:.1f} s",
             flush=True,
         )
@@ -124,7 +125,7 @@ def leakcheck(args) -> int:
     need = session.leak.runs_needed
     if args.runs < need:
         print(
-            f"tokentop: leakcheck --runs {args.runs} gives no verdict: the first {session.leak.warmup} runs warm up and the trend needs "
+            f"tokentop: leakcheck --runs {args.runs} gives no verdict: the first {plural(session.leak.warmup, 'run')} warm up and the trend needs "
             f"{session.leak.min_runs} more; use --runs {need} or more",
             file=sys.stderr,
         )

@@ -19,6 +19,7 @@ import time
 import torch
 
 from monitors.events import EngineError, EngineReady, Levers, Phase, RunFinished, RunStarted, Step, now_ns
+from monitors.text import plural
 from monitors.kvcache import measure_cache
 from monitors.system import rss_bytes, trim_heap
 from monitors.torch_memory import read_torch_memory
@@ -154,7 +155,7 @@ class Engine(LeverControl, QualityChecks):
         if len(ids) > room:
             if not req.truncate:
                 raise PromptError(
-                    f"the prompt is {len(ids)} tokens and {req.max_new_tokens} new tokens are asked for, "
+                    f"the prompt is {plural(len(ids), 'token')} and {plural(req.max_new_tokens, 'new token')} are asked for, "
                     f"but the model's context is {self.context_len}; shorten it, ask for fewer tokens, or pass --truncate left"
                 )
             ids = ids[-room:]
