@@ -334,3 +334,17 @@ async def test_a_phase_in_progress_shows_its_elapsed_time():
         await until(pilot, lambda: "compiling the decode step" in status_text(app), what="the phase shown")
         await pilot.pause(1.2)
         assert re.search(r"compiling the decode step .*… [1-9]\d* s", status_text(app)), status_text(app)
+
+
+async def test_palette_entries_are_sentences_for_every_key():
+    """They read "tokentop: KV cache" and "help (question_mark)"."""
+    from tui_app.app import PALETTE
+
+    app = TokentopApp(ReplaySource(session_events(runs=1, tokens=4), speed=0), None)
+    async with app.run_test(size=APP_SIZE):
+        ours = [c for c in app.get_system_commands(app.screen) if c.title in PALETTE.values()]
+    assert {b.action for b in app.BINDINGS if b.action not in ("quit",)} <= set(PALETTE)
+    assert len(ours) == len(PALETTE)
+    for c in ours:
+        assert c.title[0].isupper() and "tokentop:" not in c.title and "_" not in c.help, (c.title, c.help)
+    assert any(c.help == "key: ?" for c in ours)

@@ -48,6 +48,24 @@ from tui_app.widgets.token_stream import TokenStream
 from tui_app.widgets.util_chart import UtilChart
 
 CHARTS = ("latency", "kv", "memory", "util")
+# The command palette's entries: sentences, with the key as their help line.
+PALETTE = {
+    "lever('cache')": "Switch the KV cache on or off",
+    "lever('compile')": "Switch the compiled decode step on or off",
+    "lever('quant')": "Cycle the weight quantization: off, int8, int4",
+    "lever('spec')": "Cycle speculative decoding: off, prompt lookup, draft model",
+    "lever('batch')": "Cycle the batch size: 1, 2, 4, 8",
+    "preset": "Switch the prompt length preset",
+    "new_prompt": "Type a new prompt",
+    "rerun": "Run the prompt again",
+    "pause": "Pause or resume generation",
+    "auto": "Switch auto-repeat on or off",
+    "next_view": "Show the next chart (small terminals)",
+    "export": "Export the session as JSON",
+    "screenshot": "Save a screenshot (SVG)",
+    "restart": "Restart the engine",
+    "help": "Show the keys and what each pane shows",
+}
 NARROW_W, NARROW_H = 120, 34
 TINY_W, TINY_H = 60, 16
 
@@ -432,8 +450,8 @@ class TokentopApp(App):
     def get_system_commands(self, screen):
         yield from super().get_system_commands(screen)
         for b in self.BINDINGS:
-            if b.description and b.action not in ("quit",):
-                yield SystemCommand(f"{b.description} ({b.key})", f"tokentop: {b.description}", lambda a=b.action: self.run_action(a))
+            if b.action in PALETTE:
+                yield SystemCommand(PALETTE[b.action], f"key: {self.get_key_display(b)}", lambda a=b.action: self.run_action(a))
 
     async def action_quit(self) -> None:
         self.exit()
