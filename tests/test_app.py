@@ -348,3 +348,37 @@ async def test_palette_entries_are_sentences_for_every_key():
     for c in ours:
         assert c.title[0].isupper() and "tokentop:" not in c.title and "_" not in c.help, (c.title, c.help)
     assert any(c.help == "key: ?" for c in ours)
+
+
+LEGEND_NAMES = {"decode", "spec verify", "mean", "p95", "prefill", "lever", "measured", "formula", "allocated", "engine RSS", "UI RSS", "GPU proc"}
+LEGEND_NAMES |= {"GPU device", "torch alloc", "torch reserved", "run end", "engine CPU%", "system CPU%", "UI CPU%", "GPU SM%"}
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (160, 45)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_no_title_legend_status_or_key_is_cut(size):
+    """At 160×45 the latency legend ended "■ pr" and titles lost p95, the KV formula and the GPU reason;
+    at 100×30 and 80×24 the status lost the "tok/s" unit and the key bar never showed v."""
+    app = TokentopApp(ReplaySource(session_events(runs=2), speed=0), None)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.state == "replay finished", timeout=30, what="replay drawn")
+        await pilot.pause(0.5)
+        await until(pilot, lambda: not any(w.dirty for w in app.panes.values() if w.display), timeout=30, what="panes drawn")
+        for w in app.query("*"):
+            if w.display and w.region.width and (w.border_title or w.border_subtitle):
+                for text in (str(w.border_title or ""), str(w.border_subtitle or "")):
+                    assert len(text) <= w.size.width - 6, (w.id, text)
+        screen = [strip.text for strip in app.screen._compositor.render_strips()]
+        assert not [line for line in screen if ("╭" in line or "╰" in line) and "…" in line]
+        for state in ("replay finished", "compile: compiling the decode step (static cache 256, batch 1, off); a first compile takes a minute or more… 12 s"):
+            app.status.show(app.session, state, "long", True)  # the longest line: a long state, auto on
+            status = str(app.status.render())
+            assert len(status) <= app.status.content_size.width and status.rstrip().endswith("tok/s"), status
+            assert "│ compile" in status or "│ replay" in status, status
+        keys = str(app.key_bar.render()).rstrip()
+        assert len(keys) <= size[0] and "? help" in keys and "q quit" in keys
+        assert ("v view" in keys) == (app._mode != "wide")
+        for name in ("latency", "kv", "memory", "util"):
+            pane = app.panes[name]
+            if pane.display:
+                legend = [piece.strip() for piece in pane._strips[-1].text.split("■") if piece.strip()]
+                assert legend and set(legend) <= LEGEND_NAMES, (name, legend)

@@ -146,3 +146,13 @@ def test_a_run_that_ends_before_its_limit_says_why():
     assert rows["1"].note.startswith("eos · ") and "ended: eos" in row_line(rows["1"])
     assert rows["2"].note.startswith("stopped · ") and "ended: stopped" in row_line(rows["2"])
     assert "ended" not in row_line(rows["3"]) and rows["3"].note == rows["3"].finished.diff_note
+
+
+def test_fit_shortens_then_drops_the_least_important_whole_items():
+    from tui_app.fmt import fit, word_variants
+
+    items = [(("k:cache",), 0), (word_variants("compile: building the decode step"), 1), (("TTFT 210 ms",), 3), (("18.8 tok/s",), 0)]
+    assert fit(items, 200, sep=" ") == ["k:cache", "compile: building the decode step", "TTFT 210 ms", "18.8 tok/s"]
+    assert fit(items, 55, sep=" ") == ["k:cache", "compile: building the decode step", None, "18.8 tok/s"]
+    assert fit(items, 41, sep=" ") == ["k:cache", "compile: building the…", None, "18.8 tok/s"]
+    assert fit(items, 5, sep=" ") == ["k:cache", None, None, "18.8 tok/s"]  # priority 0 stays, even over width

@@ -80,20 +80,20 @@ class TokentopApp(App):
     TITLE = "tokentop"
     ENABLE_COMMAND_PALETTE = True
     BINDINGS = [
-        Binding("k", "lever('cache')", "KV cache"),
+        Binding("k", "lever('cache')", "cache"),
         Binding("c", "lever('compile')", "compile"),
         Binding("w", "lever('quant')", "quant"),
         Binding("s", "lever('spec')", "spec"),
         Binding("b", "lever('batch')", "batch"),
-        Binding("l", "preset", "prompt len"),
-        Binding("n", "new_prompt", "new prompt"),
+        Binding("l", "preset", "length"),
+        Binding("n", "new_prompt", "prompt"),
         Binding("r", "rerun", "rerun"),
         Binding("space", "pause", "pause"),
         Binding("a", "auto", "auto"),
         Binding("v", "next_view", "view", show=False),
         Binding("e", "export", "export"),
         Binding("ctrl+s", "screenshot", "screenshot", show=False),
-        Binding("R", "restart", "restart engine", show=False),
+        Binding("R", "restart", "restart", show=False),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit", "quit"),
         Binding("ctrl+q", "quit", "quit", show=False, priority=True),
@@ -156,7 +156,8 @@ class TokentopApp(App):
                 yield from charts
         yield self.panes["runs"]  # full width: its columns are the comparison the levers exist for
         yield Static("terminal too small for the charts: enlarge it (60×16 or more)", id="tiny-note")
-        yield KeyBar(id="keys")
+        self.key_bar = KeyBar(id="keys")
+        yield self.key_bar
 
     def on_mount(self) -> None:
         self.source.start()
@@ -188,6 +189,8 @@ class TokentopApp(App):
         screen.set_class(mode == "tiny", "-tiny")
         screen.set_class(mode != "wide", "-narrow")
         self._show_view()
+        if self.key_bar.is_mounted:
+            self.key_bar.draw()  # v shows where it does something
 
     def _show_view(self) -> None:
         single = self._mode != "wide"

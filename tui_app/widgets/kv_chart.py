@@ -39,10 +39,13 @@ class KVChart(Chart):
         plot(canvas, series, lo, hi, xs=[xs] * len(series), x_lo=0, x_hi=max(xs[-1], 1))
         last = pts[-1]
         same = "=" if last.measured == last.formula else "≠"
-        self.border_subtitle = (
-            f"{fmt.nbytes(last.measured)} measured {same} {fmt.nbytes(last.formula)} formula "
-            f"(2×{r.kv_bytes_per_elem}B×{s.levers.batch}×{last.seq_len}×{r.n_layers}×{r.kv_heads}×{r.head_dim})"
-            + (f"  static: {fmt.nbytes(last.alloc)} allocated" if static else "")
+        self.set_titles(
+            [(("KV cache",), 0)],
+            [
+                ((f"{fmt.nbytes(last.measured)} measured {same} {fmt.nbytes(last.formula)} formula", f"{fmt.nbytes(last.measured)} {same} formula"), 0),
+                ((f"(2×{r.kv_bytes_per_elem}B×{s.levers.batch}×{last.seq_len}×{r.n_layers}×{r.kv_heads}×{r.head_dim})",), 2),
+            ]
+            + ([((f"static: {fmt.nbytes(last.alloc)} allocated", f"{fmt.nbytes(last.alloc)} alloc"), 1)] if static else []),
         )
         legend = [("measured", 0), ("formula", 1)] + ([("allocated", 2)] if static else [])
         return self.compose_text(canvas, lo, hi, lambda v: f"{v:.1f}MiB", legend)
