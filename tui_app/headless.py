@@ -104,6 +104,8 @@ def run_headless(args) -> int:
             if fin is None:
                 print(f"tokentop: {errors[-1] if errors else 'run failed'}", file=sys.stderr)
                 return EXIT_USAGE
+            for message in errors:  # a run that ended on an error (or ran out of memory) says which
+                print(f"tokentop: run {fin.run_id}: {message.splitlines()[0]}", file=sys.stderr)
             if args.runs == 1:
                 print(fin.text.strip(), flush=True)
             rows = [row for row in session.rows() if row.run_id == fin.run_id]
