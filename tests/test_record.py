@@ -95,3 +95,15 @@ def test_counts_are_singular_for_one(tmp_path):
     path.write_text(to_json(EVENTS[0]) + "\n{broken\n")
     assert "1 event before it was read" in read_recording(path).error
     assert LeakVerdict("collecting", 0, 0, 0, 1).text() == "leak: collecting (1 run)"
+
+
+def test_a_failed_start_leaves_no_recording(tmp_path):
+    """`--device` wrong: the default recording was left 0 bytes, and replay then rejected it."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TOKENTOP_DATA=str(tmp_path))
+    r = subprocess.run([sys.executable, "-m", "tui_app", "run", "--no-tui", "--device", "tpu"], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2 and "--device 'tpu'" in r.stderr
+    assert not list(tmp_path.rglob("*.jsonl")) and "recorded to" not in r.stderr

@@ -43,6 +43,10 @@ after each run). *runs*: one row per run and lever segment; *output* says whethe
 plain greedy decoding, and *ppl* is the perplexity of a fixed reference text under the current
 weights: a speedup that breaks the model shows there.
 
+**Files.** The session is recorded to the recordings folder (`$TOKENTOP_DATA/recordings`); exports
+(`e`) and screenshots (`ctrl+s`) go there too unless `--out-dir` names another folder, and the app
+says each full path. The engine's log is `engine.log` in the cache folder (`$TOKENTOP_CACHE`).
+
 Press `escape` or `?` to close.
 """
 
