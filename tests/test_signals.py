@@ -60,7 +60,7 @@ def test_ending_the_app_at_any_phase(tmp_path, phase, how):
         assert "Traceback" not in screen
         code = int(re.search(r"TOKENTOP-EXIT=(\d+)", screen).group(1))
         assert code in (0, 1, 130, 143), screen
-        assert "k KV cache" not in screen  # the alternate screen is gone: the terminal is restored
+        assert "? help  q quit" not in screen  # the key bar (alternate screen) is gone: the terminal is restored
         time.sleep(1)
         assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in engines), "engine process left behind"
         got = read_recording(rec)
