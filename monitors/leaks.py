@@ -8,11 +8,11 @@ of MIN_MB_PER_RUN: a single allocator step or noise does not move the lower boun
 
 from __future__ import annotations
 
-from monitors.text import plural
-
 import math
 from collections import deque
 from dataclasses import dataclass
+
+from monitors.text import plural
 
 MB = 1024 * 1024
 # Two-sided 95 % Student-t quantiles for 1..30 degrees of freedom.

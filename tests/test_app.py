@@ -2,8 +2,8 @@
 and snapshots of the main layouts on deterministic data."""
 
 import asyncio
-import re
 import os
+import re
 import signal
 from pathlib import Path
 

@@ -61,7 +61,13 @@ def _cli(*args, env):
     import sys
 
     r = subprocess.run(
-        [sys.executable, "-m", "tui_app", *args], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, env=dict(os.environ, **env)
+        [sys.executable, "-m", "tui_app", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env=dict(os.environ, **env),
+        check=False,
     )
     assert "Traceback" not in r.stderr, r.stderr
     return r

@@ -1,7 +1,7 @@
 import pytest
 
 from monitors.events import Levers, Phase, RunFinished, RunStarted, Step, to_json
-from monitors.record import RecordError, Recorder, read_recording
+from monitors.record import Recorder, RecordError, read_recording
 
 
 def _make():
@@ -104,6 +104,8 @@ def test_a_failed_start_leaves_no_recording(tmp_path):
     import sys
 
     env = dict(os.environ, TOKENTOP_DATA=str(tmp_path))
-    r = subprocess.run([sys.executable, "-m", "tui_app", "run", "--no-tui", "--device", "tpu"], capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "tui_app", "run", "--no-tui", "--device", "tpu"], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
     assert r.returncode == 2 and "--device 'tpu'" in r.stderr
     assert not list(tmp_path.rglob("*.jsonl")) and "recorded to" not in r.stderr

@@ -7,9 +7,9 @@ the events to the Session, and redraws only the panes whose data changed, at --f
 from __future__ import annotations
 
 import json
-from collections import deque
 import signal
 import time
+from collections import deque
 from dataclasses import asdict, replace
 from pathlib import Path
 

@@ -13,7 +13,6 @@ from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES
 from tui_app.engine.prompts import PRESETS
 from tui_app.options import EXIT_USAGE, UsageError, bounded, engine_config, make_recorder, quiet_libraries, run_request
 
-
 COUNT = bounded(int, 1)  # runs, tokens, layers: one or more
 FPS = bounded(float, 1, 60, why="redraws per second")
 HZ = bounded(float, 0, 20, lo_open=True, why="samples per second; more would cost the machine what it measures")

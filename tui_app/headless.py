@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 
 from monitors.events import EngineError, LeverRefused, RunFinished
-from monitors.text import plural
 from monitors.record import RecordError
+from monitors.text import plural
 from tui_app import fmt
 from tui_app.charts import text_plot
 from tui_app.options import EXIT_USAGE, engine_config, make_recorder, run_request

@@ -104,7 +104,7 @@ def default_record_path() -> str:
 def make_recorder(args):
     """The session's recorder: --record FILE, else the user data folder; None with --no-record.
     RecordError names the file and what moves it."""
-    from monitors.record import RecordError, Recorder
+    from monitors.record import Recorder, RecordError
 
     if args.no_record:
         return None

@@ -19,9 +19,9 @@ import time
 import torch
 
 from monitors.events import EngineError, EngineReady, Levers, Phase, RunFinished, RunStarted, Step, now_ns
-from monitors.text import plural
 from monitors.kvcache import measure_cache
 from monitors.system import rss_bytes, trim_heap
+from monitors.text import plural
 from monitors.torch_memory import read_torch_memory
 from tui_app.engine import levers as lv
 from tui_app.engine.config import EngineConfig, RunRequest
