@@ -382,3 +382,23 @@ async def test_no_title_legend_status_or_key_is_cut(size):
             if pane.display:
                 legend = [piece.strip() for piece in pane._strips[-1].text.split("■") if piece.strip()]
                 assert legend and set(legend) <= LEGEND_NAMES, (name, legend)
+
+
+async def test_the_restart_question_wraps_whole_at_80_columns():
+    from textual.app import App
+
+    from tui_app.screens.confirm import ConfirmScreen
+
+    question = (
+        "The engine is working. Restart it? Run 3, in flight, is stopped. Finished runs are kept; compiled and quantized variants are rebuilt when next used."
+    )
+
+    class Host(App):
+        def on_mount(self):
+            self.push_screen(ConfirmScreen(question))
+
+    app = Host()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        shown = " ".join(" ".join(strip.text.replace("█", " ").split()) for strip in app.screen._compositor.render_strips())
+    assert question in shown

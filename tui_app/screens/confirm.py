@@ -6,7 +6,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Label
+from textual.widgets import Static
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -27,8 +27,9 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.question)
-            yield Label("[b]y[/b] or enter: yes · [b]n[/b] or escape: no")
+            # Static, not Label: it wraps, where a Label's one line was cut at 80 columns.
+            yield Static(self.question)
+            yield Static("[b]y[/b] or enter: yes · [b]n[/b] or escape: no")
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)
