@@ -305,11 +305,11 @@ async def test_every_key_answers_at_once(tmp_path):
 
         runs = len(app.session.timer.runs)
         await pilot.press("k")
-        await until(pilot, lambda: "applies to the next run" in status_text(app), timeout=1, what="the answer, within a frame or two")
+        await until(pilot, lambda: "for the next run" in status_text(app), timeout=1, what="the answer, within a frame or two")
         await until(pilot, lambda: not app.session.levers.cache, what="cache off")
-        assert "applies to the next run" in status_text(app)
+        assert "cache → off for the next run" in status_text(app)
         await pilot.press("l")
-        await until(pilot, lambda: "prompt long: applies to the next run" in status_text(app), timeout=1, what="the preset's answer")
+        await until(pilot, lambda: "prompt long for the next run" in status_text(app), timeout=1, what="the preset's answer")
         await pilot.pause(1.0)
         assert len(app.session.timer.runs) == runs and not app.running
 

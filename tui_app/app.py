@@ -261,7 +261,7 @@ class TokentopApp(App):
                 tokens.add_mark(f"{ev.lever}→{short_value(ev.value)}")
                 self.state = f"run {ev.run_id}: generating"  # not the preparation phase that came before
             else:
-                self.state = f"{ev.lever} → {short_value(ev.value)}: applies to the next run (r starts one)"
+                self.state = f"{ev.lever} → {short_value(ev.value)} for the next run (r starts it)"
             self._mark("runs", "latency")
         elif isinstance(ev, LeverRefused):
             self._wanted.pop(ev.lever, None)
@@ -323,7 +323,7 @@ class TokentopApp(App):
         self._wanted[name] = value
         self.source.send("lever", name, value)
         if not self.running:  # answered now; the engine's LeverChanged or LeverRefused follows
-            self.state = f"{name} → {short_value(value)}: applies to the next run (r starts one)"
+            self.state = f"{name} → {short_value(value)} for the next run (r starts it)"
 
     def action_preset(self) -> None:
         if self.request is None:
@@ -334,7 +334,7 @@ class TokentopApp(App):
             self.notify(f"prompt {self.request.preset}: run {self._current_id()} stopped, a new run starts")
             self.start_run()
         else:  # as a lever pressed while idle
-            self.state = f"prompt {self.request.preset}: applies to the next run (r starts one)"
+            self.state = f"prompt {self.request.preset} for the next run (r starts it)"
 
     def action_new_prompt(self) -> None:
         if self.request is None:
