@@ -28,9 +28,12 @@ class Levers:
     compile: bool = False
     quant: str = "off"
     spec: str = "off"
-    batch: int = 1
+    batch: int = 1  # on a server: concurrent streams
+    server: str = ""  # attached to a server: its label (the in-process levers are the server's own)
 
     def label(self) -> str:
+        if self.server:
+            return f"{self.server} c{self.batch}"
         parts = ["cache" if self.cache else "no-cache"]
         if self.compile:
             parts.append("compile")
@@ -66,6 +69,8 @@ class EngineReady:
     threads: int
     quant_impl: dict = field(default_factory=dict)
     perplexity: float | None = None
+    # Attached to a server: {"engine", "url", "metrics_url", "metrics" (why none, or ""), "kv_note", "pid"}.
+    server: dict | None = None
     t_ns: int = field(default_factory=now_ns)
 
 
@@ -151,6 +156,8 @@ class RunFinished:
     first_diff: int | None  # first token that differs from plain greedy on the same prompt
     diff_note: str  # the output against plain greedy: identical, differs at token N, reference, …
     t_ns: int = field(default_factory=now_ns)
+    prompt_tokens: int | None = None  # a server's own count, known only when its stream ends
+    server: dict | None = None  # a server run: its own timings and counts (attach/client.py)
 
 
 @dataclass
@@ -175,14 +182,25 @@ class Sampled:
 
 
 @dataclass
+class ServerSample:
+    """One scrape of an attached server's /metrics, as figures (monitors.servers): `values` by
+    figure name (quantile figures as {p50, p95, p99, mean, n}), `sources` the metric each came from."""
+
+    t_ns: int
+    values: dict
+    sources: dict
+    error: str = ""  # why there is no scrape (no /metrics, unreachable), said once per change
+
+
+@dataclass
 class EngineError:
     message: str
     fatal: bool = False
     t_ns: int = field(default_factory=now_ns)
 
 
-EVENT_TYPES = {cls.__name__: cls for cls in (EngineReady, Phase, RunStarted, Step, LeverChanged, LeverRefused, TorchMemory, RunFinished, Sampled, EngineError)}
-Event = EngineReady | Phase | RunStarted | Step | LeverChanged | LeverRefused | TorchMemory | RunFinished | Sampled | EngineError
+EVENT_TYPES = {cls.__name__: cls for cls in (EngineReady, Phase, RunStarted, Step, LeverChanged, LeverRefused, TorchMemory, RunFinished, Sampled, ServerSample, EngineError)}
+Event = EngineReady | Phase | RunStarted | Step | LeverChanged | LeverRefused | TorchMemory | RunFinished | Sampled | ServerSample | EngineError
 
 
 def to_json(event: Event) -> str:

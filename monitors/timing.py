@@ -165,7 +165,7 @@ class RunTimer:
 
     def started(self, ev: RunStarted) -> RunRecord:
         total = TimingStats(ev.levers, ev.levers.batch, ev.prompt_tokens)
-        rec = RunRecord(ev, total, [TimingStats(ev.levers, ev.levers.batch, ev.prompt_tokens)], last_t_ns=ev.t_ns)
+        rec = RunRecord(ev, total, [_segment(ev.levers, ev.prompt_tokens)], last_t_ns=ev.t_ns)
         self.runs[ev.run_id] = rec
         return rec
 
@@ -174,10 +174,13 @@ class RunTimer:
         if rec is None:
             return
         t0 = rec.started.t_ns
-        if ev.kind == "prefill":
-            rec.total.ttft_s = rec.segments[0].ttft_s = (ev.t_ns - t0) / 1e9
         while len(rec.segments) <= ev.segment:
-            rec.segments.append(TimingStats(rec.started.levers, rec.started.levers.batch, rec.started.prompt_tokens))
+            rec.segments.append(_segment(rec.started.levers, rec.started.prompt_tokens))
+        if ev.kind == "prefill":
+            # One prefill per run in the engine; one per stream on a server, where the run's TTFT
+            # is the mean of its streams'.
+            rec.segments[ev.segment].ttft_s = (ev.t_ns - t0) / 1e9
+            rec.total.ttft_s = mean([s.ttft_s for s in rec.segments if not math.isnan(s.ttft_s)])
         rec.total.add_step(ev)
         rec.segments[ev.segment].add_step(ev)
         rec.total.e2e_s = (ev.t_ns - t0) / 1e9 - rec.paused_s
@@ -196,7 +199,7 @@ class RunTimer:
         if rec is None:
             return
         while len(rec.segments) <= segment:
-            rec.segments.append(TimingStats(levers, levers.batch, rec.started.prompt_tokens))
+            rec.segments.append(_segment(levers, rec.started.prompt_tokens))
         rec.segments[segment].levers = levers
         rec.segments[segment].batch = levers.batch
 
@@ -204,4 +207,13 @@ class RunTimer:
         rec = self.runs.get(ev.run_id)
         if rec is not None:
             rec.finished = ev
+            if ev.prompt_tokens is not None:  # a server counts the prompt (its chat template included)
+                for st in (rec.total, *rec.segments):
+                    st.prompt_tokens = ev.prompt_tokens
         return rec
+
+
+def _segment(levers: Levers, prompt_tokens: int) -> TimingStats:
+    """A lever segment of an engine run (its batch scales throughput), or one stream of a
+    server run: each stream is one sequence, the run's total counts all of them."""
+    return TimingStats(levers, 1 if levers.server else levers.batch, prompt_tokens)

@@ -41,6 +41,7 @@ from tui_app.widgets.kv_chart import KVChart
 from tui_app.widgets.latency_chart import LatencyChart
 from tui_app.widgets.memory_chart import MemoryChart
 from tui_app.widgets.runs_table import RunsTable
+from tui_app.widgets.server_pane import ServerPane
 from tui_app.widgets.status_bar import StatusBar
 from tui_app.widgets.token_stream import TokenStream
 from tui_app.widgets.util_chart import UtilChart
@@ -123,7 +124,8 @@ class TokentopApp(App):
         self.tokens = TokenStream(id="tokens")
         charts = [
             LatencyChart(self.session, id="latency"),
-            KVChart(self.session, id="kv"),
+            # On a server the KV pane is its own figures: its cache is not ours to measure.
+            ServerPane(self.session, id="kv") if self.source.kind == "server" else KVChart(self.session, id="kv"),
             MemoryChart(self.session, id="memory"),
             UtilChart(self.session, id="util"),
         ]
@@ -239,8 +241,17 @@ class TokentopApp(App):
             if ev.name == "pause":
                 self.state = "paused" if not ev.done else "generating"
         elif isinstance(ev, EngineReady):
-            self.state = f"{ev.model} on {ev.device} ({ev.dtype}) ready in {ev.load_s:.1f} s"
-            self.sub_title = f"{ev.model} · {ev.device} · {ev.dtype}"
+            if ev.server:
+                self.state = f"{ev.model} on the {ev.device} server at {ev.server['url']}"
+                self.sub_title = f"{ev.model} · {ev.device} · {ev.server['url']}"
+                if self.source.live:
+                    # The memory pane and the leak detector follow the server's process when it runs here.
+                    self.source.server_pid = ev.server.get("pid")
+                    if self.sampler is not None:
+                        self.sampler.watch("engine", self.source.server_pid)
+            else:
+                self.state = f"{ev.model} on {ev.device} ({ev.dtype}) ready in {ev.load_s:.1f} s"
+                self.sub_title = f"{ev.model} · {ev.device} · {ev.dtype}"
             if self.source.live and self.request is not None:
                 self.start_run()
         elif isinstance(ev, EngineError):
@@ -285,10 +296,15 @@ class TokentopApp(App):
             "compile": lambda v: not v,
             "quant": lambda v: _cycle(QUANT_LEVELS, v),
             "spec": lambda v: _cycle(SPEC_MODES, v),
-            "batch": lambda v: _cycle(BATCH_SIZES, v),
+            "batch": lambda v: _cycle(self._batch_sizes(), v),
         }[name](current)
         self._wanted[name] = value
         self.source.send("lever", name, value)
+
+    def _batch_sizes(self) -> tuple[int, ...]:
+        """Batch sizes, or on a server the numbers of concurrent streams it is asked for."""
+        server = self.session.ready.server if self.session.ready else None
+        return tuple(server["concurrency"]) if server else BATCH_SIZES
 
     def action_preset(self) -> None:
         if self.request is None:
@@ -312,6 +328,9 @@ class TokentopApp(App):
         self.start_run()
 
     def action_pause(self) -> None:
+        if not self.source.can_pause:
+            self.source.send("pause")  # the source says why not
+            return
         self.paused = not self.paused
         if self.source.live:
             self.source.send("pause" if self.paused else "resume")

@@ -18,6 +18,7 @@ from monitors.events import (
     RunFinished,
     RunStarted,
     Sampled,
+    ServerSample,
     Step,
     TorchMemory,
 )
@@ -87,6 +88,7 @@ class Session:
     messages: deque = field(default_factory=lambda: deque(maxlen=50))
     torch_mem: deque = field(init=False)
     samples: deque = field(init=False)
+    server: deque = field(init=False)  # ServerSample: an attached server's own figures
     finished_ids: deque = field(default_factory=lambda: deque(maxlen=1000))
     current: RunRecord | None = None
     verdict: LeakVerdict | None = None
@@ -97,7 +99,7 @@ class Session:
     listeners: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        for name in ("latency", "kv", "torch_mem", "samples"):
+        for name in ("latency", "kv", "torch_mem", "samples", "server"):
             setattr(self, name, deque(maxlen=self.history))
 
     def feed(self, ev: Event) -> None:
@@ -107,6 +109,10 @@ class Session:
             self._step(ev)
         elif isinstance(ev, Sampled):
             self.samples.append(ev)
+        elif isinstance(ev, ServerSample):
+            self.server.append(ev)
+            if ev.error:
+                self.say(ev.error, error=True)
         elif isinstance(ev, RunStarted):
             self.levers = ev.levers
             self.current = self.timer.started(ev)
@@ -115,7 +121,8 @@ class Session:
             self.timer.finished(ev)
             self.finished_ids.append(ev.run_id)
             self.run_marks.append(ev.t_ns)
-            self.verdict = self.leak.add(ev.baseline_rss)
+            if ev.baseline_rss is not None:  # a remote server's memory may be unknown
+                self.verdict = self.leak.add(ev.baseline_rss)
             if ev.gpu_baseline is not None:
                 self.gpu_verdict = self.gpu_leak.add(ev.gpu_baseline)
         elif isinstance(ev, LeverChanged):
@@ -123,7 +130,10 @@ class Session:
             if ev.run_id is not None:
                 self.timer.lever_changed(ev.run_id, ev.segment, ev.levers)
                 self.markers.append(Marker(self.token_count, ev.t_ns, f"{ev.lever}={short_value(ev.value)}"))
-            self.say(f"{ev.lever} → {short_value(ev.value)}")
+            if ev.levers.server and ev.lever == "batch":
+                self.say(f"concurrency → {ev.value} streams from the next run")
+            else:
+                self.say(f"{ev.lever} → {short_value(ev.value)}")
         elif isinstance(ev, LeverRefused):
             self.say(f"{ev.lever} {short_value(ev.value)} refused: {ev.reason}", error=True)
         elif isinstance(ev, Phase):

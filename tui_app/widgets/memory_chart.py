@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from tui_app import fmt
 from tui_app.charts import Canvas, bounds, plot
 from tui_app.widgets.chart import Chart
 
@@ -27,7 +28,8 @@ class MemoryChart(Chart):
         def col(attr):
             return [getattr(x, attr) / MIB if getattr(x, attr) is not None else None for x in samples]
 
-        names = [("engine RSS", col("engine_rss")), ("UI RSS", col("app_rss"))]
+        watched = "server RSS" if s.ready is not None and s.ready.server else "engine RSS"
+        names = [(watched, col("engine_rss")), ("UI RSS", col("app_rss"))]
         if any(x.gpu_mem_used is not None for x in samples):
             names += [("GPU proc", col("gpu_proc_mem")), ("GPU device", col("gpu_mem_used"))]
         torch_mem = [m for m in s.torch_mem if m.t_ns >= t0]
@@ -45,5 +47,5 @@ class MemoryChart(Chart):
                 canvas.vline(round((t - t0) / (t1 - t0) * (canvas.px_w - 1)), 5)
         last = samples[-1]
         gpu = f"  GPU: {last.gpu_reason}" if last.gpu_mem_used is None else ""
-        self.border_subtitle = f"engine {(last.engine_rss or 0) / MIB:.0f} MiB  UI {(last.app_rss or 0) / MIB:.0f} MiB{gpu}"
+        self.border_subtitle = f"{watched.split()[0]} {fmt.nbytes(last.engine_rss)}  UI {fmt.nbytes(last.app_rss)}{gpu}"
         return self.compose_text(canvas, lo, hi, lambda v: f"{v:.0f}MiB", [(n, i) for i, (n, _) in enumerate(names)] + [("run end", 5)])

@@ -31,11 +31,16 @@ class StatusBar(Static):
             t.append(label, style="bold green" if on else "bold")
             t.append(" ")
 
-        lever("k", "cache" if lev.cache else "no-cache", lev.cache)
-        lever("c", "compile" if lev.compile else "eager", lev.compile)
-        lever("w", lev.quant if lev.quant != "off" else "fp", lev.quant != "off")
-        lever("s", lev.spec, lev.spec != "off")
-        lever("b", str(lev.batch), lev.batch != 1)
+        server = session.ready.server if session.ready else None
+        if server:  # the server's own levers are its business; the client's are streams and prompts
+            t.append(f"{server['engine']} ", style="bold cyan")
+            lever("b", f"c{lev.batch}", lev.batch != 1)
+        else:
+            lever("k", "cache" if lev.cache else "no-cache", lev.cache)
+            lever("c", "compile" if lev.compile else "eager", lev.compile)
+            lever("w", lev.quant if lev.quant != "off" else "fp", lev.quant != "off")
+            lever("s", lev.spec, lev.spec != "off")
+            lever("b", str(lev.batch), lev.batch != 1)
         lever("l", preset, preset != "short")
         if auto:
             t.append("auto ", style="bold magenta")
