@@ -107,7 +107,7 @@ def describe_failure(exc: Exception, url: str, timeout_s: float) -> str:
             return f"cannot resolve the host of {url}: check the URL"
         return f"cannot reach {where}: connection refused (is the server running, on this port?)"
     if isinstance(exc, httpx.ReadTimeout):
-        return f"{where} sent nothing for {timeout_s:.0f} s: the stream stalled (--timeout sets the limit)"
+        return f"{where} sent nothing for {timeout_s:g} s: the stream stalled (--timeout sets the limit)"
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
         return f"{where} closed the connection mid-stream (the server stopped or crashed?)"
     if isinstance(exc, httpx.HTTPError):
