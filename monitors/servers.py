@@ -260,7 +260,9 @@ class MetricsWindow:
             if fig.how == "gauge":
                 values[key] = _total(new.samples, name, fig.mean)
             elif fig.how == "rate":
-                a, b = _total(new.samples, name), _total(base.samples, name) if base else None
+                a = _total(new.samples, name)
+                # A labelled series born between the scrapes started at zero.
+                b = (_total(base.samples, name) or 0.0) if base else None
                 values[key] = (a - b) / dt if a is not None and b is not None and dt > 0 else None
             elif fig.how == "ratio":
                 other = fig.metrics[1]
