@@ -44,7 +44,8 @@ def test_engine_is_told_by_its_metric_prefix():
 def test_vllm_gauges_rates_ratios_and_window_quantiles():
     reg, m = vllm_registry()
     engines = [m["kv"].labels("llama", str(e)) for e in (0, 1)]  # data parallel: two engines
-    m["preempt"].labels("llama", "0")  # vLLM makes its series up front; this one stays at zero
+    for name in ("preempt", "itl"):  # vLLM makes its series up front; these stay at zero
+        m[name].labels("llama", "0")
     w = MetricsWindow(VLLM, window_s=10.0)
     for h, v in (("ttft", 0.05), ("ttft", 0.15)):  # before the window: not in its quantiles
         m[h].labels("llama", "0").observe(v)
