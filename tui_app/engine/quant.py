@@ -239,7 +239,7 @@ def int8_weights(model: torch.nn.Module) -> torch.nn.Module:
 
 def int4_weights(model: torch.nn.Module) -> torch.nn.Module:
     """Every nn.Linear of `model` (in place) becomes an Int4Linear, except the LM head: int8, as
-    its 4-bit form cost more perplexity than all the layers together (measured, README)."""
+    its 4-bit form cost more perplexity than all the layers together (measured, docs/performance.md)."""
     int4, int8 = native.load("int4_linear") is None, native.load("int8_linear") is None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     return _pool(_replace_linears(model, lambda linear: Int8Linear(linear, int8) if linear is head else Int4Linear(linear, int4)))
