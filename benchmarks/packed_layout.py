@@ -3,7 +3,7 @@ model over three layouts of the same weights, alternating in one process.
 - pooled, joined: each packed kind of all layers in one parameter, each layer a slice of it, and
   a decoder layer's q/k/v and gate/up each one kernel call over their adjacent slices (the engine's).
 - pooled: the same, one call per layer.
-- per-layer parameters: each layer its own tensors (up to session 7).
+- per-layer parameters: each layer its own tensors (up to baa405c).
 - per-layer buffers (up to a348682): dynamo checks every buffer a compiled step reads against every
   other for aliasing before each call; parameters are exempt.
 

@@ -1,6 +1,6 @@
 """Lever preparation and refusal: quantized variants, the self-draft model, and what a device cannot do.
 
-Quantization choices, measured on the 2-core CPU with the default model (see README):
+Quantization choices, measured on the 2-core CPU with the default model (see docs/performance.md):
 - int8: our own weight-only int8 (engine/quant.py), LM head included, decode on our C++ kernel:
   69 tok/s eager, 92 compiled, where torchao's Int8WeightOnly (LM head fp) did 27 compiled and
   fp32 18. The kernel rounds each token's activations to int16 (relative error < 1e-4, perplexity

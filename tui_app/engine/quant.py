@@ -10,12 +10,12 @@ per token and how fast a kernel streams them.
 - Here every fp32 call goes to our C++ kernel (kernels/int8_linear.cpp, built once per machine
   by native.py), which streams the int8 weights at 17-20 GB/s where widening them to fp32 and
   multiplying was compute-bound at ~7.5 G weights/s: int8 decode 28 -> 69 tok/s eager, 54 -> 92
-  compiled, LM head int8 too. Prefill too (session 11): the tiled kernels, four tokens per pass
+  compiled, LM head int8 too. Prefill too (since 5a79cd8): the tiled kernels, four tokens per pass
   over weights that stay in L1, beat widening the weights for MKL at every length measured (8 to
   512 tokens, 3-8x) and even MKL's fp32 GEMM on the original weights (2-3x), so the prefill
   computes what decode does (the same rounded activations) and faster.
 - int4 the same way (kernels/int4_linear.cpp): 8 -> 53 tok/s eager, 88 compiled (torchao's int4 -> ours);
-  its tiled form on huge pages (session 9): 72 eager, 146 compiled. Session 10: int8 tiled too,
+  its tiled form on huge pages (587180b, 99d6b5c): 72 eager, 146 compiled. int8 tiled too (63f320c),
   int16 activations in both again: int8 58 eager, 118 compiled; int4 78 and 145 (ceiling.py).
 - Without a C++ compiler or AVX-512 VNNI the kernels are skipped (the reason is shown): int8 calls
   are widened, int4 goes to torchao.
@@ -239,7 +239,7 @@ def int8_weights(model: torch.nn.Module) -> torch.nn.Module:
 
 def int4_weights(model: torch.nn.Module) -> torch.nn.Module:
     """Every nn.Linear of `model` (in place) becomes an Int4Linear, except the LM head: int8, as
-    its 4-bit form cost more perplexity than all the layers together (measured, README)."""
+    its 4-bit form cost more perplexity than all the layers together (measured, docs/performance.md)."""
     int4, int8 = native.load("int4_linear") is None, native.load("int8_linear") is None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     return _pool(_replace_linears(model, lambda linear: Int8Linear(linear, int8) if linear is head else Int4Linear(linear, int4)))

@@ -62,11 +62,11 @@ inline __m512i word(const int8_t* p) {
 }
 
 // Asks for the weights' cache line kAhead bytes past p. Both kernels read their tiles as one
-// sequential stream, yet on a VM with ~8-11 GB/s to memory (session 13) they streamed at ~0.75 of a
-// plain sum over the same bytes: the arithmetic between loads keeps fewer lines in flight than the
-// hardware prefetcher needs. Asked for 8 KiB ahead (one line per 64 bytes read), the fused int4
-// step took 0.77x the time and int8's 0.82x (one process, alternating, the same tokens); 1 KiB ahead
-// gained 0.94x, 16 KiB 0.87x. Past a layer's end the line is its neighbour's in the pool (the layers
+// sequential stream, yet on a VM with ~8-11 GB/s to memory (2026-11-22, before f62053c) they
+// streamed at ~0.75 of a plain sum over the same bytes: the arithmetic between loads keeps fewer
+// lines in flight than the hardware prefetcher needs. Asked for 8 KiB ahead (one line per 64 bytes
+// read), the fused int4 step took 0.77x the time and int8's 0.82x (one process, alternating, the
+// same tokens); 1 KiB ahead gained 0.94x, 16 KiB 0.87x. Past a layer's end the line is its neighbour's in the pool (the layers
 // lie in call order), and past the pool's end a prefetch is dropped, never a fault.
 constexpr int64_t kAhead = 8192;
 inline void ahead(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p + kAhead), _MM_HINT_T0); }

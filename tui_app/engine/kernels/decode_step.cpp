@@ -4,7 +4,7 @@
 // RMSNorm, gate/up joined, SiLU(gate) * up, down, the residual), the final RMSNorm and the LM head.
 //
 // Why: decode of the default model is memory-bound and the kernels stream its weights at the
-// memory's pace, yet a compiled int4 step spent ~1.9 ms of ~5.6 outside them (perf, session 11):
+// memory's pace, yet a compiled int4 step spent ~1.9 ms of ~5.6 outside them (perf at 5a79cd8, 2026-11-22):
 // dynamo and Python around the graph, the C++ wrapper's boxed op calls, its allocations and tensor
 // checks, and ~150 small fused kernels between the 121 kernel calls; called eagerly layer by layer
 // the Python around them cost more (embedding and RoPE 0.3 ms, the final norm 0.25). Here each
