@@ -147,3 +147,21 @@ def test_run_finished_from_a_server_has_no_engine_only_fields():
     s = Session()
     s.feed(fin)  # a baseline the server does not report feeds no leak detector
     assert s.verdict is None
+
+
+def test_a_stall_is_marked_with_what_the_server_said():
+    from monitors.events import EngineReady, Levers, RunStarted
+
+    s = Session()
+    s.feed(EngineReady("m", "http://h:1", "vLLM", "server", 0, 0, 0, 0, 0, 0, 2048, 0.1, 0, server={"engine": "vLLM"}))
+    s.feed(RunStarted(1, Levers(batch=2, server="a"), 0, 64, "p"))
+    t = 0
+    for i in range(20):
+        t += 20_000_000
+        s.feed(Step(1, i + 1, "prefill" if i == 0 else "decode", [], "x", 1, t, 20_000_000, 0, 0, 0, 0))
+        s.feed(Step(1, i + 1, "decode", [], "y", 1, t, 300_000_000, 0, 0, 0, 0, segment=1))  # the other stream: not charted
+    s.feed(ServerSample(t, {"waiting": 3.0, "kv_usage": 0.97}, {}))
+    assert not [m for m in s.markers if m.label.startswith("stall")]
+    s.feed(Step(1, 21, "decode", [], "z", 1, t + 250_000_000, 250_000_000, 0, 0, 0, 0))
+    assert [m.label for m in s.markers if m.label.startswith("stall")] == ["stall 250ms: waiting 3, KV 97%"]
+    assert len(s.latency) == 21  # the first stream only

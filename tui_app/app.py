@@ -211,7 +211,8 @@ class TokentopApp(App):
     def _on_event(self, ev) -> None:
         tokens = self.tokens
         if isinstance(ev, Step):
-            tokens.add_text(ev.text)
+            if not (self.session.levers.server and ev.segment):  # a server run's first stream is the one shown
+                tokens.add_text(ev.text)
             self._mark("latency", "kv")
         elif isinstance(ev, Sampled):
             self._mark("memory", "util")

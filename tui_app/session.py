@@ -27,6 +27,7 @@ from monitors.leaks import LeakDetector, LeakVerdict
 from monitors.timing import RunRecord, RunTimer, TimingStats
 
 HISTORY = 4000
+STALL, STALL_MIN_S = 4.0, 0.02  # a server token this much later than its run's median is a stall
 # Phases that legitimately raise the memory baseline (new weights, graphs, a draft model).
 PREPARATION_PHASES = ("load", "quantize", "compile", "draft")
 
@@ -167,10 +168,14 @@ class Session:
 
     def _step(self, ev: Step) -> None:
         self.timer.step(ev)
+        if self.levers.server and ev.segment:
+            return  # the charts follow a server run's first stream; the runs table has every stream
         if ev.kind in ("prefill", "reprefill"):
             self.latency.append(TokenPoint(self.token_count, ev.dt_ns / 1e9, ev.kind, ev.run_id))
         else:
             per = ev.dt_ns / 1e9 / max(ev.n_tokens, 1)
+            if self.levers.server:
+                self._mark_stall(ev, per)
             for k in range(ev.n_tokens):
                 self.latency.append(TokenPoint(self.token_count + k, per, ev.kind, ev.run_id))
         self.token_count += ev.n_tokens
@@ -179,6 +184,28 @@ class Session:
             r = self.ready
             formula = kv_formula_bytes(r.kv_bytes_per_elem, self.levers.batch, ev.seq_len, r.n_layers, r.kv_heads, r.head_dim) if ev.kv_bytes else 0
             self.kv.append(KVPoint(ev.seq_len, ev.kv_bytes, formula, ev.kv_alloc_bytes))
+
+    def _mark_stall(self, ev: Step, per_token_s: float) -> None:
+        """A server's token far later than its run's usual (STALL × the median of the last 32, and
+        STALL_MIN_S more) is marked on the latency chart with what the server said at that moment."""
+        recent = [p.seconds for p in list(self.latency)[-32:] if p.run_id == ev.run_id and p.kind == "decode"]
+        if len(recent) < 8:
+            return
+        median = sorted(recent)[len(recent) // 2]
+        if per_token_s < STALL * median or per_token_s - median < STALL_MIN_S:
+            return
+        said = []
+        latest = next((x for x in reversed(self.server) if not x.error), None)
+        if latest is not None:
+            v = latest.values
+            if (v.get("waiting") or 0) > 0:
+                said.append(f"waiting {v['waiting']:.0f}")
+            if (v.get("kv_usage") or 0) >= 0.95:
+                said.append(f"KV {v['kv_usage'] * 100:.0f}%")
+            if (v.get("preemptions") or 0) > 0:
+                said.append("preempting")
+        label = f"stall {per_token_s * 1000:.0f}ms" + (f": {', '.join(said)}" if said else "")
+        self.markers.append(Marker(self.token_count, ev.t_ns, label))
 
     def rows(self, limit: int = 200) -> list[Row]:
         out: list[Row] = []

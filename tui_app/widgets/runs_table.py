@@ -42,7 +42,8 @@ COLUMNS = (
     Column("p99", lambda r: fmt.ms(r.stats.itl.p99, unit=False), 5),
     Column("tok/s", lambda r: fmt.num(r.stats.decode_tps), 0),
     Column("accept", lambda r: fmt.pct(r.stats.accept_rate), 3),
-    Column("KV MiB", lambda r: fmt.mib(r.stats.kv_bytes), 4),
+    # A server's KV cache is its own (the server pane shows its gauge); none is measured per run.
+    Column("KV MiB", lambda r: "–" if r.stats.levers.server else fmt.mib(r.stats.kv_bytes), 4),
     Column("RSS MiB", lambda r: fmt.mib(r.finished.peak_rss) if r.finished else "", 4),
     Column("ppl", lambda r: fmt.num(r.finished.perplexity, 2) if r.finished else "", 5),
     Column("vs plain greedy", lambda r: r.note, 2, left=True),

@@ -18,7 +18,8 @@ class UtilChart(Chart):
         self.border_title = "utilization"
         if not samples:
             return Text("waiting for samples…", style="dim")
-        names = [("engine CPU%", [x.engine_cpu for x in samples]), ("system CPU%", [x.sys_cpu for x in samples]), ("UI CPU%", [x.app_cpu for x in samples])]
+        watched = "server" if s.ready is not None and s.ready.server else "engine"
+        names = [(f"{watched} CPU%", [x.engine_cpu for x in samples]), ("system CPU%", [x.sys_cpu for x in samples]), ("UI CPU%", [x.app_cpu for x in samples])]
         has_gpu = any(x.gpu_sm is not None for x in samples)
         if has_gpu:
             names.append(("GPU SM%", [x.gpu_sm for x in samples]))
@@ -27,5 +28,5 @@ class UtilChart(Chart):
         plot(canvas, series, 0.0, hi, x_hi=canvas.px_w - 1)
         last = samples[-1]
         power = f"  power {last.gpu_power_w:.0f} W" if last.gpu_power_w is not None else f"  GPU: {last.gpu_reason or 'n/a'}"
-        self.border_subtitle = f"engine {last.engine_cpu or 0:.0f}%  UI {last.app_cpu or 0:.0f}%  system {last.sys_cpu or 0:.0f}%{power}"
+        self.border_subtitle = f"{watched} {last.engine_cpu or 0:.0f}%  UI {last.app_cpu or 0:.0f}%  system {last.sys_cpu or 0:.0f}%{power}"
         return self.compose_text(canvas, 0.0, hi, lambda v: f"{v:.0f}%", [(n, i) for i, (n, _) in enumerate(names)])
