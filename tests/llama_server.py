@@ -1,13 +1,16 @@
 """The real llama.cpp HTTP server (the `xllamacpp` wheel) on the bundled GGUF, on 127.0.0.1, for the
-attach tests: `python -m tests.llama_server [--port N] [--no-metrics] [--api-key-env VAR] [--slots N]`
-prints its URL on the first line of stdout and serves until killed or until stdin closes.
+attach tests and benchmarks: `python -m tests.llama_server [--port N] [--no-metrics] [--api-key-env VAR]
+[--slots N]` prints its URL on stdout and serves until killed or until stdin closes; `LlamaServer`
+starts one in a process of its own.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
+import threading
 
 
 def main() -> None:
@@ -38,6 +41,45 @@ def main() -> None:
     server = xllamacpp.Server(params)
     print(server.listening_address, flush=True)
     sys.stdin.read()  # until the test closes our stdin (or kills us)
+
+
+
+class LlamaServer:
+    """A real llama.cpp server process on 127.0.0.1 (tests/llama_server.py)."""
+
+    def __init__(self, *options: str, env: dict | None = None):
+        self.options = options
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.llama_server", *options],
+            cwd=os.path.dirname(os.path.dirname(__file__)),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        self.url = ""
+        for line in self.proc.stdout:  # llama.cpp's own log lines may come first
+            if line.startswith("http://"):
+                self.url = line.strip()
+                break
+        if not self.url:
+            raise RuntimeError(f"llama.cpp server did not start (exit {self.proc.wait()})")
+        # Whatever it prints later is read and dropped, so a full pipe never blocks the server.
+        threading.Thread(target=lambda: [None for _ in self.proc.stdout], daemon=True).start()
+        self.port = int(self.url.rsplit(":", 1)[1])
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(5)
+            except Exception:  # noqa: BLE001 - a server that ignores stdin is killed
+                self.kill()
 
 
 if __name__ == "__main__":

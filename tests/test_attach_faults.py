@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 
 from monitors.events import EngineError, ServerSample
-from tests.conftest import LlamaServer
+from tests.llama_server import LlamaServer
 from tui_app.attach.client import AttachConfig, AttachError, ServerClient
 from tui_app.attach.discover import find_servers
 from tui_app.engine.config import RunRequest
