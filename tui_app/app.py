@@ -436,7 +436,7 @@ def export_session(session: Session, path: str) -> None:
 def make_app(args, source, recorder=None) -> TokentopApp:
     """The app for parsed command-line arguments (the entry point; `serve` runs the same command)."""
     from monitors.sampler import Sampler
-    from tui_app.cli import run_request
+    from tui_app.options import run_request
 
     return TokentopApp(
         source,

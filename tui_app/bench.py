@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from monitors.events import EngineError, Levers, LeverRefused
+from monitors.events import EngineError, LeverRefused, Levers
 from monitors.timing import Summary
 from tui_app import fmt
 
@@ -255,8 +255,8 @@ def environment(engine) -> dict:
 
 
 def run_bench(args) -> int:
-    from tui_app.cli import EXIT_USAGE
     from tui_app.headless import load_engine
+    from tui_app.options import EXIT_USAGE
     from tui_app.session import Session
 
     try:

@@ -11,7 +11,7 @@ from monitors.events import EngineError, RunFinished
 from monitors.record import RecordError
 from tui_app import fmt
 from tui_app.charts import text_plot
-from tui_app.cli import EXIT_USAGE, engine_config, make_recorder, run_request
+from tui_app.options import EXIT_USAGE, engine_config, make_recorder, run_request
 from tui_app.session import Row, Session
 
 MB = 1024 * 1024

@@ -17,7 +17,7 @@ def fold(events) -> Session:
 
 
 def replay_main(args) -> int:
-    from tui_app.cli import EXIT_USAGE
+    from tui_app.options import EXIT_USAGE
 
     rec = read_recording(args.file)
     if rec.error:

@@ -92,8 +92,8 @@ class AttachSource(LiveSource):
 
 def live_source(args) -> LiveSource:
     """The engine process for these arguments, its output going to a log beside the model cache."""
-    from tui_app.cli import engine_config
     from tui_app.engine.models import cache_root
+    from tui_app.options import engine_config
 
     log_dir = cache_root()
     log_dir.mkdir(parents=True, exist_ok=True)

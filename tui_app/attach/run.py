@@ -7,7 +7,7 @@ import sys
 
 from monitors.events import EngineError, RunFinished, ServerSample
 from tui_app.fmt import figure_text
-from tui_app.cli import EXIT_USAGE, UsageError, attach_config, make_recorder, run_request
+from tui_app.options import EXIT_USAGE, UsageError, attach_config, make_recorder, run_request
 
 
 def choose_url(args) -> str:
@@ -28,18 +28,18 @@ def choose_url(args) -> str:
     return url
 
 
-def attach_main(args) -> int:
+def attach_main(args, tui) -> int:
+    """`tui(args, source)` draws the app (the CLI's, which owns the terminal checks)."""
     request = run_request(args)
     cfg = attach_config(args, choose_url(args))
     if args.no_tui:
         return asyncio.run(_headless(args, cfg, request))
-    from tui_app.cli import _tui
     from tui_app.engine.models import cache_root
     from tui_app.sources import AttachSource
 
     log_dir = cache_root()
     log_dir.mkdir(parents=True, exist_ok=True)
-    return _tui(args, AttachSource(cfg, str(log_dir / "attach.log")))
+    return tui(args, AttachSource(cfg, str(log_dir / "attach.log")))
 
 
 def server_line(fin: RunFinished, sample: ServerSample | None) -> str:

@@ -4,47 +4,34 @@ at token boundaries, continuing the same text.
 Why our own loop and not `model.generate`: generate() hides its steps (no per-step timing, no
 cache object to measure) and cannot change cache type, weights or speculation mid-run. The loop
 does one device→host transfer per step (the new token ids), where generate() does about three.
+
+The engine's other concerns are its own files, parts of the same class: lever_control.py (what a
+lever may do now, applying it, the weight variants, compiled steps and draft it needs) and
+quality.py (the plain greedy reference and perplexity each run is checked against).
 """
 
 from __future__ import annotations
 
 import gc
-import math
 import os
 import time
-from dataclasses import replace
 
 import torch
 
-from monitors.events import (
-    BATCH_SIZES,
-    QUANT_LEVELS,
-    SPEC_MODES,
-    EngineError,
-    EngineReady,
-    Levers,
-    LeverChanged,
-    LeverRefused,
-    Phase,
-    RunFinished,
-    RunStarted,
-    Step,
-    now_ns,
-)
+from monitors.events import EngineError, EngineReady, Levers, Phase, RunFinished, RunStarted, Step, now_ns
 from monitors.kvcache import measure_cache
 from monitors.system import rss_bytes, trim_heap
 from monitors.torch_memory import read_torch_memory
 from tui_app.engine import levers as lv
-from tui_app.engine import pages
 from tui_app.engine.config import EngineConfig, RunRequest
-from tui_app.engine.lean import LeanDecode, use_own_attention
+from tui_app.engine.lean import LeanDecode
+from tui_app.engine.lever_control import MB, LeverControl, freeze
 from tui_app.engine.models import ModelError, load_model, resolve_device, resolve_dtype
-from tui_app.engine.prompts import preset_prompt, reference_text
+from tui_app.engine.prompts import preset_prompt
+from tui_app.engine.quality import QualityChecks
 from tui_app.engine.speculative import DraftProposer, accept_greedy, lookup_proposals
 
-MB = 1024 * 1024
-MAX_GEMV_ROWS = 2  # measured: see _stream_gemv_on_cpu
-CACHE_BYTES = 32 * MB  # a last-level cache (this CPU's L3): weights beyond it stream from memory
+__all__ = ["Engine", "EngineConfig", "PromptError", "RunRequest"]
 
 
 class PromptError(ValueError):
@@ -59,20 +46,14 @@ def _default_threads() -> int:
     return max(1, (os.cpu_count() or 1) - 1)
 
 
-class Engine:
+class Engine(LeverControl, QualityChecks):
     def __init__(self, config: EngineConfig, emit):
         self.cfg = config
         self.emit = emit
-        self.levers = config.levers
+        self._init_levers(config.levers)
+        self._init_quality()
         self.pending: list[tuple] = []
-        self._variants: dict[str, torch.nn.Module] = {}
-        self._compiled: dict[str, object] = {}
         self._lean: dict[int, LeanDecode | None] = {}  # per weight variant (id of the module)
-        self._warm: set[tuple] = set()
-        self._trusting = False  # dynamo's stance: only differentiating guards (see _compiled_fn)
-        self._ppl: dict[str, float] = {}
-        self._reference: dict[tuple, list[int]] = {}
-        self._draft: DraftProposer | None = None
         self._leak: list[bytearray] = []
         self._run_id = 0
 
@@ -128,7 +109,7 @@ class Engine:
             quant_impl=lv.quant_impl(self.device, self.dtype),
         )
         self.ready = ready
-        _freeze()
+        freeze()
         self.emit(ready)
         initial, self.levers = self.levers, Levers()
         for name in ("quant", "compile", "cache", "spec", "batch"):
@@ -144,88 +125,6 @@ class Engine:
             elif src:
                 ids.update(src)
         return ids
-
-    # ---------------------------------------------------------------- levers
-    def _refuse(self, lever: str, value, reason: str) -> bool:
-        self.emit(LeverRefused(lever, value, reason))
-        return False
-
-    def check_lever(self, name: str, value, levers: Levers | None = None) -> str | None:
-        """The reason this lever value cannot be applied now, or None."""
-        lev = levers or self.levers
-        if name == "quant":
-            if value not in QUANT_LEVELS:
-                return f"quantization must be one of {', '.join(QUANT_LEVELS)}"
-            if value != "off":
-                impl = lv.quant_impl(self.device, self.dtype)[value]
-                if impl.startswith("refused"):
-                    return f"{value} on {self.device}: {impl.removeprefix('refused: ')}"
-                if not lv.has_linear_layers(self.model):
-                    return f"{value}: this model has no nn.Linear layers to quantize (GPT-2 style Conv1D)"
-        elif name == "spec":
-            if value not in SPEC_MODES:
-                return f"speculative mode must be one of {', '.join(SPEC_MODES)}"
-            if value != "off":
-                if self.cfg.temperature > 0:
-                    return "speculative decoding here verifies greedily; it needs --temperature 0"
-                if lev.batch != 1:
-                    return "speculative decoding verifies one sequence; set batch size 1 first"
-                if not lev.cache:
-                    return "speculative verification needs the KV cache; turn the cache on first"
-                if lev.compile:
-                    return "verify steps are multi-token and the compiled graph is single-token; turn compile off first"
-        elif name == "cache":
-            if not value and lev.spec != "off":
-                return "speculative decoding needs the KV cache; turn speculation off first"
-            if not value and lev.compile:
-                return "compile runs on a static KV cache; turn compile off first"
-        elif name == "compile":
-            if value and not lev.cache:
-                return "compile needs the (static) KV cache; turn the cache on first"
-            if value and lev.spec != "off":
-                return "verify steps are multi-token and the compiled graph is single-token; turn speculation off first"
-        elif name == "batch":
-            if value not in BATCH_SIZES:
-                return f"batch size must be one of {', '.join(map(str, BATCH_SIZES))}"
-            if value != 1 and lev.spec != "off":
-                return "speculative decoding verifies one sequence; turn speculation off first"
-        else:
-            return f"unknown lever {name!r}"
-        return None
-
-    def set_lever(self, name: str, value, run_id: int | None = None, segment: int = 0) -> bool:
-        """Apply a lever (preparing it if needed); emits LeverChanged or LeverRefused."""
-        reason = self.check_lever(name, value)
-        if reason:
-            return self._refuse(name, value, reason)
-        if getattr(self.levers, name) == value:
-            return False
-        try:
-            if name == "quant" and value != "off":
-                self._variant(value)
-            if name == "spec" and value == "draft":
-                self._draft_proposer()
-        except lv.LeverError as exc:
-            return self._refuse(name, value, str(exc))
-        self.levers = replace(self.levers, **{name: value})
-        self.emit(LeverChanged(run_id, name, value, self.levers, segment))
-        return True
-
-    def _variant(self, level: str) -> torch.nn.Module:
-        if level not in self._variants:
-            t0 = time.perf_counter()
-            self.emit(Phase("quantize", f"{level}: {lv.quant_impl(self.device, self.dtype)[level]}", False))
-            self._variants[level] = lv.quantize(self.model, level, self.device, self.dtype)
-            _freeze()
-            self.emit(Phase("quantize", lv.quant_note(level, self.device, self._variants[level]), True, time.perf_counter() - t0))
-        return self._variants[level]
-
-    def _draft_proposer(self) -> DraftProposer:
-        if self._draft is None:
-            n = self.cfg.draft_layers
-            self._draft = DraftProposer(lv.self_draft(self.model, n), self.device, f"self-draft: first {n} of {self.n_layers} layers")
-            self.emit(Phase("draft", self._draft.label, True))
-        return self._draft
 
     # ---------------------------------------------------------------- prompts
     def prompt_ids(self, req: RunRequest) -> tuple[list[int], str]:
@@ -259,7 +158,7 @@ class Engine:
             ids = ids[-room:]
         return ids, text
 
-    # ---------------------------------------------------------------- generation
+    # ---------------------------------------------------------------- forward, sampling, cache
     def _forward(self, model, ids: torch.Tensor, cache, pos: int, keep: int = 1, fn=None) -> torch.Tensor:
         n = ids.shape[1]
         if n == 1:  # the cheapest way to a [B, 1] tensor; it is the compiled step's input (measured)
@@ -292,91 +191,6 @@ class Engine:
         # validity check, which reads the probabilities' min and max on the host: two syncs a token.
         noise = torch.empty_like(probs).exponential_(1, generator=self._gen)
         return (probs / noise).argmax(-1)
-
-    def _static_len(self, needed: int) -> int:
-        # Buckets of 256 so compiled graphs (specialized on the cache shape) are reused across runs.
-        return min(self.context_len, max(256, -(-needed // 256) * 256))
-
-    def _compiled_fn(self, model, level: str):
-        """A compiled decode step (ids, static cache, position ids) → logits [B, 1, V]."""
-        if level in self._compiled:
-            return self._compiled[level]
-        lean = self._lean_step(model)
-        if lean is not None and lean.use_fused_step():  # built here, in the compile phase
-            # A quantized Llama on CPU: its static-cache step is one C++ op (kernels/decode_step.cpp,
-            # compiled ahead of time for this CPU by native.py), and torch.compile around that one op
-            # only adds dynamo's and the C++ wrapper's handling of its 160 tensors: measured on the
-            # default model's int4 step, 0.3-1 ms of a 4.5 ms step. So the op is the compiled step.
-            self._compiled[level] = lean.static_step
-            return lean.static_step
-        if self.device.startswith("cuda"):
-            mode = "reduce-overhead"  # CUDA graphs: one launch per step
-        else:
-            import torch._inductor.config as inductor
-
-            # On CPU the per-step cost left is the generated wrapper calling each kernel from
-            # Python; a C++ wrapper cuts it by a fifth (framework_overhead.py).
-            mode, inductor.cpp_wrapper = "default", True
-            weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
-            _stream_gemv_on_cpu(inductor, on=weights > CACHE_BYTES)
-            if level == "off" and weights > CACHE_BYTES:  # quantized variants' pools are there already
-                pages.adopt(model)  # the step streams these weights: on huge pages (pages.py)
-            # With the static cache's mask, transformers copies each grouped K/V head out to
-            # every query head it serves before attention (1.2 MB per layer and token for the
-            # default model's 3 KV heads), unless SDPA is told to group them itself: measured,
-            # compiled fp32 39 -> 43 tok/s, int8 73 -> 85. Read when the step is traced.
-            os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
-        # Each weight variant × batch × cache bucket is its own graph of one step function;
-        # past dynamo's default of 8 it would fall back to eager under the "compile" label.
-        torch._dynamo.config.recompile_limit = 64
-        if lean is not None:
-            # Here, in the compile phase: the attention kernel's first build takes seconds.
-            lean.own_attention = use_own_attention(model)
-            step = lean.static_step
-        else:
-
-            def step(ids, cache, position_ids):
-                return model(input_ids=ids, past_key_values=cache, position_ids=position_ids, use_cache=True, logits_to_keep=1).logits
-
-        compiled = torch.compile(step, mode=mode, dynamic=False)
-
-        def call(ids, cache, position_ids):
-            # Once this shape is warm (_warm_compile ran it), dynamo's guards only pick among
-            # graphs the engine itself compiled: checking all of them (every parameter, every
-            # cache attribute) cost 30 us a step, a sixth of the tiny Llama's compiled step.
-            # A shape not yet warm takes the full check, so a new shape still recompiles.
-            # The stance is process-wide; it is switched only when it changes (a context
-            # manager per step cost a third of the gain), and back at each run's end.
-            trusted = (level, ids.shape[0], cache.layers[0].max_cache_len) in self._warm
-            if trusted != self._trusting:
-                torch.compiler.set_stance("default", skip_guard_eval_unsafe=trusted)
-                self._trusting = trusted
-            return compiled(ids, cache, position_ids)
-
-        self._compiled[level] = call
-        return call
-
-    def _warm_compile(self, batch: int, max_len: int) -> None:
-        """Compile (and run once) outside any run, so compile time is its own phase."""
-        key = (self.levers.quant, batch, max_len)
-        if key in self._warm:
-            return
-        from transformers import StaticCache
-
-        model = self._variants[self.levers.quant]
-        self.emit(Phase("compile", f"static cache {max_len}, batch {batch}, {self.levers.quant}", False))
-        t0 = time.perf_counter()
-        fn = self._compiled_fn(model, self.levers.quant)
-        cache = StaticCache(config=model.config, max_cache_len=max_len)
-        tok = torch.zeros((batch, 1), dtype=torch.long, device=self.device)
-        with torch.inference_mode():
-            self._forward(model, tok, cache, 0)  # eager first write, as a real prefill does
-            for pos in (1, 2, 3):  # reduce-overhead records its CUDA graph on a later call
-                self._forward(model, tok, cache, pos, fn=fn)
-        self._warm.add(key)
-        _freeze()
-        how = "one C++ op (decode_step)" if getattr(self._lean_step(model), "fused", None) is not None else "torch.compile"
-        self.emit(Phase("compile", f"batch {batch}, {self.levers.quant}: {how}", True, time.perf_counter() - t0))
 
     def _new_cache(self, model, needed: int):
         from transformers import DynamicCache, StaticCache
@@ -444,16 +258,13 @@ class Engine:
             self._prepare_compile(len(ids_list) + max_new)
         state = {"segment": 0, "reprefill": False, "cache": None}
         tokens: list[list[int]] = [list(ids_list) for _ in range(self.levers.batch)]
-        prompt_len = len(ids_list)
-        started = RunStarted(run_id, self.levers, prompt_len, max_new, text, req.preset if req.prompt is None else "custom")
-        self.emit(started)
-        peak_rss = rss_bytes()
+        self.emit(RunStarted(run_id, self.levers, len(ids_list), max_new, text, req.preset if req.prompt is None else "custom"))
+        memory = _MemoryWatch(self.device, self.emit)
         stop_reason = "max tokens"
         out_ids: list[int] = []
         decoder = _IncrementalDecoder(self.tok)
         finished_rows = [False] * self.levers.batch
         step_no = 0
-        last_mem = last_rss = 0
         try:
             if self.device.startswith("cuda"):
                 torch.cuda.reset_peak_memory_stats(self.device)
@@ -470,71 +281,24 @@ class Engine:
                     if lev.compile:
                         self._prepare_compile(len(tokens[0]) + max_new - len(out_ids))
                         lev = self.levers
-                ctx_len = len(tokens[0])
-                if ctx_len >= self.context_len:
+                if len(tokens[0]) >= self.context_len:
                     stop_reason = "context full"
                     break
+                remaining = max_new - len(out_ids)
                 proposed = accepted = 0
                 t0 = now_ns()
                 if need_prefill or not lev.cache:
                     kind = "prefill" if first else ("reprefill" if need_prefill else "decode")
-                    ids = torch.tensor(tokens, device=self.device)
-                    if lev.cache:
-                        state["cache"] = self._new_cache(model, ctx_len + max_new - len(out_ids) + 8)
-                    f0 = time.perf_counter_ns()
-                    logits = self._forward(model, ids, state["cache"], 0)
-                    new = self._pick(logits[:, -1]).unsqueeze(1)
-                    forward_ns = time.perf_counter_ns() - f0
+                    new_rows, forward_ns = self._prefill(model, tokens, state, remaining)
                     need_prefill = False
-                    if self._draft is not None:
-                        self._draft.reset()
+                elif (props := self._proposals(lev.spec, tokens[0], remaining)) is not None:
+                    kind = "verify"
+                    new_rows, forward_ns, proposed, accepted = self._verify(model, lev.spec, tokens[0], state["cache"], props)
                 else:
-                    props = None  # proposals on the device, [k]
-                    if lev.spec == "lookup":
-                        found = lookup_proposals(tokens[0], num_tokens=min(8, max_new - len(out_ids) - 1))
-                        props = torch.tensor(found, device=self.device) if found else None
-                    elif lev.spec == "draft" and max_new - len(out_ids) > 1:
-                        props = self._draft_proposer().propose(tokens[0])[: max_new - len(out_ids) - 1]
-                    last = torch.tensor([[row[-1]] for row in tokens], device=self.device)
-                    f0 = time.perf_counter_ns()
-                    if props is not None:
-                        kind = "verify"
-                        feed = torch.cat([last, props.unsqueeze(0)], dim=1)
-                        logits = self._forward(model, feed, state["cache"], ctx_len - 1, keep=len(props) + 1)
-                        checked = torch.cat([props, logits[0].argmax(-1)])
-                    else:
-                        kind = "decode"
-                        fn = self._compiled_fn(model, lev.quant) if lev.compile else None
-                        logits = self._forward(model, last, state["cache"], ctx_len - 1, fn=fn)
-                        new = self._pick(logits[:, -1]).unsqueeze(1)
-                    forward_ns = time.perf_counter_ns() - f0
-                    if props is not None:
-                        n = len(props)
-                        # The proposals cross with the target's choices: the step's one device→host transfer.
-                        checked_list = checked.tolist()
-                        props_list, choice_list = checked_list[:n], checked_list[n:]
-                        n_acc = accept_greedy(props_list, choice_list)
-                        gained = props_list[:n_acc] + [choice_list[n_acc]]
-                        state["cache"].crop(-(n - n_acc))
-                        if lev.spec == "draft":
-                            self._draft.settle(n_acc, n)
-                        proposed, accepted = n, n_acc
-                        new_rows = [gained]
-                if kind != "verify":
-                    new_rows = new.tolist()  # the step's one device→host transfer
+                    kind = "decode"
+                    new_rows, forward_ns = self._decode(model, lev, tokens, state["cache"])
                 first = False
-                remaining = max_new - len(out_ids)
-                new_rows = [row[:remaining] for row in new_rows]
-                for row, add in zip(tokens, new_rows):
-                    row.extend(add)
-                if not req.ignore_eos:
-                    for i, add in enumerate(new_rows):
-                        for j, t in enumerate(add):
-                            if t in self.eos_ids:
-                                finished_rows[i] = True
-                                if i == 0:
-                                    new_rows[0] = add[: j + 1]
-                                break
+                new_rows = self._extend(tokens, new_rows, remaining, finished_rows, req.ignore_eos)
                 out_ids.extend(new_rows[0])
                 t1 = now_ns()
                 # Every token but the newest is in the cache (verify steps crop the rejected ones).
@@ -559,14 +323,7 @@ class Engine:
                         accepted,
                     )
                 )
-                if self.device.startswith("cuda") and t1 - last_mem > 250_000_000:
-                    last_mem = t1
-                    mem = read_torch_memory(self.device)
-                    if mem:
-                        self.emit(mem)
-                if t1 - last_rss > 20_000_000:  # peak RSS at 50 Hz: a /proc read per token is measurable on tiny models
-                    last_rss = t1
-                    peak_rss = max(peak_rss, rss_bytes())
+                memory.tick(t1)
                 if all(finished_rows):
                     stop_reason = "eos"
                     break
@@ -581,25 +338,82 @@ class Engine:
         except Exception as exc:  # noqa: BLE001 - one broken run is reported, the session goes on
             self.emit(EngineError(f"generation failed: {type(exc).__name__}: {str(exc)[:300]}"))
             stop_reason = "error"
-        return self._finish(run_id, ids_list, out_ids, stop_reason, peak_rss, decoder.text, req, mixed=state["segment"] > 0)
+        return self._finish(run_id, ids_list, out_ids, stop_reason, memory.peak_rss, decoder.text, req, mixed=state["segment"] > 0)
 
-    def _prepare_compile(self, needed: int) -> None:
-        """Compile for this shape now (its own phase); if inductor fails, the run goes on uncompiled."""
-        try:
-            self._warm_compile(self.levers.batch, self._static_len(needed))
-        except Exception as exc:  # noqa: BLE001 - inductor failures vary; the run goes on uncompiled
-            self._compiled.pop(self.levers.quant, None)
-            self.levers = replace(self.levers, compile=False)
-            self.emit(LeverRefused("compile", True, f"torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}"))
+    # ---------------------------------------------------------------- one step each
+    def _prefill(self, model, tokens: list[list[int]], state: dict, remaining: int) -> tuple[list[list[int]], int]:
+        """The whole text in one forward (a new cache when the cache is on); without the cache, every step is this."""
+        ids = torch.tensor(tokens, device=self.device)
+        if self.levers.cache:
+            state["cache"] = self._new_cache(model, len(tokens[0]) + remaining + 8)
+        f0 = time.perf_counter_ns()
+        logits = self._forward(model, ids, state["cache"], 0)
+        new = self._pick(logits[:, -1]).unsqueeze(1)
+        forward_ns = time.perf_counter_ns() - f0
+        if self._draft is not None:
+            self._draft.reset()
+        return new.tolist(), forward_ns  # the step's one device→host transfer
+
+    def _proposals(self, spec: str, row: list[int], remaining: int) -> torch.Tensor | None:
+        """Tokens to verify in one step, on the device ([k]); None: a plain decode step."""
+        if spec == "lookup":
+            found = lookup_proposals(row, num_tokens=min(8, remaining - 1))
+            return torch.tensor(found, device=self.device) if found else None
+        if spec == "draft" and remaining > 1:
+            return self._draft_proposer().propose(row)[: remaining - 1]
+        return None
+
+    def _decode(self, model, lev: Levers, tokens: list[list[int]], cache) -> tuple[list[list[int]], int]:
+        last = torch.tensor([[row[-1]] for row in tokens], device=self.device)
+        f0 = time.perf_counter_ns()
+        fn = self._compiled_fn(model, lev.quant) if lev.compile else None
+        logits = self._forward(model, last, cache, len(tokens[0]) - 1, fn=fn)
+        new = self._pick(logits[:, -1]).unsqueeze(1)
+        forward_ns = time.perf_counter_ns() - f0
+        return new.tolist(), forward_ns  # the step's one device→host transfer
+
+    def _verify(self, model, spec: str, row: list[int], cache, props: torch.Tensor) -> tuple[list[list[int]], int, int, int]:
+        """The last token and the proposals in one forward; keeps the proposals the target agrees
+        with plus its own next token, and crops the rest from the cache."""
+        last = torch.tensor([[row[-1]]], device=self.device)
+        f0 = time.perf_counter_ns()
+        feed = torch.cat([last, props.unsqueeze(0)], dim=1)
+        logits = self._forward(model, feed, cache, len(row) - 1, keep=len(props) + 1)
+        checked = torch.cat([props, logits[0].argmax(-1)])
+        forward_ns = time.perf_counter_ns() - f0
+        n = len(props)
+        # The proposals cross with the target's choices: the step's one device→host transfer.
+        checked_list = checked.tolist()
+        props_list, choice_list = checked_list[:n], checked_list[n:]
+        n_acc = accept_greedy(props_list, choice_list)
+        gained = props_list[:n_acc] + [choice_list[n_acc]]
+        cache.crop(-(n - n_acc))
+        if spec == "draft":
+            self._draft.settle(n_acc, n)
+        return [gained], forward_ns, n, n_acc
+
+    def _extend(self, tokens: list[list[int]], new_rows: list[list[int]], remaining: int, finished_rows: list[bool], ignore_eos: bool) -> list[list[int]]:
+        """Append each row's new tokens (at most `remaining`) and mark rows that reached an end of
+        sequence; returns the new tokens with row 0's cut after its end of sequence."""
+        new_rows = [row[:remaining] for row in new_rows]
+        for row, add in zip(tokens, new_rows):
+            row.extend(add)
+        if not ignore_eos:
+            for i, add in enumerate(new_rows):
+                for j, t in enumerate(add):
+                    if t in self.eos_ids:
+                        finished_rows[i] = True
+                        if i == 0:
+                            new_rows[0] = add[: j + 1]
+                        break
+        return new_rows
 
     def _empty_cuda_cache(self) -> None:
         if self.device.startswith("cuda"):
             torch.cuda.empty_cache()
 
     def _finish(self, run_id, prompt_ids, out_ids, stop_reason, peak_rss, text, req, mixed: bool = False) -> RunFinished:
-        if self._trusting:  # the stance is process-wide: no other compiled code may inherit it
-            torch.compiler.set_stance("default")
-            self._trusting = False
+        self._stop_trusting()
         lev = self.levers
         # A run whose levers changed midway is compared, but never becomes the reference.
         plain = lev.is_plain() and not mixed and stop_reason in ("max tokens", "eos")
@@ -611,22 +425,7 @@ class Engine:
         if self.device.startswith("cuda"):
             torch_peak = int(torch.cuda.max_memory_allocated(self.device))
             gpu_base = int(torch.cuda.memory_allocated(self.device))
-        key = (tuple(prompt_ids), req.ignore_eos)
-        ref = self._reference.get(key)
-        if self.cfg.temperature > 0:
-            first_diff, note = None, "sampled: not compared"
-        elif ref is not None:
-            # Every greedy run is checked against plain greedy: cache, compile and speculation must
-            # match it exactly, so a mismatch here is a bug made visible, not a quality trade-off.
-            first_diff = _first_diff(ref, out_ids)
-            note = "identical" if first_diff is None else f"differs at token {first_diff}"
-            if plain and first_diff is None and len(out_ids) > len(ref):
-                self._reference[key] = list(out_ids)
-        elif plain:
-            self._reference[key] = list(out_ids)
-            first_diff, note = None, "reference"
-        else:
-            first_diff, note = None, "no reference yet"
+        first_diff, note = self._compare(prompt_ids, out_ids, req.ignore_eos, plain)
         ev = RunFinished(
             run_id,
             len(out_ids),
@@ -643,67 +442,26 @@ class Engine:
         self.emit(ev)
         return ev
 
-    @torch.inference_mode()
-    def perplexity(self, level: str) -> float | None:
-        """Perplexity of the fixed reference text under a weight variant (cached per variant), in one
-        prefill. A variant with our kernels computes it there as decode does (the kernels take
-        every length, their rounded activations included; tests check it against a token-by-token
-        decode): measured on the default model, rounding the int4 kernel's activations to int8 per
-        group moved it from 24.56 to 25.00."""
-        if level not in self._ppl:
-            model = self._variants.get(level)
-            if model is None:
-                return None
-            ids = self.tok(reference_text(), return_tensors="pt")["input_ids"][:, : min(512, self.context_len)].to(self.device)
-            vocab = model.get_input_embeddings().num_embeddings
-            if int(ids.max()) >= vocab:  # a tokenizer larger than the model's vocabulary: no honest number
-                self._ppl[level] = None
-                return None
-            logits = model(input_ids=ids, use_cache=False).logits[0].float()
-            nll = torch.nn.functional.cross_entropy(logits[:-1], ids[0, 1:])
-            self._ppl[level] = float(math.exp(float(nll)))
-        return self._ppl[level]
 
+class _MemoryWatch:
+    """A run's peak RSS, read at 50 Hz (a /proc read per token is measurable on tiny models), and
+    on CUDA torch's memory, emitted at 4 Hz."""
 
-def _stream_gemv_on_cpu(inductor, on: bool) -> None:
-    """Have inductor write a decode step's matrix-vector products as its own fused reductions.
+    def __init__(self, device: str, emit):
+        self.device, self.emit = device, emit
+        self.cuda = device.startswith("cuda")
+        self.peak_rss = rss_bytes()
+        self.last_mem = self.last_rss = 0
 
-    MKL's GEMV streams a weight matrix from memory at 11 GB/s on this CPU where a plain read runs
-    at 27-29 (benchmarks/ceiling.py); inductor's reduction over the same weights runs at ~20, so
-    the compiled fp32 step goes from 18 to 37 tok/s with the same greedy tokens. Inductor has this
-    rewrite (its mem-bound mm pass) but only for tiny matrices on CPU; the limits below open it to
-    every layer and the LM head, for up to MAX_GEMV_ROWS rows (the batch of a decode step): at
-    batch 2 the reduction does 40 tok/s where MKL's GEMM does 23, at 4 they tie, at 8 MKL wins.
-    Only for weights that do not fit in the cache (`on`): from cache MKL is the faster, and on the
-    tiny Llama of framework_overhead.py the rewrite cost 0.17 -> 0.22 ms per token.
-    The pass reads its limits when its module is imported, so they are set on the module too.
-    """
-    options = {k: v for k, v in inductor.post_grad_fusion_options.items() if k != "decompose_mm_pass"}
-    if on:
-        limits = {"cpu_max_first_dimension_decomposition": MAX_GEMV_ROWS, "cpu_max_other_dimension_decomposition": 1 << 20}
-        options["decompose_mm_pass"] = limits
-        from torch._inductor.fx_passes import decompose_mem_bound_mm
-
-        for name, value in limits.items():
-            setattr(decompose_mem_bound_mm, name, value)
-    inductor.post_grad_fusion_options = options
-
-
-def _freeze() -> None:
-    """Move what exists now (weights, compiled graphs) out of every later collection.
-
-    These objects live as long as the engine; without this the full gc.collect() before each
-    baseline scans them all: ~190 ms per run for the default model, measured.
-    """
-    gc.collect()
-    gc.freeze()
-
-
-def _first_diff(ref: list[int], out: list[int]) -> int | None:
-    for i, (a, b) in enumerate(zip(ref, out)):
-        if a != b:
-            return i
-    return None
+    def tick(self, now: int) -> None:
+        if self.cuda and now - self.last_mem > 250_000_000:
+            self.last_mem = now
+            mem = read_torch_memory(self.device)
+            if mem:
+                self.emit(mem)
+        if now - self.last_rss > 20_000_000:
+            self.last_rss = now
+            self.peak_rss = max(self.peak_rss, rss_bytes())
 
 
 class _IncrementalDecoder:

@@ -1,0 +1,251 @@
+"""The engine's levers: whether a value can apply now, applying it, and preparing what it needs
+(a quantized weight variant, a compiled decode step, the draft model) as a phase of its own,
+outside any run's timing.
+
+A part of `Engine` (generation.py): it reads the model, device and dtype that `Engine.load` set
+and runs steps through `Engine._forward`.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from dataclasses import replace
+
+import torch
+
+from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES, LeverChanged, LeverRefused, Levers, Phase
+from tui_app.engine import levers as lv
+from tui_app.engine import pages
+from tui_app.engine.lean import use_own_attention
+from tui_app.engine.speculative import DraftProposer
+
+MB = 1024 * 1024
+MAX_GEMV_ROWS = 2  # measured: see _stream_gemv_on_cpu
+CACHE_BYTES = 32 * MB  # a last-level cache (this CPU's L3): weights beyond it stream from memory
+
+
+class LeverControl:
+    def _init_levers(self, levers: Levers) -> None:
+        self.levers = levers
+        self._variants: dict[str, torch.nn.Module] = {}
+        self._compiled: dict[str, object] = {}
+        self._warm: set[tuple] = set()
+        self._trusting = False  # dynamo's stance: only differentiating guards (see _compiled_fn)
+        self._draft: DraftProposer | None = None
+
+    def _refuse(self, lever: str, value, reason: str) -> bool:
+        self.emit(LeverRefused(lever, value, reason))
+        return False
+
+    def check_lever(self, name: str, value, levers: Levers | None = None) -> str | None:
+        """The reason this lever value cannot be applied now, or None."""
+        lev = levers or self.levers
+        if name == "quant":
+            if value not in QUANT_LEVELS:
+                return f"quantization must be one of {', '.join(QUANT_LEVELS)}"
+            if value != "off":
+                impl = lv.quant_impl(self.device, self.dtype)[value]
+                if impl.startswith("refused"):
+                    return f"{value} on {self.device}: {impl.removeprefix('refused: ')}"
+                if not lv.has_linear_layers(self.model):
+                    return f"{value}: this model has no nn.Linear layers to quantize (GPT-2 style Conv1D)"
+        elif name == "spec":
+            if value not in SPEC_MODES:
+                return f"speculative mode must be one of {', '.join(SPEC_MODES)}"
+            if value != "off":
+                if self.cfg.temperature > 0:
+                    return "speculative decoding here verifies greedily; it needs --temperature 0"
+                if lev.batch != 1:
+                    return "speculative decoding verifies one sequence; set batch size 1 first"
+                if not lev.cache:
+                    return "speculative verification needs the KV cache; turn the cache on first"
+                if lev.compile:
+                    return "verify steps are multi-token and the compiled graph is single-token; turn compile off first"
+        elif name == "cache":
+            if not value and lev.spec != "off":
+                return "speculative decoding needs the KV cache; turn speculation off first"
+            if not value and lev.compile:
+                return "compile runs on a static KV cache; turn compile off first"
+        elif name == "compile":
+            if value and not lev.cache:
+                return "compile needs the (static) KV cache; turn the cache on first"
+            if value and lev.spec != "off":
+                return "verify steps are multi-token and the compiled graph is single-token; turn speculation off first"
+        elif name == "batch":
+            if value not in BATCH_SIZES:
+                return f"batch size must be one of {', '.join(map(str, BATCH_SIZES))}"
+            if value != 1 and lev.spec != "off":
+                return "speculative decoding verifies one sequence; turn speculation off first"
+        else:
+            return f"unknown lever {name!r}"
+        return None
+
+    def set_lever(self, name: str, value, run_id: int | None = None, segment: int = 0) -> bool:
+        """Apply a lever (preparing it if needed); emits LeverChanged or LeverRefused."""
+        reason = self.check_lever(name, value)
+        if reason:
+            return self._refuse(name, value, reason)
+        if getattr(self.levers, name) == value:
+            return False
+        try:
+            if name == "quant" and value != "off":
+                self._variant(value)
+            if name == "spec" and value == "draft":
+                self._draft_proposer()
+        except lv.LeverError as exc:
+            return self._refuse(name, value, str(exc))
+        self.levers = replace(self.levers, **{name: value})
+        self.emit(LeverChanged(run_id, name, value, self.levers, segment))
+        return True
+
+    def _variant(self, level: str) -> torch.nn.Module:
+        if level not in self._variants:
+            t0 = time.perf_counter()
+            self.emit(Phase("quantize", f"{level}: {lv.quant_impl(self.device, self.dtype)[level]}", False))
+            self._variants[level] = lv.quantize(self.model, level, self.device, self.dtype)
+            freeze()
+            self.emit(Phase("quantize", lv.quant_note(level, self.device, self._variants[level]), True, time.perf_counter() - t0))
+        return self._variants[level]
+
+    def _draft_proposer(self) -> DraftProposer:
+        if self._draft is None:
+            n = self.cfg.draft_layers
+            self._draft = DraftProposer(lv.self_draft(self.model, n), self.device, f"self-draft: first {n} of {self.n_layers} layers")
+            self.emit(Phase("draft", self._draft.label, True))
+        return self._draft
+
+    # ---------------------------------------------------------------- compile
+    def _static_len(self, needed: int) -> int:
+        # Buckets of 256 so compiled graphs (specialized on the cache shape) are reused across runs.
+        return min(self.context_len, max(256, -(-needed // 256) * 256))
+
+    def _compiled_fn(self, model, level: str):
+        """A compiled decode step (ids, static cache, position ids) → logits [B, 1, V]."""
+        if level in self._compiled:
+            return self._compiled[level]
+        lean = self._lean_step(model)
+        if lean is not None and lean.use_fused_step():  # built here, in the compile phase
+            # A quantized Llama on CPU: its static-cache step is one C++ op (kernels/decode_step.cpp,
+            # compiled ahead of time for this CPU by native.py), and torch.compile around that one op
+            # only adds dynamo's and the C++ wrapper's handling of its 160 tensors: measured on the
+            # default model's int4 step, 0.3-1 ms of a 4.5 ms step. So the op is the compiled step.
+            self._compiled[level] = lean.static_step
+            return lean.static_step
+        if self.device.startswith("cuda"):
+            mode = "reduce-overhead"  # CUDA graphs: one launch per step
+        else:
+            import torch._inductor.config as inductor
+
+            # On CPU the per-step cost left is the generated wrapper calling each kernel from
+            # Python; a C++ wrapper cuts it by a fifth (framework_overhead.py).
+            mode, inductor.cpp_wrapper = "default", True
+            weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+            _stream_gemv_on_cpu(inductor, on=weights > CACHE_BYTES)
+            if level == "off" and weights > CACHE_BYTES:  # quantized variants' pools are there already
+                pages.adopt(model)  # the step streams these weights: on huge pages (pages.py)
+            # With the static cache's mask, transformers copies each grouped K/V head out to
+            # every query head it serves before attention (1.2 MB per layer and token for the
+            # default model's 3 KV heads), unless SDPA is told to group them itself: measured,
+            # compiled fp32 39 -> 43 tok/s, int8 73 -> 85. Read when the step is traced.
+            os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
+        # Each weight variant × batch × cache bucket is its own graph of one step function;
+        # past dynamo's default of 8 it would fall back to eager under the "compile" label.
+        torch._dynamo.config.recompile_limit = 64
+        if lean is not None:
+            # Here, in the compile phase: the attention kernel's first build takes seconds.
+            lean.own_attention = use_own_attention(model)
+            step = lean.static_step
+        else:
+
+            def step(ids, cache, position_ids):
+                return model(input_ids=ids, past_key_values=cache, position_ids=position_ids, use_cache=True, logits_to_keep=1).logits
+
+        compiled = torch.compile(step, mode=mode, dynamic=False)
+
+        def call(ids, cache, position_ids):
+            # Once this shape is warm (_warm_compile ran it), dynamo's guards only pick among
+            # graphs the engine itself compiled: checking all of them (every parameter, every
+            # cache attribute) cost 30 us a step, a sixth of the tiny Llama's compiled step.
+            # A shape not yet warm takes the full check, so a new shape still recompiles.
+            # The stance is process-wide; it is switched only when it changes (a context
+            # manager per step cost a third of the gain), and back at each run's end.
+            trusted = (level, ids.shape[0], cache.layers[0].max_cache_len) in self._warm
+            if trusted != self._trusting:
+                torch.compiler.set_stance("default", skip_guard_eval_unsafe=trusted)
+                self._trusting = trusted
+            return compiled(ids, cache, position_ids)
+
+        self._compiled[level] = call
+        return call
+
+    def _stop_trusting(self) -> None:
+        if self._trusting:  # the stance is process-wide: no other compiled code may inherit it
+            torch.compiler.set_stance("default")
+            self._trusting = False
+
+    def _warm_compile(self, batch: int, max_len: int) -> None:
+        """Compile (and run once) outside any run, so compile time is its own phase."""
+        key = (self.levers.quant, batch, max_len)
+        if key in self._warm:
+            return
+        from transformers import StaticCache
+
+        model = self._variants[self.levers.quant]
+        self.emit(Phase("compile", f"static cache {max_len}, batch {batch}, {self.levers.quant}", False))
+        t0 = time.perf_counter()
+        fn = self._compiled_fn(model, self.levers.quant)
+        cache = StaticCache(config=model.config, max_cache_len=max_len)
+        tok = torch.zeros((batch, 1), dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            self._forward(model, tok, cache, 0)  # eager first write, as a real prefill does
+            for pos in (1, 2, 3):  # reduce-overhead records its CUDA graph on a later call
+                self._forward(model, tok, cache, pos, fn=fn)
+        self._warm.add(key)
+        freeze()
+        how = "one C++ op (decode_step)" if getattr(self._lean_step(model), "fused", None) is not None else "torch.compile"
+        self.emit(Phase("compile", f"batch {batch}, {self.levers.quant}: {how}", True, time.perf_counter() - t0))
+
+    def _prepare_compile(self, needed: int) -> None:
+        """Compile for this shape now (its own phase); if inductor fails, the run goes on uncompiled."""
+        try:
+            self._warm_compile(self.levers.batch, self._static_len(needed))
+        except Exception as exc:  # noqa: BLE001 - inductor failures vary; the run goes on uncompiled
+            self._compiled.pop(self.levers.quant, None)
+            self.levers = replace(self.levers, compile=False)
+            self.emit(LeverRefused("compile", True, f"torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}"))
+
+
+def _stream_gemv_on_cpu(inductor, on: bool) -> None:
+    """Have inductor write a decode step's matrix-vector products as its own fused reductions.
+
+    MKL's GEMV streams a weight matrix from memory at 11 GB/s on this CPU where a plain read runs
+    at 27-29 (benchmarks/ceiling.py); inductor's reduction over the same weights runs at ~20, so
+    the compiled fp32 step goes from 18 to 37 tok/s with the same greedy tokens. Inductor has this
+    rewrite (its mem-bound mm pass) but only for tiny matrices on CPU; the limits below open it to
+    every layer and the LM head, for up to MAX_GEMV_ROWS rows (the batch of a decode step): at
+    batch 2 the reduction does 40 tok/s where MKL's GEMM does 23, at 4 they tie, at 8 MKL wins.
+    Only for weights that do not fit in the cache (`on`): from cache MKL is the faster, and on the
+    tiny Llama of framework_overhead.py the rewrite cost 0.17 -> 0.22 ms per token.
+    The pass reads its limits when its module is imported, so they are set on the module too.
+    """
+    options = {k: v for k, v in inductor.post_grad_fusion_options.items() if k != "decompose_mm_pass"}
+    if on:
+        limits = {"cpu_max_first_dimension_decomposition": MAX_GEMV_ROWS, "cpu_max_other_dimension_decomposition": 1 << 20}
+        options["decompose_mm_pass"] = limits
+        from torch._inductor.fx_passes import decompose_mem_bound_mm
+
+        for name, value in limits.items():
+            setattr(decompose_mem_bound_mm, name, value)
+    inductor.post_grad_fusion_options = options
+
+
+def freeze() -> None:
+    """Move what exists now (weights, compiled graphs) out of every later collection.
+
+    These objects live as long as the engine; without this the full gc.collect() before each
+    baseline scans them all: ~190 ms per run for the default model, measured.
+    """
+    gc.collect()
+    gc.freeze()
