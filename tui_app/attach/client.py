@@ -491,6 +491,9 @@ class ServerClient:
         from tui_app.attach.discover import process_rss
 
         rss = process_rss(self.pid)
+        if rss is None and self.window.scrapes:  # a remote server that exports its own
+            exported = self.window.figures()[0].get("rss")
+            rss = int(exported) if exported is not None else None
         ev = RunFinished(
             run_id, n_tokens, reason, lead.text, rss, rss, None, None, None, None, note,
             prompt_tokens=prompt_tokens, server=details,
