@@ -295,7 +295,7 @@ class ServerClient:
             used = [s.context for s in self._streams if s.context]
             if used:
                 values["kv_usage"] = sum(used) / (self.n_ctx * len(self._streams))
-                sources["kv_usage"] = f"our {len(self._streams)} stream(s)' context ÷ n_ctx {self.n_ctx} (server timings)"
+                sources["kv_usage"] = f"timings: our streams' context ÷ n_ctx {self.n_ctx}"
         if samples is None and not values:
             return None
         ev = ServerSample(now_ns(), _json_safe(values), sources)

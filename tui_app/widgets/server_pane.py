@@ -33,7 +33,12 @@ class ServerPane(Chart):
                 value = latest.values.get(key)
                 if value is None:
                     continue
-                lines.append(Strip([Segment(figure_text(key, value), bold), Segment(f"  {latest.sources.get(key, '')}", dim)]).crop(0, width))
+                text = figure_text(key, value) + "  "  # the gap ends this run: SVG drops a run's leading spaces
+                source = latest.sources.get(key, "")
+                room = width - len(text)
+                if len(source) > room:
+                    source = source[: max(room - 1, 0)] + "…" if room > 8 else ""
+                lines.append(Strip([Segment(text, bold), Segment(source, dim)]).crop(0, width))
         if errors and (latest is None or samples[-1].error):
             lines.append(Strip([Segment(errors[-1], Style(color="yellow"))]).crop(0, width))
         chart_h = height - len(lines)
