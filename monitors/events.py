@@ -190,6 +190,7 @@ class ServerSample:
     values: dict
     sources: dict
     error: str = ""  # why there is no scrape (no /metrics, unreachable), said once per change
+    server: str = ""  # which attached server (its label), when several are compared
 
 
 @dataclass

@@ -57,7 +57,7 @@ async def shoot(size: tuple[int, int]) -> str:
 async def shoot_attach(size: tuple[int, int]) -> str:
     server = LlamaServer()
     try:
-        source = AttachSource(AttachConfig(url=server.url, metrics_hz=4, label="llama.cpp"))
+        source = AttachSource([AttachConfig(url=server.url, metrics_hz=4, label="llama.cpp")])
         app = TokentopApp(source, RunRequest(max_new_tokens=120), sampler=Sampler(hz=4), fps=8)
         async with app.run_test(size=size) as pilot:
             await until(pilot, lambda: len(app.session.finished_ids) >= 1)

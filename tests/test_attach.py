@@ -165,3 +165,40 @@ def test_a_stall_is_marked_with_what_the_server_said():
     s.feed(Step(1, 21, "decode", [], "z", 1, t + 250_000_000, 250_000_000, 0, 0, 0, 0))
     assert [m.label for m in s.markers if m.label.startswith("stall")] == ["stall 250ms: waiting 3, KV 97%"]
     assert len(s.latency) == 21  # the first stream only
+
+
+async def test_two_servers_take_turns_and_the_comparison_is_the_rows(llama_server):
+    from tests.llama_server import LlamaServer
+    from tui_app.attach.client import Servers
+
+    other = LlamaServer("--slots", "2")
+    session = Session()
+    events: list = []
+    session.listeners.append(events.append)
+    servers = Servers([AttachConfig(url=llama_server.url, label="A"), AttachConfig(url=other.url, label="B")], session.feed)
+    try:
+        await servers.connect()
+        assert list(session.servers) == ["A", "B"] and session.levers.server == "A"
+        req = RunRequest(prompt="Say something kind.", max_new_tokens=12, ignore_eos=True)
+        for _ in range(2):
+            for label in ("A", "B"):
+                servers.set_lever("server", label, False)
+                await servers.run(req)
+        servers.set_lever("server", "C", False)
+    finally:
+        await servers.aclose()
+        other.close()
+    rows = [r for r in session.rows() if r.segment is None]
+    assert [r.run_id for r in rows] == [1, 2, 3, 4]  # one numbering across the servers
+    assert [r.stats.levers.label() for r in rows] == ["A c1", "B c1", "A c1", "B c1"]
+    a = [r.stats for r in rows if r.stats.levers.server == "A"]
+    b = [r.stats for r in rows if r.stats.levers.server == "B"]
+
+    def m(xs):
+        return sum(xs) / len(xs)
+
+    ttft = m([s.ttft_s for s in b]) / m([s.ttft_s for s in a])
+    itl = m([s.itl.p50 for s in b]) / m([s.itl.p50 for s in a])
+    tps = m([s.decode_tps for s in b]) / m([s.decode_tps for s in a])
+    assert session.comparison() == [f"B ÷ A: TTFT {ttft:.2f}, ITL p50 {itl:.2f}, tok/s {tps:.2f} (2 ÷ 2 runs)"]
+    assert any(isinstance(e, LeverRefused) and e.lever == "server" for e in events)

@@ -15,7 +15,7 @@ def lines(widget) -> str:
 
 
 async def test_attached_app_streams_shows_the_server_and_refuses_its_levers(llama_server, tmp_path):
-    source = AttachSource(AttachConfig(url=llama_server.url, metrics_hz=4))
+    source = AttachSource([AttachConfig(url=llama_server.url, metrics_hz=4)])
     app = TokentopApp(source, RunRequest(max_new_tokens=24, ignore_eos=True), sampler=Sampler(hz=4), fps=8, out_dir=str(tmp_path))
     async with app.run_test(size=APP_SIZE) as pilot:
         await until(pilot, lambda: finished(app) >= 1, timeout=60, what="the first run")
@@ -42,4 +42,44 @@ async def test_attached_app_streams_shows_the_server_and_refuses_its_levers(llam
         rec = app.session.timer.runs[app.session.finished_ids[-1]]
         assert rec.started.levers.batch == 2 and len([s for s in rec.segments if s.n_tokens]) == 2
         assert "b:c2" in status_text(app)
+        await pilot.press("q")
+
+
+async def test_two_servers_t_moves_runs_and_auto_alternates(llama_server, tmp_path):
+    from tests.llama_server import LlamaServer
+    from tui_app.widgets.runs_table import RunsTable
+
+    other = LlamaServer("--ctx", "2048")
+    try:
+        source = AttachSource([AttachConfig(url=llama_server.url, label="four-slots"), AttachConfig(url=other.url, label="ctx2k")])
+        app = TokentopApp(source, RunRequest(max_new_tokens=8, ignore_eos=True), fps=8, out_dir=str(tmp_path))
+        async with app.run_test(size=APP_SIZE) as pilot:
+            await until(pilot, lambda: finished(app) >= 1, timeout=60, what="the first run")
+            assert "t:four-slots" in status_text(app)
+            await pilot.press("t")
+            await until(pilot, lambda: app.session.levers.server == "ctx2k", what="the second server")
+            assert "t:ctx2k" in status_text(app)
+            await pilot.press("r")
+            await until(pilot, lambda: finished(app) >= 2, timeout=60, what="a run on the second server")
+            await pilot.press("a")
+            await until(pilot, lambda: finished(app) >= 4, timeout=90, what="auto-repeat alternating")
+            await pilot.press("a")
+            labels = [app.session.timer.runs[i].started.levers.server for i in list(app.session.finished_ids)[:4]]
+            assert labels == ["four-slots", "ctx2k", "four-slots", "ctx2k"]
+            table = app.query_one(RunsTable)
+            table.dirty = True
+            table.redraw(force=True)
+            text = "\n".join(strip.text for strip in table._strips)
+            assert app.session.comparison()[0] in text and text.count("ctx2k c1") >= 2
+            await pilot.press("q")
+    finally:
+        other.close()
+
+
+async def test_t_with_one_server_says_how_to_compare(llama_server, tmp_path):
+    app = TokentopApp(AttachSource([AttachConfig(url=llama_server.url)]), RunRequest(max_new_tokens=4), fps=8, out_dir=str(tmp_path))
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await until(pilot, lambda: app.session.ready is not None, timeout=60, what="connected")
+        await pilot.press("t")
+        await until(pilot, lambda: any("tokentop attach URL_A URL_B" in n for n in notes(app)), what="t refused")
         await pilot.press("q")

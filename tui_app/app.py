@@ -67,6 +67,7 @@ class TokentopApp(App):
         Binding("s", "lever('spec')", "spec"),
         Binding("b", "lever('batch')", "batch"),
         Binding("l", "preset", "prompt len"),
+        Binding("t", "next_server", "next server", show=False),
         Binding("n", "new_prompt", "new prompt"),
         Binding("r", "rerun", "rerun"),
         Binding("space", "pause", "pause"),
@@ -231,6 +232,8 @@ class TokentopApp(App):
                 self.set_timer(0.3, self._auto_next)
         elif isinstance(ev, LeverChanged):
             self._wanted.pop(ev.lever, None)
+            if ev.lever == "server":
+                self._follow_server()
             if ev.run_id is not None:
                 tokens.add_mark(f"{ev.lever}→{short_value(ev.value)}")
             self._mark("runs", "latency")
@@ -245,15 +248,11 @@ class TokentopApp(App):
             if ev.server:
                 self.state = f"{ev.model} on the {ev.device} server at {ev.server['url']}"
                 self.sub_title = f"{ev.model} · {ev.device} · {ev.server['url']}"
-                if self.source.live:
-                    # The memory pane and the leak detector follow the server's process when it runs here.
-                    self.source.server_pid = ev.server.get("pid")
-                    if self.sampler is not None:
-                        self.sampler.watch("engine", self.source.server_pid)
+                self._follow_server()
             else:
                 self.state = f"{ev.model} on {ev.device} ({ev.dtype}) ready in {ev.load_s:.1f} s"
                 self.sub_title = f"{ev.model} · {ev.device} · {ev.dtype}"
-            if self.source.live and self.request is not None:
+            if self.source.live and self.request is not None and not self.running:  # compared servers: one ready each
                 self.start_run()
         elif isinstance(ev, EngineError):
             if not self.session.current or self.session.current.finished is not None:
@@ -262,6 +261,14 @@ class TokentopApp(App):
             self.notify(ev.message.splitlines()[0], title="engine", severity="error", timeout=8)
             if ev.fatal:
                 self.state = "engine failed — fix the cause and press R to restart, or q to quit"
+
+    def _follow_server(self) -> None:
+        """The memory pane and the leak detector follow the active server's process when it runs here."""
+        server = self.session.active_server()
+        if self.source.live and server is not None:
+            self.source.server_pid = server.get("pid")
+            if self.sampler is not None:
+                self.sampler.watch("engine", self.source.server_pid)
 
     def _engine_died(self, message: str) -> None:
         self.running = False
@@ -273,6 +280,8 @@ class TokentopApp(App):
 
     def _auto_next(self) -> None:
         if self.auto and not self.running and not self.paused:
+            if len(self.session.servers) > 1:  # compared servers take turns on the same prompt
+                self.action_next_server()
             self.start_run()
 
     def start_run(self) -> None:
@@ -306,6 +315,16 @@ class TokentopApp(App):
         """Batch sizes, or on a server the numbers of concurrent streams it is asked for."""
         server = self.session.ready.server if self.session.ready else None
         return tuple(server["concurrency"]) if server else BATCH_SIZES
+
+    def action_next_server(self) -> None:
+        labels = list(self.session.servers)
+        if len(labels) < 2:
+            self._refuse("server", "t moves between attached servers: tokentop attach URL_A URL_B compares two")
+            return
+        current = self._wanted.get("server", self.session.levers.server)
+        value = labels[(labels.index(current) + 1) % len(labels)] if current in labels else labels[0]
+        self._wanted["server"] = value
+        self.source.send("lever", "server", value)
 
     def action_preset(self) -> None:
         if self.request is None:
@@ -346,8 +365,7 @@ class TokentopApp(App):
     def action_auto(self) -> None:
         self.auto = not self.auto
         self.notify(f"auto-repeat {'on' if self.auto else 'off'}")
-        if self.auto and not self.running:
-            self.start_run()
+        self._auto_next()
 
     def action_next_view(self) -> None:
         self.view = (self.view + 1) % len(CHARTS)

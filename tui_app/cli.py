@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _attach_args(p: argparse.ArgumentParser) -> None:
     from tui_app.attach.client import CONCURRENCY
 
-    p.add_argument("url", nargs="?", default=None, help="the server's base URL, e.g. http://127.0.0.1:8000 (/v1 is added)")
+    p.add_argument("url", nargs="*", help="the server's base URL, e.g. http://127.0.0.1:8000 (/v1 is added); up to 4 to compare them (t moves between)")
     g = p.add_argument_group("server")
     g.add_argument("--model", default=None, help="the served model to ask (default: the first of /v1/models)")
     g.add_argument("--metrics", default=None, metavar="URL", help="its Prometheus metrics (default: URL/metrics)")
@@ -131,7 +131,7 @@ def _attach_args(p: argparse.ArgumentParser) -> None:
     mode = g.add_mutually_exclusive_group()
     mode.add_argument("--chat", dest="chat", action="store_true", default=True, help="/v1/chat/completions (default)")
     mode.add_argument("--completions", dest="chat", action="store_false", help="/v1/completions with the raw prompt")
-    g.add_argument("--label", default="", help="the server's name in the runs table (default host:port)")
+    g.add_argument("--label", action="append", default=[], help="a server's name in the runs table, once per URL (default host:port)")
     g.add_argument("--concurrency", type=int, choices=CONCURRENCY, default=1, help="parallel streams per run (b switches it live)")
     g.add_argument("--timeout", type=_positive_float, default=30.0, help="seconds a stream may stay silent before it counts as stalled")
     g.add_argument("--metrics-hz", type=_positive_float, default=1.0, help="scrapes of /metrics per second (default 1)")

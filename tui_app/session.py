@@ -4,6 +4,7 @@ and replay get their numbers from. No Textual here; every history is a ring buff
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -24,7 +25,7 @@ from monitors.events import (
 )
 from monitors.kvcache import kv_formula_bytes
 from monitors.leaks import LeakDetector, LeakVerdict
-from monitors.timing import RunRecord, RunTimer, TimingStats
+from monitors.timing import RunRecord, RunTimer, TimingStats, mean
 
 HISTORY = 4000
 STALL, STALL_MIN_S = 4.0, 0.02  # a server token this much later than its run's median is a stall
@@ -90,6 +91,7 @@ class Session:
     torch_mem: deque = field(init=False)
     samples: deque = field(init=False)
     server: deque = field(init=False)  # ServerSample: an attached server's own figures
+    servers: dict = field(default_factory=dict)  # label → EngineReady of each attached server, in attach order
     finished_ids: deque = field(default_factory=lambda: deque(maxlen=1000))
     current: RunRecord | None = None
     verdict: LeakVerdict | None = None
@@ -148,6 +150,8 @@ class Session:
                 self.say(f"{ev.name}: {ev.detail} ({ev.seconds:.1f} s)")
         elif isinstance(ev, EngineReady):
             self.ready = ev
+            if ev.server:
+                self.servers[ev.server.get("label", ev.source)] = ev
             self.phase = None
         elif isinstance(ev, TorchMemory):
             self.torch_mem.append(ev)
@@ -206,6 +210,34 @@ class Session:
                 said.append("preempting")
         label = f"stall {per_token_s * 1000:.0f}ms" + (f": {', '.join(said)}" if said else "")
         self.markers.append(Marker(self.token_count, ev.t_ns, label))
+
+    def active_server(self) -> dict | None:
+        """The attached server runs go to now (its EngineReady.server), or None for the engine."""
+        ready = self.servers.get(self.levers.server, self.ready)
+        return ready.server if ready is not None else None
+
+    def comparison(self) -> list[str]:
+        """Each attached server against the first: its mean TTFT, mean ITL p50 and mean tok/s over
+        its finished runs ÷ the first server's, with the runs behind each side."""
+        by: dict[str, list[TimingStats]] = {label: [] for label in self.servers}
+        for rec in self.timer.runs.values():
+            label = rec.started.levers.server
+            if rec.finished is not None and rec.finished.stop_reason in ("eos", "max tokens") and label in by:
+                by[label].append(rec.total)
+        labels = [k for k, v in by.items() if v]
+        if len(self.servers) < 2 or len(labels) < 2 or labels[0] != next(iter(self.servers)):
+            return []
+        base = by[labels[0]]
+
+        def ratio(runs, pick) -> str:
+            a, b = mean([pick(s) for s in base]), mean([pick(s) for s in runs])
+            return f"{b / a:.2f}" if a and not math.isnan(a) and not math.isnan(b) else "–"
+
+        return [
+            f"{label} ÷ {labels[0]}: TTFT {ratio(runs, lambda s: s.ttft_s)}, ITL p50 {ratio(runs, lambda s: s.itl.p50)}, "
+            f"tok/s {ratio(runs, lambda s: s.decode_tps)} ({len(runs)} ÷ {len(base)} runs)"
+            for label, runs in ((k, by[k]) for k in labels[1:])
+        ]
 
     def rows(self, limit: int = 200) -> list[Row]:
         out: list[Row] = []

@@ -62,9 +62,9 @@ class LiveSource:
 
 
 class AttachSource(LiveSource):
-    """An attached server: its client runs in a process of its own, like the engine. `pid` is
-    the server's own process when it runs on this host (for the memory pane and the leak
-    detector), known once the client has connected."""
+    """Attached servers (a list of client configurations, one per server): their client runs in a
+    process of its own, like the engine. `pid` is the active server's own process when it runs on
+    this host (for the memory pane and the leak detector), known once the client has connected."""
 
     kind = "server"
     can_pause = False
@@ -83,10 +83,10 @@ class AttachSource(LiveSource):
     def pid(self) -> int | None:
         return self.server_pid
 
-    def restart(self, levers, next_run_id: int = 1) -> None:
+    def restart(self, levers) -> None:
         self.close()
         self.proc = None
-        self.config = replace(self.config, concurrency=levers.batch, first_run_id=next_run_id)
+        self.config = [replace(c, concurrency=levers.batch) for c in self.config]
         self.start()
 
 

@@ -21,7 +21,7 @@ import math
 import os
 import queue
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 import httpx
@@ -283,7 +283,7 @@ class ServerClient:
         samples, error = await self._scrape()
         if error != self._metrics_error:
             if error or self._metrics_error:
-                self.emit(ServerSample(now_ns(), {}, {}, error=error or f"{self.metrics_url} answers again"))
+                self.emit(ServerSample(now_ns(), {}, {}, error=error or f"{self.metrics_url} answers again", server=self.levers.server))
             self._metrics_error = error
         values: dict = {}
         sources: dict = {}
@@ -298,7 +298,7 @@ class ServerClient:
                 sources["kv_usage"] = f"timings: our streams' context ÷ n_ctx {self.n_ctx}"
         if samples is None and not values:
             return None
-        ev = ServerSample(now_ns(), _json_safe(values), sources)
+        ev = ServerSample(now_ns(), _json_safe(values), sources, server=self.levers.server)
         self.emit(ev)
         return ev
 
@@ -518,7 +518,51 @@ class ServerClient:
         at = next((i for i, (a, b) in enumerate(zip(ref, lead.text, strict=False)) if a != b), min(len(ref), len(lead.text)))
         return f"differs at char {at}"
 
-    # ------------------------------------------------------------ the process's loop
+class Servers:
+    """Up to four attached servers behind one command loop, for comparing them: runs go to the
+    active one (`t` moves to the next), run numbers are shared, each server's /metrics is scraped."""
+
+    def __init__(self, configs: list[AttachConfig], emit):
+        self.emit = emit
+        self.clients = [ServerClient(c, emit) for c in configs]
+        self.active = 0
+        self.next_run_id = configs[0].first_run_id
+
+    @property
+    def client(self) -> ServerClient:
+        return self.clients[self.active]
+
+    async def connect(self) -> None:
+        for c in self.clients:
+            await c.connect()
+        if len(self.clients) > 1:  # the first server is where runs start
+            self.emit(LeverChanged(None, "server", self.client.levers.server, self.client.levers))
+
+    async def run(self, req) -> RunFinished | None:
+        c = self.client
+        c.run_id = self.next_run_id - 1
+        fin = await c.run(req)
+        self.next_run_id = c.run_id + 1
+        return fin
+
+    def set_lever(self, name: str, value, running: bool) -> None:
+        if name == "server":
+            labels = [c.levers.server for c in self.clients]
+            if value not in labels:
+                self.emit(LeverRefused(name, value, "t moves between attached servers: attach to two or more (tokentop attach URL_A URL_B)"))
+                return
+            self.active = labels.index(value)
+            self.emit(LeverChanged(None, "server", value, self.client.levers))
+            return
+        self.client.set_lever(name, value, running)
+        if name == "batch":  # one concurrency for every server, so their runs compare
+            for c in self.clients:
+                c.levers = replace(c.levers, batch=self.client.levers.batch)
+
+    async def aclose(self) -> None:
+        for c in self.clients:
+            await c.aclose()
+
     async def serve(self, commands) -> None:
         """Commands in (run, stop, lever, pause, resume, shutdown), events out, until shutdown."""
         loop = asyncio.get_running_loop()
@@ -526,8 +570,9 @@ class ServerClient:
             await self.connect()
         except AttachError as exc:
             self.emit(EngineError(str(exc), fatal=True))
+            await self.aclose()
             return
-        metrics = asyncio.create_task(self.metrics_loop())
+        metrics = [asyncio.create_task(c.metrics_loop()) for c in self.clients]
         current: asyncio.Task | None = None
         try:
             while True:
@@ -548,10 +593,9 @@ class ServerClient:
                         "a server's generation cannot be paused by a client; the stream goes on (a turns auto-repeat off, r stops and reruns)",
                     ))
         finally:
-            metrics.cancel()
-            if current is not None:
-                current.cancel()
-            await asyncio.gather(metrics, *([current] if current else []), return_exceptions=True)
+            for task in [*metrics, *([current] if current else [])]:
+                task.cancel()
+            await asyncio.gather(*metrics, *([current] if current else []), return_exceptions=True)
             await self.aclose()
 
 
@@ -573,10 +617,9 @@ def _server_total(s: StreamResult) -> int | None:
     return None
 
 
-def client_main(config: AttachConfig, commands, events, log_path: str | None) -> None:
+def client_main(configs: list[AttachConfig], commands, events, log_path: str | None) -> None:
     """The client process's entry point (spawned by tui_app.engine.process.EngineProcess)."""
     from tui_app.engine.process import quiet_process
 
     quiet_process(log_path)
-    client = ServerClient(config, events.put)
-    asyncio.run(client.serve(commands))
+    asyncio.run(Servers(configs, events.put).serve(commands))

@@ -7,11 +7,11 @@ import sys
 
 from monitors.events import EngineError, RunFinished, ServerSample
 from tui_app.fmt import figure_text
-from tui_app.options import EXIT_USAGE, UsageError, attach_config, make_recorder, run_request
+from tui_app.options import EXIT_USAGE, UsageError, attach_configs, make_recorder, run_request
 
 
-def choose_url(args) -> str:
-    """The URL given, or the one server found on this host; UsageError lists what was tried or found."""
+def choose_urls(args) -> list[str]:
+    """The URLs given, or the one server found on this host; UsageError lists what was tried or found."""
     if args.url:
         return args.url
     from tui_app.attach.discover import find_servers
@@ -22,24 +22,24 @@ def choose_url(args) -> str:
         raise UsageError(f"no OpenAI-compatible server answers /v1/models on this host (tried ports {ports}); give its URL: tokentop attach http://HOST:PORT")
     if len(found) > 1:
         listing = "; ".join(f"{url} ({', '.join(ids)})" for url, ids in found)
-        raise UsageError(f"several servers answer here: {listing}; choose one: tokentop attach URL")
+        raise UsageError(f"several servers answer here: {listing}; choose one (or up to 4 to compare): tokentop attach URL [URL ...]")
     url, ids = found[0]
     print(f"tokentop: attaching to {url} ({', '.join(ids)})", file=sys.stderr)
-    return url
+    return [url]
 
 
 def attach_main(args, tui) -> int:
     """`tui(args, source)` draws the app (the CLI's, which owns the terminal checks)."""
     request = run_request(args)
-    cfg = attach_config(args, choose_url(args))
+    configs = attach_configs(args, choose_urls(args))
     if args.no_tui:
-        return asyncio.run(_headless(args, cfg, request))
+        return asyncio.run(_headless(args, configs, request))
     from tui_app.engine.models import cache_root
     from tui_app.sources import AttachSource
 
     log_dir = cache_root()
     log_dir.mkdir(parents=True, exist_ok=True)
-    return tui(args, AttachSource(cfg, str(log_dir / "attach.log")))
+    return tui(args, AttachSource(configs, str(log_dir / "attach.log")))
 
 
 def server_line(fin: RunFinished, sample: ServerSample | None) -> str:
@@ -57,9 +57,9 @@ def server_line(fin: RunFinished, sample: ServerSample | None) -> str:
     return "  server: " + "; ".join(parts)
 
 
-async def _headless(args, cfg, request) -> int:
+async def _headless(args, configs, request) -> int:
     from monitors.record import RecordError
-    from tui_app.attach.client import AttachError, ServerClient
+    from tui_app.attach.client import AttachError, Servers
     from tui_app.headless import row_line
     from tui_app.session import Session
 
@@ -69,48 +69,52 @@ async def _headless(args, cfg, request) -> int:
         print(f"tokentop: {exc}", file=sys.stderr)
         return EXIT_USAGE
     session = Session(recorder=recorder)
-    said: list[str] = []
 
     def tell(ev) -> None:
         if isinstance(ev, EngineError) or (isinstance(ev, ServerSample) and ev.error):
-            text = ev.message if isinstance(ev, EngineError) else ev.error
-            said.append(text)
-            print(f"tokentop: {text}", file=sys.stderr, flush=True)
+            print(f"tokentop: {ev.message if isinstance(ev, EngineError) else ev.error}", file=sys.stderr, flush=True)
 
     session.listeners.append(tell)
-    client = ServerClient(cfg, session.feed)
-    metrics = None
+    servers = Servers(configs, session.feed)
+    metrics = []
     try:
         try:
-            ready = await client.connect()
+            await servers.connect()
         except AttachError as exc:
             print(f"tokentop: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        where = f"pid {client.pid}" if client.pid else "not on this host"
-        print(f"{ready.device} server at {ready.source} ({where}): model {ready.model}, metrics {client.metrics_url}", flush=True)
-        metrics = asyncio.create_task(client.metrics_loop())
+        for c in servers.clients:
+            where = f"pid {c.pid}" if c.pid else "not on this host"
+            print(f"{c.engine.name} server at {c.root} ({where}) as {c.levers.server!r}: model {c.model}, metrics {c.metrics_url}", flush=True)
+        metrics = [asyncio.create_task(c.metrics_loop()) for c in servers.clients]
         await asyncio.sleep(0)
         failed = False
         for _ in range(args.runs):
-            fin = await client.run(request)
-            if fin is None:
-                return EXIT_USAGE
-            if args.runs == 1:
-                print(fin.text.strip(), flush=True)
-            for row in session.rows():
-                if row.run_id == fin.run_id:
-                    print(row_line(row), flush=True)
-            await client.sample()
-            print(server_line(fin, session.server[-1] if session.server else None), flush=True)
-            failed = failed or fin.stop_reason == "error"
-        if session.verdict and args.runs > 1:
+            for i, c in enumerate(servers.clients):  # ABAB…: the servers take turns on the same requests
+                if len(servers.clients) > 1:
+                    servers.set_lever("server", c.levers.server, False)
+                fin = await servers.run(request)
+                if fin is None:
+                    return EXIT_USAGE
+                if args.runs == 1 and i == 0:
+                    print(fin.text.strip(), flush=True)
+                for row in session.rows():
+                    if row.run_id == fin.run_id:
+                        print(row_line(row), flush=True)
+                await c.sample()
+                latest = next((x for x in reversed(session.server) if x.server == c.levers.server and not x.error), None)
+                print(server_line(fin, latest), flush=True)
+                failed = failed or fin.stop_reason == "error"
+        for line in session.comparison():
+            print(line)
+        if session.verdict and args.runs > 1 and len(servers.clients) == 1:
             print(session.verdict.text().replace("leak:", "server leak:"))
         return 1 if failed else 0
     finally:
-        if metrics is not None:
-            metrics.cancel()
-            await asyncio.gather(metrics, return_exceptions=True)
-        await client.aclose()
+        for task in metrics:
+            task.cancel()
+        await asyncio.gather(*metrics, return_exceptions=True)
+        await servers.aclose()
         if recorder is not None:
             recorder.close()
             print(f"recorded to {recorder.path}", file=sys.stderr)

@@ -86,6 +86,7 @@ class RunsTable(LinePane):
     HEADER = Style(bold=True, underline=True)
     RUN = Style(bold=True)
     SEGMENT = Style(dim=True)
+    SUMMARY = Style(bold=True, italic=True)
 
     def __init__(self, session, *, id: str | None = None, classes: str | None = None):
         super().__init__(id=id, classes=classes)
@@ -108,14 +109,18 @@ class RunsTable(LinePane):
             text = gap.join(_cell(values[i], w, COLUMNS[i].left) for i, w in zip(shown, widths))
             return Strip([Segment(text, style)]).crop(0, width)
 
-        visible = max(height - 1, 0)
+        # Compared servers: each against the first, on the table's last lines.
+        summary = self.session.comparison()[: max(height - 2, 0)]
+        visible = max(height - 1 - len(summary), 0)
         self.scrolled = min(self.scrolled, max(len(cells) - visible, 0))
         end = len(cells) - self.scrolled
         body = range(max(end - visible, 0), end)
         self.border_title = f"runs · {self.scrolled} newer below (wheel down)" if self.scrolled else "runs"
-        return [line([c.title for c in COLUMNS], self.HEADER)] + [
+        rows = [line([c.title for c in COLUMNS], self.HEADER)] + [
             line(cells[k], self.SEGMENT if self._rows[k].segment is not None else self.RUN if k == len(cells) - 1 else None) for k in body
         ]
+        rows += [Strip.blank(width)] * (height - len(rows) - len(summary))
+        return rows + [Strip([Segment(text, self.SUMMARY)]).crop(0, width) for text in summary]
 
     def _scroll(self, by: int) -> None:
         self.scrolled = max(self.scrolled + by, 0)

@@ -21,9 +21,10 @@ class ServerPane(Chart):
 
     def draw(self, width: int, height: int) -> list[Strip]:
         s = self.session
-        server = (s.ready.server if s.ready else None) or {}
-        self.border_title = f"server — {server.get('engine', '?')}"
-        samples = list(s.server)
+        server = s.active_server() or {}
+        label = server.get("label", "")
+        self.border_title = f"server — {server.get('engine', '?')}" + (f" {label}" if len(s.servers) > 1 else "")
+        samples = [x for x in s.server if x.server == label or not x.server]
         errors = [x.error for x in samples if x.error]
         latest = next((x for x in reversed(samples) if not x.error), None)
         dim, bold = Style(dim=True), Style(bold=True)

@@ -31,9 +31,11 @@ class StatusBar(Static):
             t.append(label, style="bold green" if on else "bold")
             t.append(" ")
 
-        server = session.ready.server if session.ready else None
+        server = session.active_server()
         if server:  # the server's own levers are its business; the client's are streams and prompts
             t.append(f"{server['engine']} ", style="bold cyan")
+            if len(session.servers) > 1:
+                lever("t", server["label"], True)
             lever("b", f"c{lev.batch}", lev.batch != 1)
         else:
             lever("k", "cache" if lev.cache else "no-cache", lev.cache)
