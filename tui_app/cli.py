@@ -1,4 +1,4 @@
-"""Command line: `tokentop` (the TUI), `run --no-tui`, `bench`, `replay`, `leakcheck`, `serve`.
+"""Command line: `tokentop` (the TUI), `run --no-tui`, `bench`, `replay`, `report`, `leakcheck`, `serve`.
 
 Command-line misuse exits 2 with one line that says what is wrong and what to do.
 """
@@ -104,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--step", action="store_true", help="advance one step per key press (space)")
     replay.add_argument("--fps", type=_nonneg_float, default=8.0)
     replay.add_argument("--stats", action="store_true", help="print the per-run statistics instead of drawing the TUI")
+    report = sub.add_parser("report", help="a recording or a `bench -o json` result as one self-contained HTML page (and PNGs)")
+    from tui_app.report import add_report_args
+
+    add_report_args(report)
     leak = sub.add_parser("leakcheck", help="repeated runs, the memory baseline trend and a verdict (exit 1 on a suspected leak)")
     _engine_args(leak)
     leak.add_argument("--runs", type=_positive_int, default=30)
@@ -250,6 +254,10 @@ def main(argv: list[str] | None = None) -> int:
             from tui_app.replay import replay_main
 
             return replay_main(args)
+        if args.command == "report":
+            from tui_app.report import report_main
+
+            return report_main(args)
         if args.command == "leakcheck":
             from tui_app.headless import leakcheck
 
