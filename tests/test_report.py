@@ -9,12 +9,14 @@ import struct
 import subprocess
 import sys
 from html.parser import HTMLParser
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from monitors.events import RunFinished, RunStarted, Step
 from monitors.record import Recorder, read_recording
+from tests import browser
 from tui_app.cli import main
 
 SESSION_FIGURES = ("latency", "ttft", "kv", "memory", "utilization")
@@ -236,7 +238,7 @@ def test_a_session_report_holds_every_figure_and_the_runs_table_of_the_session(r
 def test_a_bench_report_plots_each_lever_and_its_ratio_to_plain(bench_json, tmp_path, capsys):
     page, _ = make_report(tmp_path, bench_json, capsys)
     assert_self_contained(page, BENCH_FIGURES)
-    rows = json.load(open(bench_json))["results"]
+    rows = json.loads(Path(bench_json).read_text(encoding="utf-8"))["results"]
     table = page.tables["results"]
     head, body = table[0], table[1:]
     assert len(body) == len(rows) == 4
@@ -299,5 +301,49 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, content, needle):
 
 def test_the_report_is_the_only_command_that_imports_matplotlib():
     code = "import sys, tui_app.cli as c; c.build_parser(); print('matplotlib' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert out.stdout.strip() == "False", out.stderr
+
+
+@pytest.mark.skipif(browser.unavailable() is not None, reason=str(browser.unavailable()))
+def test_both_reports_render_in_chromium_offline_with_no_console_error(recorded, bench_json, tmp_path, capsys):
+    with browser.chromium() as chrome:
+        for name, src in (("session", recorded[0]), ("bench", bench_json)):
+            make_report(tmp_path, src, capsys)
+            html_path = tmp_path / f"{name}.html"
+            (tmp_path / "report.html").rename(html_path)
+            png = tmp_path / f"{name}.png"
+            visit = browser.render_file(chrome, str(html_path), str(png))
+            assert visit.console_errors == [] and visit.page_errors == [] and visit.blocked == [], visit
+            w, h = png_size(png)
+            assert w == 1200 and h > 1500  # the whole page: every figure and the table, one under the other
+
+
+def test_the_memory_figure_draws_the_leak_detectors_trend_and_interval_as_scipy_fits_them():
+    """A rising baseline over 12 runs (a deterministic session; the drawing is what is checked):
+    the trend line and its 95 % interval are the least-squares fit scipy makes of the same baselines."""
+    from scipy import stats
+
+    from monitors.events import RunFinished as Finished
+    from tests.synthetic import session_events
+    from tui_app.replay import fold
+    from tui_app.report import memory_figure
+
+    events = session_events(runs=12, tokens=6)
+    finished = [e for e in events if isinstance(e, Finished)]
+    for k, f in enumerate(finished):
+        f.baseline_rss += (k * 7 % 5) * 2**18  # jitter, so that the interval has a width
+    session = fold(events)
+    assert session.verdict.status == "suspected"
+    fig = memory_figure(session).fig
+    trend_ax = fig.axes[1]
+    lines = {ln.get_label(): ln for ln in trend_ax.lines}
+    series = [f.baseline_rss / 2**20 for f in finished][3:]  # after the detector's 3 warm-up runs
+    fit = stats.linregress(range(len(series)), series)
+    half = stats.t.ppf(0.975, len(series) - 2) * fit.stderr
+    trend = lines["leak trend"]
+    assert list(trend.get_xdata()) == [f.run_id for f in finished[3:]]
+    assert np.allclose(trend.get_ydata(), [fit.intercept + fit.slope * i for i in range(len(series))])
+    band = [ln for ln in trend_ax.lines if ln.get_linestyle() == ":" and ln.get_color() == trend.get_color()]
+    slopes = sorted((ln.get_ydata()[-1] - ln.get_ydata()[0]) / (len(series) - 1) for ln in band)
+    assert np.allclose(slopes, [fit.slope - half, fit.slope + half], rtol=1e-3)

@@ -95,10 +95,10 @@ def build(path: str) -> Report:
 
 
 def session_report(p: Path) -> Report:
-    from monitors.events import Step
+    from monitors.events import Phase, Step
     from monitors.record import read_recording
     from tui_app.replay import fold
-    from tui_app.session import HISTORY
+    from tui_app.session import HISTORY, PREPARATION_PHASES
 
     rec = read_recording(p, skip_unknown=True)
     if not rec.events:
@@ -113,7 +113,8 @@ def session_report(p: Path) -> Report:
         notes.append(f"{rec.error}: the report shows those")
     if rec.skipped:
         notes.append("left out, not drawn by this version: " + ", ".join(f"{n} {kind}" for kind, n in sorted(rec.skipped.items())))
-    figures = [latency_figure(session), ttft_figure(session), kv_figure(session), memory_figure(session), util_figure(session)]
+    phases = [ev for ev in rec.events if isinstance(ev, Phase) and ev.done and ev.name in PREPARATION_PHASES and ev.seconds > 0]
+    figures = [latency_figure(session), ttft_figure(session), kv_figure(session), memory_figure(session, phases), util_figure(session, phases)]
     return Report(f"tokentop session — {p.name}", session_meta(session, rec.events), figures, [runs_table_html(session)], notes)
 
 
@@ -255,16 +256,22 @@ def _t0(session) -> int:
     return min(times)
 
 
-def _run_ends(ax, session, t0: int) -> None:
+def _run_ends(ax, session, t0: int, phases) -> None:
+    """Run ends as dotted lines; preparation phases (load, quantize, compile) as grey spans, since
+    they explain a jump in memory or a stretch of busy CPU with no tokens."""
     for k, t in enumerate(session.run_marks):
         ax.axvline((t - t0) / 1e9, color="#777777", lw=0.8, ls=":", label="run end" if k == 0 else None)
+    for k, ph in enumerate(phases):
+        end = (ph.t_ns - t0) / 1e9
+        ax.axvspan(end - ph.seconds, end, color="#999999", alpha=0.18, lw=0, label="preparation" if k == 0 else None)
+        ax.annotate(ph.name, (end - ph.seconds, 1), xycoords=("data", "axes fraction"), xytext=(2, -2), textcoords="offset points", va="top", fontsize=7)
 
 
-def memory_figure(session) -> Figure:
+def memory_figure(session, phases=()) -> Figure:
     from matplotlib.figure import Figure as MplFigure
 
-    fig = MplFigure(figsize=(10, 3.8), layout="constrained")
-    ax = fig.add_subplot()
+    fig = MplFigure(figsize=(10, 5.6), layout="constrained")
+    ax, trend_ax = fig.subplots(2, 1, height_ratios=[3, 2])
     t0 = _t0(session)
     samples = list(session.samples)
     ts = [(s.t_ns - t0) / 1e9 for s in samples]
@@ -283,33 +290,39 @@ def memory_figure(session) -> Figure:
         tt = [(m.t_ns - t0) / 1e9 for m in torch_mem]
         ax.plot(tt, [m.allocated / MIB for m in torch_mem], lw=1, color=PALETTE[4], label="torch allocated")
         ax.plot(tt, [m.reserved / MIB for m in torch_mem], lw=1, ls="--", color=PALETTE[4], label="torch reserved")
-    _run_ends(ax, session, t0)
+    _run_ends(ax, session, t0, phases)
     finished = sorted((rec.finished for rec in session.timer.runs.values() if rec.finished is not None), key=lambda f: f.t_ns)
-    ax.plot([(f.t_ns - t0) / 1e9 for f in finished], [f.baseline_rss / MIB for f in finished], "o", ms=5, color="#000000", label="engine baseline after a run")
-    verdict = session.verdict
-    base = list(session.leak.baselines)
-    if verdict is not None and verdict.status != "collecting" and len(base) >= 2:
-        # The leak detector's own fit: its baselines are the last len(base) run ends, one x step per run.
-        xs = [(f.t_ns - t0) / 1e9 for f in finished[-len(base) :]]
-        mid, ym = (len(base) - 1) / 2, sum(base) / len(base)
-        for slope, style, label in ((verdict.mb_per_run, "-", "leak trend"), (verdict.low, ":", "95% interval"), (verdict.high, ":", None)):
-            ax.plot(xs, [ym + slope * (i - mid) for i in range(len(base))], style, color=REPREFILL, lw=1.4, label=label)
+    ax.plot([(f.t_ns - t0) / 1e9 for f in finished], [f.baseline_rss / MIB for f in finished], "o", ms=4, color="#000000", label="engine baseline")
     ax.set_xlabel("time (s)")
     ax.set_ylabel("MiB")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     if not samples:
         ax.set_title("no sampler readings in this recording: run ends and baselines only", fontsize=9)
+    # Below, on a scale of its own: the baselines run by run, where a leak of a MiB a run is visible.
+    trend_ax.plot([f.run_id for f in finished], [f.baseline_rss / MIB for f in finished], "o", ms=4, color="#000000", label="engine baseline after the run")
+    verdict = session.verdict
+    base = list(session.leak.baselines)
+    if verdict is not None and verdict.status != "collecting" and len(base) >= 2:
+        # The leak detector's own fit: its baselines are the last len(base) finished runs, one x step per run.
+        xs = [f.run_id for f in finished[-len(base) :]]
+        mid, ym = (len(base) - 1) / 2, sum(base) / len(base)
+        for slope, style, label in ((verdict.mb_per_run, "-", "leak trend"), (verdict.low, ":", "95% interval of its slope"), (verdict.high, ":", None)):
+            trend_ax.plot(xs, [ym + slope * (i - mid) for i in range(len(base))], style, color=REPREFILL, lw=1.4, label=label)
+    trend_ax.set_xlabel("run")
+    trend_ax.set_ylabel("baseline MiB")
+    trend_ax.grid(alpha=0.3)
+    trend_ax.legend(fontsize=8, loc="best")
     text = verdict.text() if verdict is not None else "leak: no finished run"
     gpu = f"; GPU: {session.gpu_verdict.text()}" if session.gpu_verdict is not None else ""
     caption = (
-        f"Memory of the engine and UI processes over time, run ends dotted, the engine's baseline (memory once a run has ended) as dots. "
-        f"The leak detector fits the baselines after its warm-up runs: {text}{gpu}."
+        "Above: memory of the engine and UI processes over time, run ends dotted, preparation phases shaded. "
+        f"Below: the engine's baseline (its memory once a run has ended), run by run, and the leak detector's fit over the runs after its warm-up: {text}{gpu}."
     )
     return Figure("memory", "Memory over time and the leak trend", fig, caption)
 
 
-def util_figure(session) -> Figure:
+def util_figure(session, phases=()) -> Figure:
     from matplotlib.figure import Figure as MplFigure
 
     fig = MplFigure(figsize=(10, 3.2), layout="constrained")
@@ -323,7 +336,7 @@ def util_figure(session) -> Figure:
         if any(not math.isnan(y) for y in ys):
             ax.plot(ts, ys, lw=1.2, color=PALETTE[k], label=label)
             drawn += 1
-    _run_ends(ax, session, t0)
+    _run_ends(ax, session, t0, phases)
     if not samples:
         ax.text(0.5, 0.5, "no sampler readings in this recording", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("time (s)")
@@ -379,7 +392,11 @@ def bench_report(p: Path, data: dict) -> Report:
         bench_latency_figure(measured, "itl", "ITL", "inter-token latency (ms)"),
         bench_tps_figure(measured),
     ]
-    notes = [f"{len(refused)} configuration(s) refused: " + "; ".join(f"{r['levers']} {r['prompt_tokens']}→{r['new_tokens']}: {r['refused']}" for r in refused)] if refused else []
+    notes = (
+        [f"{len(refused)} configuration(s) refused: " + "; ".join(f"{r['levers']} {r['prompt_tokens']}→{r['new_tokens']}: {r['refused']}" for r in refused)]
+        if refused
+        else []
+    )
     return Report(f"tokentop bench — {p.name}", meta, figures, [bench_table_html(rows)], notes)
 
 
