@@ -155,11 +155,13 @@ def screen_has(page, text: str, timeout_s: float) -> None:
     page.wait_for_function("t => window.__screen.includes(t)", arg=text, timeout=timeout_s * 1000, polling=250)
 
 
-def browse_app(browser, url: str, png_first: str | None, png_help: str, width: int = 1400, height: int = 860, timeout_s: float = 180) -> Visit:
-    """Load the served app, wait for its first frame, press `?` and wait for the help screen."""
+def browse_app(
+    browser, url: str, png_first: str | None, png_help: str, width: int = 1400, height: int = 860, timeout_s: float = 180, ready: str = "per-token latency"
+) -> Visit:
+    """Load the served app, wait for its first frame (or for the text `ready`), press `?` and wait for the help screen."""
     page, visit = open_page(browser, url, width, height, tap=True)
     page.wait_for_function("document.body.classList.contains('-first-byte')", timeout=timeout_s * 1000, polling=250)
-    screen_has(page, "per-token latency", timeout_s)
+    screen_has(page, ready, timeout_s)
     page.wait_for_timeout(1500)  # let the first frames settle before the picture
     if png_first:
         page.screenshot(path=png_first)

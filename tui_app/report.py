@@ -194,7 +194,7 @@ def latency_figure(session) -> Figure:
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles))
     if unique:
-        ax.legend(unique.values(), unique.keys(), fontsize=8, loc="lower right", title="levers", title_fontsize=8)
+        ax.legend(unique.values(), unique.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), title="levers", title_fontsize=8)
     n_re = sum(1 for p in pts if p.kind == "reprefill")
     caption = (
         f"{len(steady)} decode tokens over {len(session.timer.runs)} runs; background and colour: the lever setting of each segment; "
@@ -413,11 +413,12 @@ def bench_latency_figure(rows: list[dict], metric: str, name: str, ylabel: str) 
     keys = list(dict.fromkeys(_series_key(r, many_new) for r in rows))
     lengths = sorted({r["prompt_tokens"] for r in rows})
     log = lengths[-1] >= 4 * lengths[0]
+    span = (lengths[-1] - lengths[0]) or lengths[0]
     for k, key in enumerate(keys):
         rs = sorted((r for r in rows if _series_key(r, many_new) == key), key=lambda r: r["prompt_tokens"])
         # Side by side, so that whiskers of the levers at one prompt length do not hide each other.
-        shift = (k - (len(keys) - 1) / 2) * 0.04
-        xs = [r["prompt_tokens"] * (10**shift if log else 1) + (0 if log else shift * 10) for r in rs]
+        shift = (k - (len(keys) - 1) / 2) * 0.015
+        xs = [r["prompt_tokens"] * 10**shift if log else r["prompt_tokens"] + shift * span for r in rs]
         p50 = [r[f"{metric}_p50"] * 1000 for r in rs]
         p95 = [max(r[f"{metric}_p95"] * 1000 - m, 0) for r, m in zip(rs, p50)]
         p99 = [max(r[f"{metric}_p99"] * 1000 - m, 0) for r, m in zip(rs, p50)]
@@ -427,6 +428,7 @@ def bench_latency_figure(rows: list[dict], metric: str, name: str, ylabel: str) 
     if log:
         ax.set_xscale("log")
     ax.set_xticks(lengths, [str(n) for n in lengths])
+    ax.minorticks_off()
     ax.set_xlabel("prompt tokens")
     ax.set_ylabel(ylabel)
     ax.set_ylim(bottom=0)
