@@ -347,3 +347,16 @@ def test_the_memory_figure_draws_the_leak_detectors_trend_and_interval_as_scipy_
     band = [ln for ln in trend_ax.lines if ln.get_linestyle() == ":" and ln.get_color() == trend.get_color()]
     slopes = sorted((ln.get_ydata()[-1] - ln.get_ydata()[0]) / (len(series) - 1) for ln in band)
     assert np.allclose(slopes, [fit.slope - half, fit.slope + half], rtol=1e-3)
+
+
+def test_a_long_session_keeps_every_run_and_drops_the_words_that_would_overlap(tmp_path, capsys):
+    from tests.synthetic import session_events
+
+    path = tmp_path / "long.jsonl"
+    rec = Recorder(path)
+    for ev in session_events(runs=40, tokens=4):
+        rec.write(ev)
+    rec.close()
+    page, _ = make_report(tmp_path, path, capsys)
+    assert_self_contained(page, SESSION_FIGURES)
+    assert [row[0] for row in page.tables["runs"][1:] if "." not in row[0]] == [str(i) for i in range(1, 41)]

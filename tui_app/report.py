@@ -24,6 +24,7 @@ MIB = 2**20
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 REPREFILL = "#D55E00"
 LEVER = "#7a4fa0"
+LABELLED_RUNS = 24  # beyond this many runs, figures keep their marks but drop the words on them
 
 
 class ReportError(Exception):
@@ -169,20 +170,23 @@ def latency_figure(session) -> Figure:
         ax.axvspan(lo - 0.5, hi - 0.5, color=colour[label], alpha=0.07 if k % 2 else 0.13, lw=0)
         seg = [p for p in steady if lo <= p.index < hi]
         ax.plot([p.index for p in seg], [p.seconds * 1000 for p in seg], ".-", ms=3, lw=0.8, color=colour[label], label=label)
+    # Past a few dozen runs the labels would overlap into a smear: the lines stay, the words go.
+    words = len(session.timer.runs) <= LABELLED_RUNS
     for p in pts:
         if p.kind in ("prefill", "reprefill"):
             re = p.kind == "reprefill"
             ax.axvline(p.index, color=REPREFILL if re else "#555555", lw=1.2 if re else 0.8, ls="-" if re else ":")
-            ax.annotate(
-                f"{'re-prefill' if re else 'TTFT'} {p.seconds * 1000:.0f} ms",
-                (p.index, top),
-                xytext=(3, -3),
-                textcoords="offset points",
-                va="top",
-                fontsize=7,
-                rotation=90,
-                color=REPREFILL if re else "#333333",
-            )
+            if words or re:
+                ax.annotate(
+                    f"{'re-prefill' if re else 'TTFT'} {p.seconds * 1000:.0f} ms",
+                    (p.index, top),
+                    xytext=(3, -3),
+                    textcoords="offset points",
+                    va="top",
+                    fontsize=7,
+                    rotation=90,
+                    color=REPREFILL if re else "#333333",
+                )
     for m in session.markers:
         if not m.label.startswith("run "):
             ax.axvline(m.index - 0.5, color=LEVER, lw=1, ls="--")
@@ -210,11 +214,15 @@ def ttft_figure(session) -> Figure:
     rows = [r for r in session.rows(limit=len(session.timer.runs)) if r.segment is None]
     fig = MplFigure(figsize=(10, 3.2), layout="constrained")
     ax = fig.add_subplot()
-    xs = list(range(len(rows)))
     ttft = [r.stats.ttft_s * 1000 if not math.isnan(r.stats.ttft_s) else 0.0 for r in rows]
-    bars = ax.bar(xs, ttft, color=PALETTE[0])
-    ax.bar_label(bars, labels=[fmt.ms(r.stats.ttft_s, 0, unit=False) for r in rows], fontsize=8, padding=2)
-    ax.set_xticks(xs, [f"run {r.label}\n{r.stats.levers.label()}\n{r.stats.prompt_tokens} tok" for r in rows], fontsize=7)
+    if len(rows) <= LABELLED_RUNS:
+        xs = list(range(len(rows)))
+        bars = ax.bar(xs, ttft, color=PALETTE[0])
+        ax.bar_label(bars, labels=[fmt.ms(r.stats.ttft_s, 0, unit=False) for r in rows], fontsize=8, padding=2)
+        ax.set_xticks(xs, [f"run {r.label}\n{r.stats.levers.label()}\n{r.stats.prompt_tokens} tok" for r in rows], fontsize=7)
+    else:
+        ax.bar([r.run_id for r in rows], ttft, color=PALETTE[0])
+        ax.set_xlabel("run")
     ax.set_ylabel("TTFT (ms)")
     ax.grid(axis="y", alpha=0.3)
     ax.margins(y=0.15)
