@@ -7,6 +7,11 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 .PHONY: setup run test bench bench-peer screenshots check clean
 
 setup: $(VENV)/.installed
+	@# Debian's Chromium for the browser tests (tests/browser.py), where apt-get and root are at hand;
+	@# elsewhere those tests skip and say why.
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } \
+		|| echo "chromium is not installed: the browser tests will skip"
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)

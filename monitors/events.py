@@ -212,7 +212,19 @@ class EventDecodeError(ValueError):
     pass
 
 
+class UnknownEventType(EventDecodeError):
+    """A well-formed event of a type this version does not know (a newer source's): readers that
+    only draw what they know may skip it instead of stopping."""
+
+    def __init__(self, kind: str):
+        super().__init__(f"unknown event type {kind!r}")
+        self.kind = kind
+
+
 def from_dict(data: dict) -> Event:
+    kind = data.get("type") if isinstance(data, dict) else None
+    if isinstance(kind, str) and kind and kind not in EVENT_TYPES:
+        raise UnknownEventType(kind)
     try:
         cls = EVENT_TYPES[data["type"]]
     except (KeyError, TypeError):

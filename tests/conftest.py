@@ -12,6 +12,11 @@ os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
 os.environ.setdefault("TOKENTOP_DATA", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "tokentop-data"))
 
 
+def pytest_collection_modifyitems(items):
+    """Browser tests last: they start a server and a browser, and a failure there should not hide the rest."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+
+
 @pytest.fixture(scope="session")
 def engine_events():
     return []

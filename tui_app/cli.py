@@ -1,4 +1,4 @@
-"""Command line: `tokentop` (the TUI), `run --no-tui`, `attach`, `bench`, `replay`, `leakcheck`, `serve`.
+"""Command line: `tokentop` (the TUI), `run --no-tui`, `attach`, `bench`, `replay`, `report`, `leakcheck`, `serve`.
 
 Command-line misuse exits 2 with one line that says what is wrong and what to do.
 """
@@ -112,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _attach_args(attach)
     _ui_args(attach)
+    report = sub.add_parser("report", help="a recording or a `bench -o json` result as one self-contained HTML page (and PNGs)")
+    from tui_app.report import add_report_args
+
+    add_report_args(report)
     leak = sub.add_parser("leakcheck", help="repeated runs, the memory baseline trend and a verdict (exit 1 on a suspected leak)")
     _engine_args(leak)
     leak.add_argument("--runs", type=_positive_int, default=30)
@@ -223,6 +227,10 @@ def main(argv: list[str] | None = None) -> int:
             from tui_app.attach.run import attach_main
 
             return attach_main(args, _tui)
+        if args.command == "report":
+            from tui_app.report import report_main
+
+            return report_main(args)
         if args.command == "leakcheck":
             from tui_app.headless import leakcheck
 

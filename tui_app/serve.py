@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 
@@ -28,6 +29,9 @@ def serve(args) -> int:
             continue
         passthrough.append(a)
     command = shlex.join([sys.executable, "-m", "tui_app", "run", *passthrough])
+    # Each browser session runs the app on pipes, with Textual's web driver in place of a terminal:
+    # without this the app takes the pipes for "no terminal here" and every page stays blank.
+    os.environ["TOKENTOP_FORCE_TUI"] = "1"
     print(f"serving tokentop on http://{args.host}:{args.port} (command: {command})", file=sys.stderr)
     Server(command, host=args.host, port=args.port, title="tokentop").serve()
     return 0
