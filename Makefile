@@ -4,11 +4,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup run test bench bench-peer screenshots check clean
+.PHONY: setup chromium run test bench bench-peer screenshots check clean
 
 setup: $(VENV)/.installed
-	@# Debian's Chromium for the browser tests (tests/browser.py), where apt-get and root are at hand;
-	@# elsewhere those tests skip and say why.
+
+# Debian's Chromium for the browser tests (tests/browser.py), where apt-get and root are at hand;
+# elsewhere those tests skip and say why. Only the tests need it, not `make run`.
+chromium:
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
 		&& apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } \
 		|| echo "chromium is not installed: the browser tests will skip"
@@ -36,14 +38,14 @@ $(VLLM_VENV)/.installed:
 	$(VLLM_VENV)/bin/python -m pip --disable-pip-version-check -q uninstall -y torchvision torchaudio torchcodec
 	touch $@
 
-test: setup $(VLLM_VENV)/.installed
+test: setup chromium $(VLLM_VENV)/.installed
 	$(PY) -m pytest -q -m "not vllm"
 	TOKENTOP_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q -m vllm
 
 check: setup
 	$(VENV)/bin/lint-imports
 
-screenshots: setup
+screenshots: setup chromium
 	command -v rsvg-convert >/dev/null || apt-get install -y librsvg2-bin
 	$(PY) screenshots/make_screenshots.py
 
