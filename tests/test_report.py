@@ -254,12 +254,12 @@ def test_a_bench_report_plots_each_lever_and_its_ratio_to_plain(bench_json, tmp_
 def test_a_recording_with_event_types_it_cannot_draw_is_reported_without_them(recorded, tmp_path, capsys):
     path, live = recorded
     lines = path.read_text().splitlines()
-    # A newer source's event (a server's metrics) between two steps: skipped and said, the rest drawn.
-    lines.insert(5, json.dumps({"type": "ServerSample", "t_ns": 1, "queue": 3}))
+    # An event type from a newer tokentop between two steps: skipped and said, the rest drawn.
+    lines.insert(5, json.dumps({"type": "FutureEvent", "t_ns": 1, "queue": 3}))
     mixed = tmp_path / "mixed.jsonl"
     mixed.write_text("\n".join(lines) + "\n")
     page, err = make_report(tmp_path, mixed, capsys)
-    assert "1 ServerSample" in err
+    assert "1 FutureEvent" in err
     assert_self_contained(page, SESSION_FIGURES)
     from tui_app.widgets.runs_table import COLUMNS
 
