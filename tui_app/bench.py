@@ -37,6 +37,9 @@ _APPLY_ORDER = ("quant", "batch", "cache", "compile", "spec")
 
 
 def add_bench_args(p) -> None:
+    from tui_app.attach.bench import add_endpoint_args
+
+    add_endpoint_args(p)
     p.add_argument("--levers", default="plain,int8,lookup", help=f"comma-separated; join with + to combine. Known: {', '.join(LEVER_PRESETS)}")
     p.add_argument("--lengths", default="128:64,512:128,1024:256", help="prompt:new token pairs (default: the classic latency study)")
     p.add_argument(
@@ -272,6 +275,12 @@ def run_bench(args) -> int:
     except ValueError as exc:
         print(f"tokentop: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.endpoint:  # running servers instead of the engine
+        import asyncio
+
+        from tui_app.attach.bench import run_endpoint_bench
+
+        return asyncio.run(run_endpoint_bench(args, lengths))
     session = Session()
     errors: list[str] = []  # why a configuration failed
     session.listeners.append(lambda ev: errors.append(ev.message) if isinstance(ev, EngineError) else None)

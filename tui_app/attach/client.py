@@ -181,7 +181,7 @@ class ServerClient:
         self.n_ctx: int | None = None
         self.run_id = cfg.first_run_id - 1
         self._references: dict[tuple, str] = {}
-        self._streams: list[StreamResult] = []
+        self._inflight: list[StreamResult] = []  # every stream now open, of every run (a bench runs several)
         self._metrics_error = ""
         key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -290,11 +290,11 @@ class ServerClient:
         if samples is not None:
             self.window.add(samples)
             values, sources = self.window.figures()
-        if "kv_usage" not in values and self.n_ctx and self._streams:
+        if "kv_usage" not in values and self.n_ctx and self._inflight:
             # llama.cpp: each slot holds one stream's context; ours are the streams in flight.
-            used = [s.context for s in self._streams if s.context]
+            used = [s.context for s in self._inflight if s.context]
             if used:
-                values["kv_usage"] = sum(used) / (self.n_ctx * len(self._streams))
+                values["kv_usage"] = sum(used) / (self.n_ctx * len(self._inflight))
                 sources["kv_usage"] = f"timings: our streams' context ÷ n_ctx {self.n_ctx}"
         if samples is None and not values:
             return None
@@ -359,9 +359,10 @@ class ServerClient:
         body = self._body(text, req)
         url = self.base + ("/chat/completions" if self.cfg.chat else "/completions")
         started = RunStarted(run_id, levers, 0, req.max_new_tokens, text, req.preset if req.prompt is None else "custom")
-        self._streams = [StreamResult() for _ in range(levers.batch)]
+        streams = [StreamResult() for _ in range(levers.batch)]
+        self._inflight.extend(streams)
         self.emit(started)
-        tasks = [asyncio.create_task(self._stream(k, url, body, started.t_ns, run_id, self._streams[k])) for k in range(levers.batch)]
+        tasks = [asyncio.create_task(self._stream(k, url, body, started.t_ns, run_id, streams[k])) for k in range(levers.batch)]
         stopped = False
         try:
             await asyncio.gather(*tasks)
@@ -370,7 +371,8 @@ class ServerClient:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        streams, self._streams = self._streams, []
+        finally:
+            self._inflight = [s for s in self._inflight if all(s is not t for t in streams)]
         return self._finish(run_id, req, body, streams, stopped)
 
     async def _stream(self, k: int, url: str, body: dict, t0: int, run_id: int, out: StreamResult) -> None:
