@@ -141,10 +141,8 @@ async def test_server_killed_mid_stream_then_back_on_the_same_port():
         server.close()
 
 
-@pytest.fixture
-async def misbehaving(unused_tcp_port):
-    """A small HTTP server whose /v1/chat/completions streams what the test sets in `script`."""
-    script: list = []
+async def fault_server(port: int, script: list, ssl_context=None) -> web.AppRunner:
+    """A small HTTP server whose /v1/chat/completions streams what `script` holds (a float: a pause)."""
 
     async def models(request):
         return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
@@ -164,7 +162,14 @@ async def misbehaving(unused_tcp_port):
     app.router.add_post("/v1/chat/completions", chat)
     runner = web.AppRunner(app)
     await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
+    await web.TCPSite(runner, "127.0.0.1", port, ssl_context=ssl_context).start()
+    return runner
+
+
+@pytest.fixture
+async def misbehaving(unused_tcp_port):
+    script: list = []
+    runner = await fault_server(unused_tcp_port, script)
     yield f"http://127.0.0.1:{unused_tcp_port}", script
     await runner.cleanup()
 
@@ -234,3 +239,27 @@ def test_cli_bad_input_is_one_line(argv, needle, tmp_path):
     assert out.returncode == 2
     assert needle in out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+async def test_a_self_signed_certificate_is_refused_until_insecure(tmp_path, unused_tcp_port):
+    import ssl
+
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    made = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1",
+                           "-subj", "/CN=127.0.0.1"], capture_output=True)
+    assert made.returncode == 0, made.stderr
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    runner = await fault_server(unused_tcp_port, [chunk("hi"), "[DONE]"], ssl_context=ctx)
+    url = f"https://127.0.0.1:{unused_tcp_port}"
+    try:
+        assert "its TLS certificate is not trusted (self-signed?); pass --insecure to accept it" in await connect_error(url)
+        client, _ = client_for(url, insecure=True)
+        try:
+            await client.connect()
+            fin = await client.run(REQ)
+        finally:
+            await client.aclose()
+        assert fin.text == "hi"
+    finally:
+        await runner.cleanup()
