@@ -23,6 +23,7 @@ from monitors.events import (
 )
 from monitors.kvcache import kv_formula_bytes
 from monitors.leaks import LeakDetector, LeakVerdict
+from monitors.record import Recorder
 from monitors.timing import RunRecord, RunTimer, TimingStats
 
 HISTORY = 4000
@@ -72,7 +73,7 @@ class Row:
 
 @dataclass
 class Session:
-    recorder: object | None = None
+    recorder: Recorder | None = None
     history: int = HISTORY
     ready: EngineReady | None = None
     levers: Levers = field(default_factory=Levers)
