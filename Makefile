@@ -1,5 +1,5 @@
 # Two commands on a fresh machine: `make run` (set up, then launch on the bundled model)
-# and `make test` (set up, then run the tests). Everything installs into .venv.
+# and `make test` (set up, check, then run the tests). Everything installs into .venv.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
@@ -20,11 +20,16 @@ $(VENV)/.installed: pyproject.toml Makefile
 run: setup
 	$(VENV)/bin/tokentop
 
-test: setup
+# The tests run only once the checks pass, so CI keeps both green.
+test: check
 	$(PY) -m pytest -q
 
+# Lint, format, the import contracts (layers, no cycles, monitors free of the UI) and types.
 check: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 screenshots: setup
 	command -v rsvg-convert >/dev/null || apt-get install -y librsvg2-bin
