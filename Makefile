@@ -1,5 +1,5 @@
 # Two commands on a fresh machine: `make run` (set up, then launch on the bundled model)
-# and `make test` (set up, then run the tests). Everything installs into .venv.
+# and `make test` (set up, check, then run the tests). Everything installs into .venv.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
@@ -38,12 +38,17 @@ $(VLLM_VENV)/.installed:
 	$(VLLM_VENV)/bin/python -m pip --disable-pip-version-check -q uninstall -y torchvision torchaudio torchcodec
 	touch $@
 
-test: setup chromium $(VLLM_VENV)/.installed
+# The tests run only once the checks pass, so CI keeps both green.
+test: check chromium $(VLLM_VENV)/.installed
 	$(PY) -m pytest -q -m "not vllm"
 	TOKENTOP_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q -m vllm
 
+# Lint, format, the import contracts (layers, no cycles, monitors free of the UI) and types.
 check: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 screenshots: setup chromium
 	command -v rsvg-convert >/dev/null || apt-get install -y librsvg2-bin

@@ -13,10 +13,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tui_app import fmt  # noqa: E402
-from tui_app.bench import measure, parse_levers  # noqa: E402
-from tui_app.engine.generation import Engine, EngineConfig  # noqa: E402
-from tui_app.session import Session  # noqa: E402
+from tui_app import fmt
+from tui_app.bench import measure, parse_levers
+from tui_app.engine.generation import Engine, EngineConfig
+from tui_app.session import Session
 
 DEFAULT = "plain,no-cache,compile,int8,int4,lookup,draft,b4,int8+compile,int4+compile"
 

@@ -22,10 +22,10 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._tmux import TmuxApp  # noqa: E402
-from monitors.events import RunFinished  # noqa: E402
-from monitors.record import read_recording  # noqa: E402
-from tui_app.replay import fold  # noqa: E402
+from benchmarks._tmux import TmuxApp
+from monitors.events import RunFinished
+from monitors.record import read_recording
+from tui_app.replay import fold
 
 
 def decode_tps(events, skip_first: int = 1) -> list[float]:

@@ -1,7 +1,7 @@
 import pytest
 
 from monitors.events import Levers, Phase, RunFinished, RunStarted, Step, to_json
-from monitors.record import RecordError, Recorder, read_recording
+from monitors.record import Recorder, RecordError, read_recording
 
 
 def _make():

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections import deque
 import signal
 import time
+from collections import deque
 from dataclasses import asdict, replace
+from typing import ClassVar
 
 from textual.app import App, ComposeResult, SystemCommand
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Container, Horizontal
 from textual.widgets import Static
 
@@ -60,7 +61,7 @@ class TokentopApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "tokentop"
     ENABLE_COMMAND_PALETTE = True
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("k", "lever('cache')", "KV cache"),
         Binding("c", "lever('compile')", "compile"),
         Binding("w", "lever('quant')", "quant"),

@@ -16,7 +16,7 @@ def serve(args) -> int:
     argv = sys.argv[1:]
     passthrough: list[str] = []
     skip = False
-    for i, a in enumerate(argv):
+    for a in argv:
         if skip:
             skip = False
             continue

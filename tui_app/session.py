@@ -25,6 +25,7 @@ from monitors.events import (
 )
 from monitors.kvcache import kv_formula_bytes
 from monitors.leaks import LeakDetector, LeakVerdict
+from monitors.record import Recorder
 from monitors.timing import RunRecord, RunTimer, TimingStats, mean
 
 HISTORY = 4000
@@ -75,7 +76,7 @@ class Row:
 
 @dataclass
 class Session:
-    recorder: object | None = None
+    recorder: Recorder | None = None
     history: int = HISTORY
     ready: EngineReady | None = None
     levers: Levers = field(default_factory=Levers)

@@ -76,10 +76,10 @@ class Engine(LeverControl, QualityChecks):
         self._variants["off"] = self.model
         self.emit(Phase("load", f"{loaded.name} from {loaded.source}", True, loaded.load_s))
         c = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
-        self.n_layers = int(getattr(c, "num_hidden_layers", None) or getattr(c, "n_layer"))
-        n_heads = int(getattr(c, "num_attention_heads", None) or getattr(c, "n_head"))
+        self.n_layers = int(getattr(c, "num_hidden_layers", None) or c.n_layer)
+        n_heads = int(getattr(c, "num_attention_heads", None) or c.n_head)
         self.kv_heads = int(getattr(c, "num_key_value_heads", None) or n_heads)
-        hidden = int(getattr(c, "hidden_size", None) or getattr(c, "n_embd"))
+        hidden = int(getattr(c, "hidden_size", None) or c.n_embd)
         self.head_dim = int(getattr(c, "head_dim", None) or hidden // n_heads)
         self.context_len = int(getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", 2048))
         self.eos_ids = self._eos_ids()
@@ -386,7 +386,7 @@ class Engine(LeverControl, QualityChecks):
         checked_list = checked.tolist()
         props_list, choice_list = checked_list[:n], checked_list[n:]
         n_acc = accept_greedy(props_list, choice_list)
-        gained = props_list[:n_acc] + [choice_list[n_acc]]
+        gained = [*props_list[:n_acc], choice_list[n_acc]]
         cache.crop(-(n - n_acc))
         if spec == "draft":
             self._draft.settle(n_acc, n)
@@ -396,7 +396,7 @@ class Engine(LeverControl, QualityChecks):
         """Append each row's new tokens (at most `remaining`) and mark rows that reached an end of
         sequence; returns the new tokens with row 0's cut after its end of sequence."""
         new_rows = [row[:remaining] for row in new_rows]
-        for row, add in zip(tokens, new_rows):
+        for row, add in zip(tokens, new_rows, strict=True):
             row.extend(add)
         if not ignore_eos:
             for i, add in enumerate(new_rows):

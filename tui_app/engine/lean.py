@@ -93,7 +93,7 @@ class LeanDecode:
         Without a mask a dynamic cache is right: the one query attends to every cached position."""
         hidden = self.embed(ids)
         pos_emb = self.rotary(hidden, position_ids=position_ids)
-        for layer, joints in zip(self.layers, self.joints):
+        for layer, joints in zip(self.layers, self.joints, strict=True):
             if joints is None:
                 hidden = layer(
                     hidden, attention_mask=mask, position_embeddings=pos_emb, position_ids=position_ids, past_key_values=cache, use_cache=True, **extra
@@ -142,7 +142,9 @@ class LeanDecode:
             or "qweight" not in head.pooled
         ):
             return False
-        projections = [p for layer, (qkv, gate_up) in zip(self.layers, self.joints) for p in (qkv, layer.self_attn.o_proj, gate_up, layer.mlp.down_proj)]
+        projections = [
+            p for layer, (qkv, gate_up) in zip(self.layers, self.joints, strict=True) for p in (qkv, layer.self_attn.o_proj, gate_up, layer.mlp.down_proj)
+        ]
         kind = type(projections[0])
         if any(
             type(p) is not kind

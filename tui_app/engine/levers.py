@@ -99,12 +99,10 @@ def quantize(model: torch.nn.Module, level: str, device: str, dtype: torch.dtype
 def decoder_layers(model: torch.nn.Module) -> tuple[torch.nn.Module, str, torch.nn.ModuleList]:
     """The module holding the stack of decoder blocks, its attribute name and the stack itself."""
     best = None
-    for name, module in model.named_modules():
+    for module in model.modules():
         for attr, child in module.named_children():
-            if isinstance(child, torch.nn.ModuleList) and len(child) > 0:
-                if best is None or len(child) > len(best[2]):
-                    best = (module, attr, child)
-        del name
+            if isinstance(child, torch.nn.ModuleList) and len(child) > 0 and (best is None or len(child) > len(best[2])):
+                best = (module, attr, child)
     if best is None:
         raise LeverError("cannot find this model's decoder layers to build a draft from")
     return best

@@ -193,7 +193,7 @@ def _pool(model: torch.nn.Module) -> torch.nn.Module:
             flat = pages.empty(sum(p.numel() for p in parts) * parts[0].element_size()).view(parts[0].dtype)
             flat = _frozen(torch.cat([p.reshape(-1) for p in parts], out=flat))
             start = 0
-            for layer, part in zip(layers, parts):
+            for layer, part in zip(layers, parts, strict=True):
                 setattr(layer, name, flat)
                 layer.pooled[name] = (start, tuple(part.shape))
                 start += part.numel()

@@ -106,7 +106,7 @@ class RunsTable(LinePane):
         gap = " " * GAP
 
         def line(values, style) -> Strip:
-            text = gap.join(_cell(values[i], w, COLUMNS[i].left) for i, w in zip(shown, widths))
+            text = gap.join(_cell(values[i], w, COLUMNS[i].left) for i, w in zip(shown, widths, strict=True))
             return Strip([Segment(text, style)]).crop(0, width)
 
         # Compared servers: each against the first, on the table's last lines.
