@@ -28,10 +28,10 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._tmux import TmuxApp  # noqa: E402
-from monitors.events import RunFinished  # noqa: E402
-from monitors.record import read_recording  # noqa: E402
-from tests.llama_server import LlamaServer  # noqa: E402
+from benchmarks._tmux import TmuxApp
+from monitors.events import RunFinished
+from monitors.record import read_recording
+from tests.llama_server import LlamaServer
 
 PROMPT = "Write a short story about a robot who learns to paint."
 
@@ -40,8 +40,15 @@ async def bare(url: str, runs: int, tokens: int) -> list[float]:
     import httpx
     from httpx_sse import aconnect_sse
 
-    body = {"model": "smollm2", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": tokens, "temperature": 0,
-            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": "smollm2",
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     rates = []
     async with httpx.AsyncClient(timeout=60) as client:
         for _ in range(runs):
@@ -55,8 +62,7 @@ async def bare(url: str, runs: int, tokens: int) -> list[float]:
 def attached(url: str, runs: int, tokens: int, concurrency: int = 1) -> tuple[list[float], float, float]:
     """(server decode rates, UI CPU %, client CPU %) over `runs` runs after the first."""
     rec = tempfile.mktemp(suffix=".jsonl", prefix="tokentop-attach-")
-    app = TmuxApp("tt-attach", ["attach", url, "--auto", "--ignore-eos", "--max-new-tokens", str(tokens), "--record", rec,
-                                "--concurrency", str(concurrency)])
+    app = TmuxApp("tt-attach", ["attach", url, "--auto", "--ignore-eos", "--max-new-tokens", str(tokens), "--record", rec, "--concurrency", str(concurrency)])
     try:
         app.wait_for(lambda s: "run 1 done" in s or "run 2:" in s, timeout=180)
         ui = psutil.Process(app.pid())
@@ -89,15 +95,22 @@ def main() -> int:
             t = statistics.median(t)
             ratios.append(t / b)
             cpus.append(ui_cpu)
-            print(f"pair {i + 1}: bare client {b:.1f} tok/s, tokentop attached {t:.1f} tok/s (server's own rate), ratio {t / b:.3f}, UI CPU {ui_cpu:.1f} %", flush=True)
+            print(
+                f"pair {i + 1}: bare client {b:.1f} tok/s, tokentop attached {t:.1f} tok/s (server's own rate), ratio {t / b:.3f}, UI CPU {ui_cpu:.1f} %",
+                flush=True,
+            )
         _, ui16, client16 = attached(server.url, 2, args.tokens, concurrency=16)
     finally:
         server.close()
-    print(f"\nllama.cpp server (1 thread) on the default model, {args.tokens} tokens/run, {args.runs} runs a block, {args.pairs} pairs, "
-          f"TUI at 160×45, {os.cpu_count()} cores\n")
+    print(
+        f"\nllama.cpp server (1 thread) on the default model, {args.tokens} tokens/run, {args.runs} runs a block, {args.pairs} pairs, "
+        f"TUI at 160×45, {os.cpu_count()} cores\n"
+    )
     print("| measure | value | target |\n|---|---|---|")
-    print(f"| server decode rate, attached ÷ bare client (median of {len(ratios)} pairs, range) | {statistics.median(ratios):.3f} "
-          f"({min(ratios):.3f}–{max(ratios):.3f}) | ≥ 0.97 |")
+    print(
+        f"| server decode rate, attached ÷ bare client (median of {len(ratios)} pairs, range) | {statistics.median(ratios):.3f} "
+        f"({min(ratios):.3f}–{max(ratios):.3f}) | ≥ 0.97 |"
+    )
     print(f"| UI process CPU, 1 stream, % of one core (median) | {statistics.median(cpus):.1f} | ≤ 10 |")
     print(f"| UI process CPU, 16 concurrent streams | {ui16:.1f} | ≤ 10 |")
     print(f"| client process CPU, 16 concurrent streams | {client16:.1f} | |")

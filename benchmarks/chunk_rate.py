@@ -24,14 +24,13 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._tmux import TmuxApp  # noqa: E402
-from monitors.events import Step  # noqa: E402
-from monitors.record import read_recording  # noqa: E402
+from benchmarks._tmux import TmuxApp
+from monitors.events import Step
+from monitors.record import read_recording
 
 
 def generator(port: int, rate: float, chunks: int, log: str) -> None:
     """An OpenAI-style stream of `chunks` one-token chunks, chunk i sent at start + i/rate."""
-    import asyncio
 
     from aiohttp import web
 
@@ -98,7 +97,8 @@ def main() -> int:
         app.close()
         gen.terminate()
     ui_cpu = ((c1.user - c0.user) + (c1.system - c0.system)) / (t1 - t0) * 100
-    sent = [json.loads(line) for line in open(log)]
+    with open(log) as f:
+        sent = [json.loads(line) for line in f]
     events = read_recording(rec).events
     os.unlink(rec)
     os.unlink(log)

@@ -148,8 +148,8 @@ class RunFinished:
     n_tokens: int
     stop_reason: str
     text: str
-    peak_rss: int
-    baseline_rss: int
+    peak_rss: int | None  # None: a server that is not on this host and exports no RSS of its own
+    baseline_rss: int | None
     torch_peak: int | None
     gpu_baseline: int | None
     perplexity: float | None
@@ -200,7 +200,10 @@ class EngineError:
     t_ns: int = field(default_factory=now_ns)
 
 
-EVENT_TYPES = {cls.__name__: cls for cls in (EngineReady, Phase, RunStarted, Step, LeverChanged, LeverRefused, TorchMemory, RunFinished, Sampled, ServerSample, EngineError)}
+EVENT_TYPES = {
+    cls.__name__: cls
+    for cls in (EngineReady, Phase, RunStarted, Step, LeverChanged, LeverRefused, TorchMemory, RunFinished, Sampled, ServerSample, EngineError)
+}
 Event = EngineReady | Phase | RunStarted | Step | LeverChanged | LeverRefused | TorchMemory | RunFinished | Sampled | ServerSample | EngineError
 
 

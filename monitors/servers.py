@@ -285,9 +285,7 @@ class MetricsWindow:
                     count = (n or 0.0) - (n0 or 0.0)
                     if count > 0:
                         mean = ((s1 or 0.0) - (s0 or 0.0)) / count
-                        values[key] = Quantiles(
-                            histogram_quantile(0.5, delta), histogram_quantile(0.95, delta), histogram_quantile(0.99, delta), mean, count
-                        )
+                        values[key] = Quantiles(histogram_quantile(0.5, delta), histogram_quantile(0.95, delta), histogram_quantile(0.99, delta), mean, count)
         rss = _total(new.samples, "process_resident_memory_bytes")
         if rss is not None:
             values["rss"] = rss

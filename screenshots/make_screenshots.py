@@ -26,10 +26,10 @@ sys.path.insert(0, os.path.dirname(HERE))
 from monitors.record import Recorder  # noqa: E402
 from monitors.sampler import Sampler  # noqa: E402
 from tests import browser  # noqa: E402
-from tui_app.app import TokentopApp  # noqa: E402
-from tui_app.engine.config import EngineConfig, RunRequest  # noqa: E402
 from tests.llama_server import LlamaServer  # noqa: E402
+from tui_app.app import TokentopApp  # noqa: E402
 from tui_app.attach.client import AttachConfig  # noqa: E402
+from tui_app.engine.config import EngineConfig, RunRequest  # noqa: E402
 from tui_app.sources import AttachSource, LiveSource  # noqa: E402
 
 SIZES = [(160, 45), (80, 24)]

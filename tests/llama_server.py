@@ -43,7 +43,6 @@ def main() -> None:
     sys.stdin.read()  # until the test closes our stdin (or kills us)
 
 
-
 class LlamaServer:
     """A real llama.cpp server process on 127.0.0.1 (tests/llama_server.py)."""
 

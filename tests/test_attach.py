@@ -60,7 +60,7 @@ async def test_stream_tokens_equal_the_servers_count_and_times_agree_with_its_ow
 
 
 async def test_greedy_reruns_are_compared_with_the_servers_first_answer(llama_server):
-    client, session, _ = await attached(llama_server.url)
+    client, _, _ = await attached(llama_server.url)
     try:
         req = RunRequest(prompt="Name three colours.", max_new_tokens=12)
         notes = [(await client.run(req)).diff_note for _ in range(2)]
@@ -129,7 +129,7 @@ async def test_an_attach_session_records_and_replays_the_same_rows(llama_server,
 
 
 async def test_metrics_figures_come_from_llamacpp_counters(llama_server):
-    client, session, events = await attached(llama_server.url)
+    client, _, events = await attached(llama_server.url)
     try:
         await client.sample()
         await client.run(RunRequest(prompt="One more thing.", max_new_tokens=16, ignore_eos=True))

@@ -13,15 +13,31 @@ from tui_app.options import UsageError
 
 
 def bench(tmp_path, *args: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "tui_app", "bench", *args, "-o", "json", "--out", str(tmp_path / "b")],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "tui_app", "bench", *args, "-o", "json", "--out", str(tmp_path / "b")], capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     return json.loads((tmp_path / "b.json").read_text())
 
 
 def test_a_closed_loop_sweep_has_every_field_and_goodput_is_the_requests_that_met_the_slo(llama_server, tmp_path):
-    data = bench(tmp_path, "--endpoint", llama_server.url, "--label", "L", "--lengths", "24:6", "--concurrency", "1,2",
-                 "--repeats", "2", "--warmup", "0", "--slo", "ttft=400ms,itl=40ms")
+    data = bench(
+        tmp_path,
+        "--endpoint",
+        llama_server.url,
+        "--label",
+        "L",
+        "--lengths",
+        "24:6",
+        "--concurrency",
+        "1,2",
+        "--repeats",
+        "2",
+        "--warmup",
+        "0",
+        "--slo",
+        "ttft=400ms,itl=40ms",
+    )
     assert [(r["server"], r["load"], r["requests"]) for r in data["results"]] == [("L", "c1", 2), ("L", "c2", 4)]
     for row, reqs in zip(data["results"], data["requests"], strict=True):
         assert row["prompt_tokens"] == 24 and row["server_prompt_tokens_mean"] == 24  # cut by the server's own tokenizer
@@ -41,8 +57,7 @@ def test_a_closed_loop_sweep_has_every_field_and_goodput_is_the_requests_that_me
 
 
 def test_open_loop_arrivals_have_the_asked_mean_rate(llama_server, tmp_path):
-    data = bench(tmp_path, "--endpoint", llama_server.url, "--lengths", "8:1", "--rate", "40", "--repeats", "20", "--warmup", "0",
-                 "--seed-arrivals", "7")
+    data = bench(tmp_path, "--endpoint", llama_server.url, "--lengths", "8:1", "--rate", "40", "--repeats", "20", "--warmup", "0", "--seed-arrivals", "7")
     sent = [r["sent_s"] for r in data["requests"][0]]
     assert len(sent) == 200 and data["results"][0]["load"] == "r40/s"
     rate = (len(sent) - 1) / (sent[-1] - sent[0])

@@ -49,7 +49,8 @@ async def test_a_web_page_is_not_an_openai_api(tmp_path, unused_tcp_port):
     (tmp_path / "v1").mkdir()
     web_server = subprocess.Popen(
         [sys.executable, "-m", "http.server", str(unused_tcp_port), "--bind", "127.0.0.1", "-d", str(tmp_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         msg = ""
@@ -85,7 +86,10 @@ async def test_api_key_missing_or_wrong_then_right_and_never_shown(tmp_path):
         record = tmp_path / "rec.jsonl"
         out = subprocess.run(
             [sys.executable, "-m", "tui_app", "attach", server.url, "--no-tui", "--api-key-env", "TT_KEY", "--max-new-tokens", "6", "--record", str(record)],
-            capture_output=True, text=True, timeout=120, env={**os.environ, "TT_KEY": key},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "TT_KEY": key},
         )
         assert out.returncode == 0, out.stderr
         assert "run 1" in out.stdout
@@ -188,7 +192,7 @@ async def test_malformed_lines_are_skipped_and_said_once(misbehaving):
     finally:
         await client.aclose()
     assert fin.text == "ab" and fin.n_tokens == 2
-    assert "chunks (the server streams no running count)" == fin.server["tokens_from"]
+    assert fin.server["tokens_from"] == "chunks (the server streams no running count)"
     assert [e.message for e in events if isinstance(e, EngineError)] == ["2 stream line(s) were not JSON and were skipped"]
 
 
@@ -231,7 +235,10 @@ def test_discovery_finds_the_running_server(llama_server):
     [
         (["attach", "http://127.0.0.1:1", "--no-tui"], "cannot reach 127.0.0.1:1: connection refused"),
         (["attach", "ftp://x", "--no-tui"], "is not an http(s) URL"),
-        (["attach", "http://127.0.0.1:1", "--api-key-env", "TT_NOT_SET_ANYWHERE", "--no-tui"], "--api-key-env TT_NOT_SET_ANYWHERE: that environment variable is not set"),
+        (
+            ["attach", "http://127.0.0.1:1", "--api-key-env", "TT_NOT_SET_ANYWHERE", "--no-tui"],
+            "--api-key-env TT_NOT_SET_ANYWHERE: that environment variable is not set",
+        ),
     ],
 )
 def test_cli_bad_input_is_one_line(argv, needle, tmp_path):
@@ -245,8 +252,10 @@ async def test_a_self_signed_certificate_is_refused_until_insecure(tmp_path, unu
     import ssl
 
     cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
-    made = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1",
-                           "-subj", "/CN=127.0.0.1"], capture_output=True)
+    made = subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"],
+        capture_output=True,
+    )
     assert made.returncode == 0, made.stderr
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(cert, key)

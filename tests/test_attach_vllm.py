@@ -32,9 +32,27 @@ def vllm_url(tmp_path_factory, unused_tcp_port_factory):
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(converted_default()), "--served-model-name", "smollm2",
-             "--dtype", "bfloat16", "--max-model-len", "2048", "--enforce-eager", "--host", "127.0.0.1", "--port", str(port)],
-            stdout=out, stderr=subprocess.STDOUT, env=env,
+            [
+                VLLM_PYTHON,
+                "-m",
+                "vllm.entrypoints.openai.api_server",
+                "--model",
+                str(converted_default()),
+                "--served-model-name",
+                "smollm2",
+                "--dtype",
+                "bfloat16",
+                "--max-model-len",
+                "2048",
+                "--enforce-eager",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
         )
     url = f"http://127.0.0.1:{port}"
     try:

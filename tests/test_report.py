@@ -46,7 +46,7 @@ def recorded(engine, tmp_path_factory):
             steps[0] = 0
         elif isinstance(ev, Step):
             steps[0] += 1
-        if isinstance(ev, (RunStarted, RunFinished)) or isinstance(ev, Step) and steps[0] % 3 == 0:
+        if isinstance(ev, (RunStarted, RunFinished)) or (isinstance(ev, Step) and steps[0] % 3 == 0):
             session.feed(to_event(sampler.sample_once()))
 
     saved = engine.emit
@@ -243,7 +243,7 @@ def test_a_bench_report_plots_each_lever_and_its_ratio_to_plain(bench_json, tmp_
     head, body = table[0], table[1:]
     assert len(body) == len(rows) == 4
     plain = {r["prompt_tokens"]: r for r in rows if r["levers"] == "plain"}
-    for cells, r in zip(body, rows):
+    for cells, r in zip(body, rows, strict=True):
         assert cells[0] == r["levers"] and cells[1] == f"{r['prompt_tokens']}→4"
         assert cells[2] == " / ".join(f"{r[f'ttft_{q}'] * 1000:.1f}" for q in ("p50", "p95", "p99"))
         assert cells[3] == " / ".join(f"{r[f'itl_{q}'] * 1000:.2f}" for q in ("p50", "p95", "p99"))

@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return replay_main(args)
         if args.command == "attach":
-            from tui_app.attach.run import attach_main
+            from tui_app.attached import attach_main
 
             return attach_main(args, _tui)
         if args.command == "report":

@@ -55,7 +55,7 @@ def add_report_args(p) -> None:
 
 
 def report_main(args) -> int:
-    from tui_app.cli import EXIT_USAGE
+    from tui_app.options import EXIT_USAGE
 
     try:
         report = build(args.file)
@@ -163,7 +163,7 @@ def latency_figure(session) -> Figure:
     steady = [p for p in pts if p.kind in ("decode", "verify")]
     spans = _run_spans(session)
     colour = {}
-    for lo, hi, label in spans:
+    for _, _, label in spans:
         colour.setdefault(label, PALETTE[len(colour) % len(PALETTE)])
     top = max((p.seconds * 1000 for p in steady), default=1.0) * 1.25
     for k, (lo, hi, label) in enumerate(spans):
@@ -196,7 +196,7 @@ def latency_figure(session) -> Figure:
     ax.set_ylabel("inter-token latency (ms)")
     ax.grid(alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()
-    unique = dict(zip(labels, handles))
+    unique = dict(zip(labels, handles, strict=True))
     if unique:
         ax.legend(unique.values(), unique.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), title="levers", title_fontsize=8)
     n_re = sum(1 for p in pts if p.kind == "reprefill")
@@ -289,7 +289,7 @@ def memory_figure(session, phases=()) -> Figure:
         if any(not math.isnan(y) for y in ys):
             ax.plot(ts, ys, lw=1.2, color=colour, label=label)
 
-    line("engine_rss", "engine RSS", PALETTE[0])
+    line("engine_rss", "server RSS" if session.servers else "engine RSS", PALETTE[0])
     line("app_rss", "UI RSS", PALETTE[1])
     line("gpu_proc_mem", "GPU (process)", PALETTE[2])
     line("gpu_mem_used", "GPU (device)", PALETTE[3])
@@ -299,7 +299,10 @@ def memory_figure(session, phases=()) -> Figure:
         ax.plot(tt, [m.allocated / MIB for m in torch_mem], lw=1, color=PALETTE[4], label="torch allocated")
         ax.plot(tt, [m.reserved / MIB for m in torch_mem], lw=1, ls="--", color=PALETTE[4], label="torch reserved")
     _run_ends(ax, session, t0, phases)
-    finished = sorted((rec.finished for rec in session.timer.runs.values() if rec.finished is not None), key=lambda f: f.t_ns)
+    # A server elsewhere that exports no RSS has no baseline to draw.
+    finished = sorted(
+        (rec.finished for rec in session.timer.runs.values() if rec.finished is not None and rec.finished.baseline_rss is not None), key=lambda f: f.t_ns
+    )
     ax.plot([(f.t_ns - t0) / 1e9 for f in finished], [f.baseline_rss / MIB for f in finished], "o", ms=4, color="#000000", label="engine baseline")
     ax.set_xlabel("time (s)")
     ax.set_ylabel("MiB")
@@ -428,8 +431,8 @@ def bench_latency_figure(rows: list[dict], metric: str, name: str, ylabel: str) 
         shift = (k - (len(keys) - 1) / 2) * 0.015
         xs = [r["prompt_tokens"] * 10**shift if log else r["prompt_tokens"] + shift * span for r in rs]
         p50 = [r[f"{metric}_p50"] * 1000 for r in rs]
-        p95 = [max(r[f"{metric}_p95"] * 1000 - m, 0) for r, m in zip(rs, p50)]
-        p99 = [max(r[f"{metric}_p99"] * 1000 - m, 0) for r, m in zip(rs, p50)]
+        p95 = [max(r[f"{metric}_p95"] * 1000 - m, 0) for r, m in zip(rs, p50, strict=True)]
+        p99 = [max(r[f"{metric}_p99"] * 1000 - m, 0) for r, m in zip(rs, p50, strict=True)]
         colour = PALETTE[k % len(PALETTE)]
         ax.errorbar(xs, p50, yerr=[[0] * len(rs), p99], fmt="none", ecolor=colour, elinewidth=0.8, capsize=2)
         ax.errorbar(xs, p50, yerr=[[0] * len(rs), p95], fmt="o-", color=colour, elinewidth=2.5, capsize=0, ms=5, label=key)

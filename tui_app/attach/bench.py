@@ -128,12 +128,18 @@ class Cell:
         ok = [r for r in self.requests if r.ok]
         good = sum(r.good(self.slo) for r in self.requests) if self.slo else None
         d = {
-            "server": self.server, "load": self.load, "prompt_tokens": self.prompt_tokens, "new_tokens": self.new_tokens,
-            "requests": len(self.requests), "failed": len(self.requests) - len(ok), "wall_s": self.wall_s,
+            "server": self.server,
+            "load": self.load,
+            "prompt_tokens": self.prompt_tokens,
+            "new_tokens": self.new_tokens,
+            "requests": len(self.requests),
+            "failed": len(self.requests) - len(ok),
+            "wall_s": self.wall_s,
             "server_prompt_tokens_mean": _mean([r.prompt_tokens for r in ok if r.prompt_tokens is not None]),
             "output_tok_s": sum(r.tokens for r in ok) / self.wall_s if self.wall_s else None,
             "requests_s": len(ok) / self.wall_s if self.wall_s else None,
-            "slo": self.slo or None, "good": good,
+            "slo": self.slo or None,
+            "good": good,
             "goodput_requests_s": good / self.wall_s if good is not None and self.wall_s else None,
         }
         for name in SLO_KEYS:
@@ -211,8 +217,9 @@ def _rotated(items: list, keep: int, by: int) -> list:
     return head + tail[k:] + tail[:k]
 
 
-async def measure_cell(client, session, prompts: list[str], new: int, load: str, concurrency: int, rate: float | None,
-                       arrivals: list[float], warmup: int, slo: dict) -> Cell:
+async def measure_cell(
+    client, session, prompts: list[str], new: int, load: str, concurrency: int, rate: float | None, arrivals: list[float], warmup: int, slo: dict
+) -> Cell:
     from tui_app.engine.config import RunRequest
 
     cell = Cell(client.levers.server, load, 0, new, slo=slo)
@@ -277,10 +284,18 @@ async def measure_cell(client, session, prompts: list[str], new: int, load: str,
         rec = session.timer.runs[fin.run_id]
         st = rec.total
         sent[fin.run_id] = rec.started.t_ns
-        cell.requests.append(Request(
-            fin.run_id, 0.0, fin.stop_reason in ("eos", "max tokens"), fin.prompt_tokens, fin.n_tokens,
-            st.ttft_s, list(st.itl_s), (rec.last_t_ns - rec.started.t_ns) / 1e9,
-        ))
+        cell.requests.append(
+            Request(
+                fin.run_id,
+                0.0,
+                fin.stop_reason in ("eos", "max tokens"),
+                fin.prompt_tokens,
+                fin.n_tokens,
+                st.ttft_s,
+                list(st.itl_s),
+                (rec.last_t_ns - rec.started.t_ns) / 1e9,
+            )
+        )
     if sent:
         first = min(sent.values())
         for r in cell.requests:
@@ -292,15 +307,18 @@ async def measure_cell(client, session, prompts: list[str], new: int, load: str,
 
 
 def markdown(cells: list[Cell]) -> str:
-    head = ("| server | load | prompt→new | requests | TTFT p50/p95/p99 | ITL p50/p95/p99 | TPOT mean | e2e p50 | output tok/s | req/s "
-            "| goodput req/s | KV peak | waiting peak | preempted | prefix hits |")
+    head = (
+        "| server | load | prompt→new | requests | TTFT p50/p95/p99 | ITL p50/p95/p99 | TPOT mean | e2e p50 | output tok/s | req/s "
+        "| goodput req/s | KV peak | waiting peak | preempted | prefix hits |"
+    )
     lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
     for c in cells:
         d = c.flat()
         ttft, itl = c.summary("ttft"), c.summary("itl")
         good = f"{d['goodput_requests_s']:.2f} ({d['good']}/{d['requests']})" if d["good"] is not None else "–"
         lines.append(
-            f"| {c.server} | {c.load} | {c.prompt_tokens}→{c.new_tokens} | {d['requests']}" + (f" ({d['failed']} failed)" if d["failed"] else "")
+            f"| {c.server} | {c.load} | {c.prompt_tokens}→{c.new_tokens} | {d['requests']}"
+            + (f" ({d['failed']} failed)" if d["failed"] else "")
             + f" | {fmt.ms(ttft.p50, 0)} / {fmt.ms(ttft.p95, 0)} / {fmt.ms(ttft.p99, 0)}"
             f" | {fmt.ms(itl.p50)} / {fmt.ms(itl.p95)} / {fmt.ms(itl.p99)} | {fmt.ms(c.summary('tpot').mean)} | {fmt.ms(c.summary('e2e').p50, 0)}"
             f" | {fmt.num(d['output_tok_s'])} | {fmt.num(d['requests_s'], 2)} | {good}"
@@ -316,8 +334,7 @@ def write_outputs(args, cells: list[Cell], env: dict) -> None:
         path = f"{args.out}.{kind}"
         with open(path, "w", newline="", encoding="utf-8") as f:
             if kind == "json":
-                data = {"environment": env, "results": rows,
-                        "requests": [[{**vars(r), "tpot_s": _none_if_nan(r.tpot_s)} for r in c.requests] for c in cells]}
+                data = {"environment": env, "results": rows, "requests": [[{**vars(r), "tpot_s": _none_if_nan(r.tpot_s)} for r in c.requests] for c in cells]}
                 json.dump(data, f, indent=2, default=str, allow_nan=False)
             elif kind == "jsonl":
                 for row in rows:
@@ -370,8 +387,16 @@ async def run_endpoint_bench(args, lengths: list[tuple[int, int]]) -> int:
     texts = read_prompts(args.prompts) if args.prompts else None
     model = None if args.model == "default" else args.model
     configs = [
-        AttachConfig(url=u, model=model, label=args.label[i] if args.label else "", api_key_env=args.api_key_env, insecure=args.insecure,
-                     chat=False, temperature=0.0, metrics_hz=4.0)
+        AttachConfig(
+            url=u,
+            model=model,
+            label=args.label[i] if args.label else "",
+            api_key_env=args.api_key_env,
+            insecure=args.insecure,
+            chat=False,
+            temperature=0.0,
+            metrics_hz=4.0,
+        )
         for i, u in enumerate(args.endpoint)
     ]
     session = Session()
@@ -405,8 +430,11 @@ async def run_endpoint_bench(args, lengths: list[tuple[int, int]]) -> int:
         names = ", ".join(f"{c.levers.server} ({c.engine.name} {c.model})" for c in servers.clients)
         print(f"{names}; {args.warmup} warm-up + {args.repeats} × load requests per cell" + (f"; SLO {args.slo}" if slo else "") + "\n")
         print(markdown(cells))
-        env = {"servers": [{"label": c.levers.server, "engine": c.engine.name, "url": c.root, "model": c.model} for c in servers.clients],
-               "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "settings": {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, type(None)))}}
+        env = {
+            "servers": [{"label": c.levers.server, "engine": c.engine.name, "url": c.root, "model": c.model} for c in servers.clients],
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "settings": {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, type(None)))},
+        }
         write_outputs(args, cells, env)
         return 0 if all(r.ok for c in cells for r in c.requests) else 1
     finally:

@@ -118,10 +118,7 @@ def describe_failure(exc: Exception, url: str, timeout_s: float) -> str:
 def describe_status(code: int, body: str, url: str, what: str) -> str:
     where = host_port(url)
     if code in (401, 403):
-        return (
-            f"{where} answered {code} to {what}: the API key is missing or wrong "
-            "(set it in OPENAI_API_KEY, or name the variable with --api-key-env)"
-        )
+        return f"{where} answered {code} to {what}: the API key is missing or wrong (set it in OPENAI_API_KEY, or name the variable with --api-key-env)"
     if code == 404:
         return f"{where} answered 404 to {what}: not an OpenAI-compatible API at {url} (is the URL the server's base?)"
     detail = _error_text(body)
@@ -212,7 +209,9 @@ class ServerClient:
             models = [m for m in data["data"] if isinstance(m, dict) and "id" in m]
         except (ValueError, KeyError, TypeError):
             kind = r.headers.get("content-type", "?").split(";")[0]
-            raise AttachError(f"{host_port(self.base)}: GET /v1/models answered {kind}, not a model list: not an OpenAI-compatible API at {self.base}") from None
+            raise AttachError(
+                f"{host_port(self.base)}: GET /v1/models answered {kind}, not a model list: not an OpenAI-compatible API at {self.base}"
+            ) from None
         ids = [m["id"] for m in models]
         if not ids:
             raise AttachError(f"{host_port(self.base)} serves no model (GET /v1/models is empty)")
@@ -230,14 +229,29 @@ class ServerClient:
         if not self.cfg.label:
             self.levers = Levers(batch=self.cfg.concurrency, server=f"{host_port(self.base)}")
         ready = EngineReady(
-            model=self.model, source=self.root, device=self.engine.name, dtype="server",
-            n_params=int(meta.get("n_params") or 0), weight_bytes=int(meta.get("size") or 0),
-            n_layers=0, kv_heads=0, head_dim=0, kv_bytes_per_elem=0, context_len=int(self.n_ctx or 0),
-            load_s=time.perf_counter() - t0, threads=0,
+            model=self.model,
+            source=self.root,
+            device=self.engine.name,
+            dtype="server",
+            n_params=int(meta.get("n_params") or 0),
+            weight_bytes=int(meta.get("size") or 0),
+            n_layers=0,
+            kv_heads=0,
+            head_dim=0,
+            kv_bytes_per_elem=0,
+            context_len=int(self.n_ctx or 0),
+            load_s=time.perf_counter() - t0,
+            threads=0,
             server={
-                "engine": self.engine.name, "url": self.root, "metrics_url": self.metrics_url, "label": self.levers.server,
-                "pid": self.pid, "kv_note": self.engine.kv_note, "chat": self.cfg.chat,
-                "concurrency": list(CONCURRENCY), "server_owned": SERVER_OWNED,
+                "engine": self.engine.name,
+                "url": self.root,
+                "metrics_url": self.metrics_url,
+                "label": self.levers.server,
+                "pid": self.pid,
+                "kv_note": self.engine.kv_note,
+                "chat": self.cfg.chat,
+                "concurrency": list(CONCURRENCY),
+                "server_owned": SERVER_OWNED,
             },
         )
         self.emit(ready)
@@ -310,11 +324,14 @@ class ServerClient:
     # ------------------------------------------------------------ levers
     def set_lever(self, name: str, value, running: bool) -> None:
         if name in SERVER_OWNED:
-            self.emit(LeverRefused(
-                name, value,
-                f"{SERVER_OWNED[name]} is set when the {self.engine.name} server starts: restart it with the option, "
-                "or attach to a second server started with it and compare",
-            ))
+            self.emit(
+                LeverRefused(
+                    name,
+                    value,
+                    f"{SERVER_OWNED[name]} is set when the {self.engine.name} server starts: restart it with the option, "
+                    "or attach to a second server started with it and compare",
+                )
+            )
             return
         if name == "batch":
             if value not in CONCURRENCY:
@@ -446,10 +463,23 @@ class ServerClient:
             if prompt_n is not None:
                 out.context = prompt_n + out.counted
             step += 1
-            self.emit(Step(
-                run_id, step, "prefill" if first else "decode", [], pending + text, n, t, t - t_prev, 0, 0, 0,
-                out.context, segment=k,
-            ))
+            self.emit(
+                Step(
+                    run_id,
+                    step,
+                    "prefill" if first else "decode",
+                    [],
+                    pending + text,
+                    n,
+                    t,
+                    t - t_prev,
+                    0,
+                    0,
+                    0,
+                    out.context,
+                    segment=k,
+                )
+            )
             pending = ""
             first = False
             t_prev = t
@@ -497,8 +527,19 @@ class ServerClient:
             exported = self.window.figures()[0].get("rss")
             rss = int(exported) if exported is not None else None
         ev = RunFinished(
-            run_id, n_tokens, reason, lead.text, rss, rss, None, None, None, None, note,
-            prompt_tokens=prompt_tokens, server=details,
+            run_id,
+            n_tokens,
+            reason,
+            lead.text,
+            rss,
+            rss,
+            None,
+            None,
+            None,
+            None,
+            note,
+            prompt_tokens=prompt_tokens,
+            server=details,
         )
         self.emit(ev)
         return ev
@@ -519,6 +560,7 @@ class ServerClient:
             return "identical"
         at = next((i for i, (a, b) in enumerate(zip(ref, lead.text, strict=False)) if a != b), min(len(ref), len(lead.text)))
         return f"differs at char {at}"
+
 
 class Servers:
     """Up to four attached servers behind one command loop, for comparing them: runs go to the
@@ -590,10 +632,13 @@ class Servers:
                 elif kind == "lever":
                     self.set_lever(cmd[1], cmd[2], current is not None and not current.done())
                 elif kind in ("pause", "resume"):
-                    self.emit(LeverRefused(
-                        "pause", kind == "pause",
-                        "a server's generation cannot be paused by a client; the stream goes on (a turns auto-repeat off, r stops and reruns)",
-                    ))
+                    self.emit(
+                        LeverRefused(
+                            "pause",
+                            kind == "pause",
+                            "a server's generation cannot be paused by a client; the stream goes on (a turns auto-repeat off, r stops and reruns)",
+                        )
+                    )
         finally:
             for task in [*metrics, *([current] if current else [])]:
                 task.cancel()

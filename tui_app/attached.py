@@ -1,13 +1,15 @@
-"""`tokentop attach [URL]`: choose the server, then the TUI or (--no-tui) each run's numbers."""
+"""`tokentop attach [URL ...]`: the servers' client configurations from the arguments, then the
+TUI or (--no-tui) each run's numbers."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 
 from monitors.events import EngineError, RunFinished, ServerSample
 from tui_app.fmt import figure_text
-from tui_app.options import EXIT_USAGE, UsageError, attach_configs, make_recorder, run_request
+from tui_app.options import EXIT_USAGE, UsageError, make_recorder, run_request
 
 
 def choose_urls(args) -> list[str]:
@@ -26,6 +28,45 @@ def choose_urls(args) -> list[str]:
     url, ids = found[0]
     print(f"tokentop: attaching to {url} ({', '.join(ids)})", file=sys.stderr)
     return [url]
+
+
+def attach_configs(args, urls: list[str]) -> list:
+    """One client configuration per server URL (several: to compare them)."""
+    from dataclasses import replace
+
+    from tui_app.attach.client import AttachConfig, AttachError, api_base
+
+    if len(urls) > 4:
+        raise UsageError(f"attach compares up to 4 servers; {len(urls)} URLs were given")
+    if args.label and len(args.label) != len(urls):
+        raise UsageError(f"--label: give one per URL ({len(urls)}), or none for host:port")
+    key_env = args.api_key_env
+    if key_env is None and os.environ.get("OPENAI_API_KEY"):
+        key_env = "OPENAI_API_KEY"
+    elif key_env is not None and not os.environ.get(key_env):
+        raise UsageError(f"--api-key-env {key_env}: that environment variable is not set")
+    for url in urls:
+        try:
+            api_base(url)
+        except AttachError as exc:
+            raise UsageError(str(exc)) from None
+    base = AttachConfig(
+        url=urls[0],
+        model=args.model,
+        metrics_url=args.metrics,
+        api_key_env=key_env,
+        insecure=args.insecure,
+        chat=args.chat,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
+        concurrency=args.concurrency,
+        timeout_s=args.timeout,
+        metrics_hz=args.metrics_hz,
+    )
+    if len(urls) > 1 and args.metrics:
+        raise UsageError("--metrics names one server's metrics; with several URLs each is read at URL/metrics")
+    return [replace(base, url=url, label=args.label[i] if args.label else "") for i, url in enumerate(urls)]
 
 
 def attach_main(args, tui) -> int:
