@@ -220,7 +220,7 @@ class UnknownEventType(EventDecodeError):
     only draw what they know may skip it instead of stopping."""
 
     def __init__(self, kind: str):
-        super().__init__(f"unknown event type {kind!r}")
+        super().__init__(f"not a tokentop event of this version (unknown type {kind!r})")
         self.kind = kind
 
 
