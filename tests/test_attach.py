@@ -73,7 +73,7 @@ async def test_concurrency_opens_that_many_streams_and_the_server_counts_them(ll
     client, session, events = await attached(llama_server.url, concurrency=1, metrics_hz=8)
     metrics = asyncio.create_task(client.metrics_loop())
     try:
-        client.set_lever("batch", 4, running=False)
+        client.set_lever("batch", 4)
         fin = await client.run(RunRequest(prompt="Tell me about the sea.", max_new_tokens=40, ignore_eos=True))
         await client.sample()
     finally:
@@ -98,7 +98,7 @@ async def test_server_owned_levers_are_refused_with_what_to_do(llama_server):
     client, _, events = await attached(llama_server.url)
     await client.aclose()
     for name, value in (("cache", False), ("compile", True), ("quant", "int8"), ("spec", "lookup"), ("batch", 3)):
-        client.set_lever(name, value, running=False)
+        client.set_lever(name, value)
     refused = [e for e in events if isinstance(e, LeverRefused)]
     assert [e.lever for e in refused] == ["cache", "compile", "quant", "spec", "batch"]
     assert "restart it with the option" in refused[0].reason and "second server" in refused[0].reason
@@ -182,9 +182,9 @@ async def test_two_servers_take_turns_and_the_comparison_is_the_rows(llama_serve
         req = RunRequest(prompt="Say something kind.", max_new_tokens=12, ignore_eos=True)
         for _ in range(2):
             for label in ("A", "B"):
-                servers.set_lever("server", label, False)
+                servers.set_lever("server", label)
                 await servers.run(req)
-        servers.set_lever("server", "C", False)
+        servers.set_lever("server", "C")
     finally:
         await servers.aclose()
         other.close()

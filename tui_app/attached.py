@@ -133,7 +133,7 @@ async def _headless(args, configs, request) -> int:
         for _ in range(args.runs):
             for i, c in enumerate(servers.clients):  # ABAB…: the servers take turns on the same requests
                 if len(servers.clients) > 1:
-                    servers.set_lever("server", c.levers.server, False)
+                    servers.set_lever("server", c.levers.server)
                 fin = await servers.run(request)
                 if fin is None:
                     return EXIT_USAGE

@@ -83,10 +83,10 @@ class AttachSource(LiveSource):
     def pid(self) -> int | None:
         return self.server_pid
 
-    def restart(self, levers) -> None:
+    def restart(self, levers, first_run_id: int = 1) -> None:
         self.close()
         self.proc = None
-        self.config = [replace(c, concurrency=levers.batch) for c in self.config]
+        self.config = [replace(c, concurrency=levers.batch, first_run_id=first_run_id) for c in self.config]
         self.start()
 
 

@@ -322,7 +322,7 @@ class ServerClient:
             await asyncio.sleep(1.0 / max(self.cfg.metrics_hz, 0.1))
 
     # ------------------------------------------------------------ levers
-    def set_lever(self, name: str, value, running: bool) -> None:
+    def set_lever(self, name: str, value) -> None:
         if name in SERVER_OWNED:
             self.emit(
                 LeverRefused(
@@ -589,7 +589,7 @@ class Servers:
         self.next_run_id = c.run_id + 1
         return fin
 
-    def set_lever(self, name: str, value, running: bool) -> None:
+    def set_lever(self, name: str, value) -> None:
         if name == "server":
             labels = [c.levers.server for c in self.clients]
             if value not in labels:
@@ -598,7 +598,7 @@ class Servers:
             self.active = labels.index(value)
             self.emit(LeverChanged(None, "server", value, self.client.levers))
             return
-        self.client.set_lever(name, value, running)
+        self.client.set_lever(name, value)
         if name == "batch":  # one concurrency for every server, so their runs compare
             for c in self.clients:
                 c.levers = replace(c.levers, batch=self.client.levers.batch)
@@ -630,7 +630,7 @@ class Servers:
                 if kind == "run":
                     current = asyncio.create_task(self.run(cmd[1]))
                 elif kind == "lever":
-                    self.set_lever(cmd[1], cmd[2], current is not None and not current.done())
+                    self.set_lever(cmd[1], cmd[2])
                 elif kind in ("pause", "resume"):
                     self.emit(
                         LeverRefused(
