@@ -12,6 +12,8 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from monitors.text import plural
+
 MB = 1024 * 1024
 # Two-sided 95 % Student-t quantiles for 1..30 degrees of freedom.
 _T975 = (
@@ -66,9 +68,9 @@ class LeakVerdict:
 
     def text(self) -> str:
         if self.status == "collecting":
-            return f"leak: collecting ({self.n} runs)"
+            return f"leak: collecting ({plural(self.n, 'run')})"
         sign = "+" if self.mb_per_run >= 0 else ""
-        return f"leak: {self.status} ({sign}{self.mb_per_run:.2f} MB/run, 95% [{self.low:.2f}, {self.high:.2f}], {self.n} runs)"
+        return f"leak: {self.status} ({sign}{self.mb_per_run:.2f} MB/run, 95% [{self.low:.2f}, {self.high:.2f}], {plural(self.n, 'run')})"
 
 
 def fit_slope(ys: list[float]) -> tuple[float, float]:
@@ -93,6 +95,11 @@ class LeakDetector:
         self.min_mb_per_run = min_mb_per_run
         self.seen = 0
         self.baselines: deque[float] = deque(maxlen=window)
+
+    @property
+    def runs_needed(self) -> int:
+        """Runs before the first verdict: the warmup, then enough baselines for a trend."""
+        return self.warmup + self.min_runs
 
     def reset(self) -> None:
         """Start a new series: after a lever is prepared (a quantized copy, a compiled graph)

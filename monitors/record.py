@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from monitors.events import EngineError, Event, EventDecodeError, LeverChanged, RunFinished, UnknownEventType, from_json, to_json
+from monitors.text import plural
 
 _FLUSH_ON = (RunFinished, EngineError, LeverChanged)
 
@@ -23,6 +24,10 @@ class RecordError(OSError):
 class Recorder:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
+        # Opened now, so an unwritable path is refused before a model loads; a session that records
+        # nothing (a failed start) removes the empty file on close, or replay would later reject it.
+        self._created = not self.path.exists()
+        self._written = False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the session
@@ -33,6 +38,7 @@ class Recorder:
         if self._f.closed:
             return
         self._f.write(to_json(event) + "\n")
+        self._written = True
         if isinstance(event, _FLUSH_ON):
             self.flush()
 
@@ -45,6 +51,13 @@ class Recorder:
         if not self._f.closed:
             self.flush()
             self._f.close()
+            if self._created and not self._written:
+                self.path.unlink(missing_ok=True)
+
+    @property
+    def kept(self) -> bool:
+        """Whether the file holds this session's events (False once an empty one was removed)."""
+        return self._written or not self._created
 
 
 @dataclass
@@ -70,13 +83,13 @@ def read_recording(path: str | os.PathLike, skip_unknown: bool = False) -> Recor
         try:
             events.append(from_json(line.decode("utf-8")))
         except UnicodeDecodeError:
-            return Recording(events, f"{p}: line {n} is not UTF-8 text; {len(events)} events before it were read")
+            return Recording(events, f"{p}: line {n} is not UTF-8 text; {plural(len(events), 'event')} before it {'was' if len(events) == 1 else 'were'} read")
         except EventDecodeError as exc:
             if skip_unknown and isinstance(exc, UnknownEventType):
                 skipped[exc.kind] = skipped.get(exc.kind, 0) + 1
                 continue
             what = "truncated or corrupt" if events else "not a tokentop recording"
-            return Recording(events, f"{p}: line {n} is {what}: {exc}; {len(events)} events before it were read")
+            return Recording(events, f"{p}: line {n} is {what}: {exc}; {plural(len(events), 'event')} before it {'was' if len(events) == 1 else 'were'} read")
     if not events:
         return Recording([], f"{p} holds no tokentop events", skipped)
     return Recording(events, None, skipped)

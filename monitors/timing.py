@@ -5,8 +5,9 @@ Definitions (the same for the TUI, the benchmark and replay, since all use this 
 - ITL: per generated token, for decode and speculative-verify steps. A step that yields k tokens
   contributes k intervals of dt/k, so mean ITL × decode tokens = decode time.
   Re-prefill steps (after a lever change) are excluded from ITL and reported as their own time.
-- decode tok/s: batch × decode tokens ÷ decode time (throughput over all sequences).
-- end-to-end tok/s: batch × all new tokens ÷ end-to-end time.
+- decode tok/s: batch × decode tokens ÷ decode time (throughput over all sequences). A run whose
+  batch changed mid-run sums each step's tokens × the batch that step ran with.
+- end-to-end tok/s: batch × all new tokens ÷ end-to-end time (the same per-step sum).
 - prefill tok/s: batch × prompt tokens ÷ TTFT.
 """
 
@@ -93,6 +94,8 @@ class TimingStats:
     overhead_steps: int = 0
     kv_bytes: int = 0
     kv_alloc_bytes: int = 0
+    seq_tokens: int = 0  # Σ batch × new tokens over steps: tokens over all sequences
+    decode_seq_tokens: int = 0
 
     @property
     def itl(self) -> Summary:
@@ -100,11 +103,11 @@ class TimingStats:
 
     @property
     def decode_tps(self) -> float:
-        return self.batch * self.decode_tokens / self.decode_s if self.decode_s > 0 else math.nan
+        return self.decode_seq_tokens / self.decode_s if self.decode_s > 0 else math.nan
 
     @property
     def e2e_tps(self) -> float:
-        return self.batch * self.n_tokens / self.e2e_s if self.e2e_s and self.e2e_s > 0 else math.nan
+        return self.seq_tokens / self.e2e_s if self.e2e_s and self.e2e_s > 0 else math.nan
 
     @property
     def prefill_tps(self) -> float:
@@ -124,9 +127,12 @@ class TimingStats:
         """Host time per step spent outside the model's forward: sampling, cache bookkeeping, events."""
         return self.overhead_ns / self.overhead_steps / 1e6 if self.overhead_steps else math.nan
 
-    def add_step(self, step: Step) -> None:
+    def add_step(self, step: Step, batch: int | None = None) -> None:
+        """`batch`: what this step ran with, when it differs from the run's start (a mid-run switch)."""
         dt = step.dt_ns / 1e9
+        batch = self.batch if batch is None else batch
         self.n_tokens += step.n_tokens
+        self.seq_tokens += batch * step.n_tokens
         self.kv_bytes = step.kv_bytes
         self.kv_alloc_bytes = step.kv_alloc_bytes
         if step.kind == "reprefill":
@@ -136,6 +142,7 @@ class TimingStats:
             return
         self.decode_s += dt
         self.decode_tokens += step.n_tokens
+        self.decode_seq_tokens += batch * step.n_tokens
         self.overhead_ns += max(0, step.dt_ns - step.forward_ns)
         self.overhead_steps += 1
         if step.n_tokens:
@@ -176,13 +183,16 @@ class RunTimer:
         t0 = rec.started.t_ns
         while len(rec.segments) <= ev.segment:
             rec.segments.append(_segment(rec.started.levers, rec.started.prompt_tokens))
+        seg = rec.segments[ev.segment]
         if ev.kind == "prefill":
             # One prefill per run in the engine; one per stream on a server, where the run's TTFT
             # is the mean of its streams'.
-            rec.segments[ev.segment].ttft_s = (ev.t_ns - t0) / 1e9
+            seg.ttft_s = (ev.t_ns - t0) / 1e9
             rec.total.ttft_s = mean([s.ttft_s for s in rec.segments if not math.isnan(s.ttft_s)])
-        rec.total.add_step(ev)
-        rec.segments[ev.segment].add_step(ev)
+        # A server run's streams run side by side: its rate is the sum of theirs (N × tokens ÷ the
+        # streams' summed time); an engine segment's steps count batch × tokens.
+        rec.total.add_step(ev, rec.total.batch if rec.started.levers.server else seg.batch)
+        seg.add_step(ev)
         rec.total.e2e_s = (ev.t_ns - t0) / 1e9 - rec.paused_s
         rec.last_t_ns = ev.t_ns
 

@@ -9,7 +9,10 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Snapshots must not catch a colour mid-transition.
 os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
-os.environ.setdefault("TOKENTOP_DATA", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "tokentop-data"))
+# Forced, not defaulted: a user's own TOKENTOP_DATA is their real recordings folder, and tests
+# (those that run the CLI in a subprocess inherit this) must never write there.
+TEST_DATA = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "tokentop-data"))
+os.environ["TOKENTOP_DATA"] = TEST_DATA
 
 
 def pytest_collection_modifyitems(items):

@@ -3,6 +3,7 @@ and snapshots of the main layouts on deterministic data."""
 
 import asyncio
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -84,7 +85,7 @@ async def test_every_key_on_the_live_engine(tmp_path):
         assert rows[-1].stats.levers.batch == 2
 
         n = len(app.session.timer.runs)
-        await pilot.press("l")
+        await pilot.press("l", "r")  # idle: the preset, like a lever, applies to the next run
         await until(pilot, lambda: len(app.session.timer.runs) > n, what="long preset run")
         assert app.session.current.started.preset == "long" and app.session.current.started.prompt_tokens > 300
 
@@ -108,9 +109,9 @@ async def test_every_key_on_the_live_engine(tmp_path):
         await pilot.press("a")
 
         await pilot.press("e")
-        await until(pilot, lambda: list(Path(tmp_path).glob("tokentop-session-*.json")), what="export")
+        await until(pilot, lambda: list(Path(tmp_path).glob("tokentop-*-export.json")), what="export")
         await pilot.press("ctrl+s")
-        await until(pilot, lambda: list(Path(tmp_path).glob("*.svg")), what="screenshot")
+        await until(pilot, lambda: list(Path(tmp_path).glob("tokentop-*-screenshot.svg")), what="screenshot")
 
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
@@ -256,3 +257,128 @@ async def test_replay_step_mode_advances_one_step_per_space():
             assert app.session.token_count == n
         first_steps = [e.text for e in evs if isinstance(e, StepEvent)][:3]
         assert "".join(t for t, _ in app.tokens.chunks).endswith("".join(first_steps))
+
+
+async def test_restart_of_a_working_engine_asks_first_and_keeps_every_run(tmp_path):
+    """Run numbers continue across engine restarts: a second "run 1" replaced the first in the runs
+    table, the export and replay --stats. A working engine is restarted only after a yes."""
+    import json
+
+    from monitors.record import Recorder, read_recording
+    from tui_app.app import export_session
+    from tui_app.replay import fold
+    from tui_app.screens.confirm import ConfirmScreen
+
+    rec_path = tmp_path / "s.jsonl"
+    app = TokentopApp(LiveSource(EngineConfig()), RunRequest(max_new_tokens=4), recorder=Recorder(rec_path), fps=8, out_dir=str(tmp_path))
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await until(pilot, lambda: finished(app) >= 1, what="the first run")
+        pid = app.source.pid
+        await pilot.press("R")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        assert app.source.pid == pid and any("not restarted" in n for n in notes(app))
+        await pilot.press("R")
+        await pilot.press("y")
+        await until(pilot, lambda: finished(app) >= 2, timeout=120, what="a run on the new engine")
+        assert app.source.pid != pid
+        assert list(app.session.finished_ids) == [1, 2]
+        export_session(app.session, str(tmp_path / "x.json"))
+        assert [r["run"] for r in json.loads((tmp_path / "x.json").read_text())["runs"]] == ["1", "2"]
+        await pilot.press("q")
+    replayed = fold(read_recording(rec_path).events)
+    assert [row.label for row in replayed.rows()] == ["1", "2"] and all(row.finished for row in replayed.rows())
+
+
+async def test_every_key_answers_at_once(tmp_path):
+    """r mid-run says the run stopped and its row says so; a lever or the prompt preset while idle
+    says it applies to the next run (and starts none); v with every chart shown says so; after
+    s → off the status no longer names the draft."""
+    app = live_app(tmp_path, max_new=120)
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await until(pilot, lambda: app.session.token_count > 3, what="tokens")
+        await pilot.press("r")
+        assert any("run 1 stopped" in n for n in notes(app))
+        await until(pilot, lambda: finished(app) >= 2, timeout=120, what="the rerun")
+        assert app.session.rows()[0].note.startswith("stopped")
+        assert "stopped" in app.query_one("#runs")._strips[1].text
+
+        runs = len(app.session.timer.runs)
+        await pilot.press("k")
+        await until(pilot, lambda: "applies to the next run" in status_text(app), timeout=1, what="the answer, within a frame or two")
+        await until(pilot, lambda: not app.session.levers.cache, what="cache off")
+        assert "applies to the next run" in status_text(app)
+        await pilot.press("l")
+        await until(pilot, lambda: "prompt long: applies to the next run" in status_text(app), timeout=1, what="the preset's answer")
+        await pilot.pause(1.0)
+        assert len(app.session.timer.runs) == runs and not app.running
+
+        await pilot.press("v")
+        assert any("all four charts already show" in n for n in notes(app))
+
+        await pilot.press("k", "s", "s")
+        await until(pilot, lambda: app.session.levers.spec == "draft", what="draft")
+        await pilot.press("s")
+        await until(pilot, lambda: app.session.levers.spec == "off", what="spec off")
+        assert "draft" not in status_text(app)
+        await pilot.press("q")
+
+
+async def test_a_phase_in_progress_shows_its_elapsed_time():
+    from monitors.events import Phase
+
+    events = session_events(runs=1, tokens=4)
+    events.insert(3, Phase("compile", "compiling the decode step (static cache 256, batch 1, off)", False))  # before the first step
+    app = TokentopApp(ReplaySource(events, speed=0, step_mode=True), None)  # held at that step
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await until(pilot, lambda: "compiling the decode step" in status_text(app), what="the phase shown")
+        await pilot.pause(1.2)
+        assert re.search(r"compiling the decode step .*… [1-9]\d* s", status_text(app)), status_text(app)
+
+
+async def test_palette_entries_are_sentences_for_every_key():
+    """They read "tokentop: KV cache" and "help (question_mark)"."""
+    from tui_app.app import PALETTE
+
+    app = TokentopApp(ReplaySource(session_events(runs=1, tokens=4), speed=0), None)
+    async with app.run_test(size=APP_SIZE):
+        ours = [c for c in app.get_system_commands(app.screen) if c.title in PALETTE.values()]
+    assert {b.action for b in app.BINDINGS if b.action not in ("quit",)} <= set(PALETTE)
+    assert len(ours) == len(PALETTE)
+    for c in ours:
+        assert c.title[0].isupper() and "tokentop:" not in c.title and "_" not in c.help, (c.title, c.help)
+    assert any(c.help == "key: ?" for c in ours)
+
+
+LEGEND_NAMES = {"decode", "spec verify", "mean", "p95", "prefill", "lever", "measured", "formula", "allocated", "engine RSS", "UI RSS", "GPU proc"}
+LEGEND_NAMES |= {"GPU device", "torch alloc", "torch reserved", "run end", "engine CPU%", "system CPU%", "UI CPU%", "GPU SM%"}
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (160, 45)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_no_title_legend_status_or_key_is_cut(size):
+    """At 160×45 the latency legend ended "■ pr" and titles lost p95, the KV formula and the GPU reason;
+    at 100×30 and 80×24 the status lost the "tok/s" unit and the key bar never showed v."""
+    app = TokentopApp(ReplaySource(session_events(runs=2), speed=0), None)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.state == "replay finished", timeout=30, what="replay drawn")
+        await pilot.pause(0.5)
+        await until(pilot, lambda: not any(w.dirty for w in app.panes.values() if w.display), timeout=30, what="panes drawn")
+        for w in app.query("*"):
+            if w.display and w.region.width and (w.border_title or w.border_subtitle):
+                for text in (str(w.border_title or ""), str(w.border_subtitle or "")):
+                    assert len(text) <= w.size.width - 6, (w.id, text)
+        screen = [strip.text for strip in app.screen._compositor.render_strips()]
+        assert not [line for line in screen if ("╭" in line or "╰" in line) and "…" in line]
+        for state in ("replay finished", "compile: compiling the decode step (static cache 256, batch 1, off); a first compile takes a minute or more… 12 s"):
+            app.status.show(app.session, state, "long", True)  # the longest line: a long state, auto on
+            status = str(app.status.render())
+            assert len(status) <= app.status.content_size.width and status.rstrip().endswith("tok/s"), status
+            assert "│ compile" in status or "│ replay" in status, status
+        keys = str(app.key_bar.render()).rstrip()
+        assert len(keys) <= size[0] and "? help" in keys and "q quit" in keys
+        assert ("v view" in keys) == (app._mode != "wide")
+        for name in ("latency", "kv", "memory", "util"):
+            pane = app.panes[name]
+            if pane.display:
+                legend = [piece.strip() for piece in pane._strips[-1].text.split("■") if piece.strip()]
+                assert legend and set(legend) <= LEGEND_NAMES, (name, legend)

@@ -294,3 +294,17 @@ def test_a_sampled_token_is_torch_multinomials_draw(engine, top_p):
         probs[row, idx[row, keep:]] = 0
     expected = torch.multinomial(probs, 1, generator=torch.Generator(engine.device).manual_seed(5)).squeeze(-1).tolist()
     assert ours == expected
+
+
+@pytest.mark.parametrize(
+    "layers,asked,label", [(3, 4, "first 2 of 3 layers (--draft-layers 4 capped"), (3, 1, "first 1 of 3 layers"), (30, 4, "first 4 of 30 layers")]
+)
+def test_self_draft_label_says_how_many_layers_it_really_uses(layers, asked, label):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from tui_app.engine import levers as lv
+
+    cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=16, num_hidden_layers=layers, num_attention_heads=1, num_key_value_heads=1)
+    draft = lv.self_draft(LlamaForCausalLM(cfg), asked)
+    assert label in lv.self_draft_label(draft, asked, layers)
+    assert len(lv.decoder_layers(draft)[2]) == int(label.split()[1])

@@ -91,3 +91,11 @@ def test_a_preparation_phase_restarts_the_baseline_series():
     for i in range(12):
         s.feed(RunFinished(100 + i, 1, "eos", "", 0, 1100 * MB, None, None, None, None, ""))
     assert s.verdict.status == "none"
+
+
+def test_runs_needed_is_exactly_when_the_first_verdict_comes():
+    from monitors.leaks import LeakDetector
+
+    det = LeakDetector()
+    verdicts = [det.add(100 * 2**20).status for _ in range(det.runs_needed)]
+    assert verdicts[-2] == "collecting" and verdicts[-1] == "none"

@@ -60,3 +60,23 @@ def test_run_timer_definitions_against_hand_computation():
     seg0, seg1 = rec.segments
     assert seg0.itl_s == pytest.approx([0.05, 0.06]) and seg1.itl_s == pytest.approx([0.02] * 3)
     assert seg1.levers.spec == "lookup" and seg1.reprefill_s == pytest.approx(0.08)
+
+
+def test_a_mid_run_batch_switch_weights_each_segment_by_its_own_batch():
+    """Segments 3 tokens at batch 1 in 0.3 s, then 4 tokens at batch 2 in 0.2 s: the total is
+    (1×3 + 2×4) ÷ 0.5 s, not the starting batch × 7 tokens (which under-reported the run)."""
+    ms = 1_000_000
+    timer = RunTimer()
+    timer.started(RunStarted(1, Levers(batch=1), 10, 8, "p", t_ns=0))
+    timer.step(_step(1, 1, "prefill", 50 * ms, 50 * ms))
+    for i in range(3):
+        timer.step(_step(1, 2 + i, "decode", (150 + 100 * i) * ms, 100 * ms))
+    timer.lever_changed(1, 1, Levers(batch=2))
+    timer.step(_step(1, 5, "reprefill", 400 * ms, 50 * ms, seg=1))
+    for i in range(4):
+        timer.step(_step(1, 6 + i, "decode", (450 + 50 * i) * ms, 50 * ms, seg=1))
+    rec = timer.runs[1]
+    seg0, seg1 = rec.segments
+    assert seg0.decode_tps == pytest.approx(3 / 0.3) and seg1.decode_tps == pytest.approx(2 * 4 / 0.2)
+    assert rec.total.decode_tps == pytest.approx((1 * 3 + 2 * 4) / 0.5)
+    assert rec.total.e2e_tps == pytest.approx((1 * 1 + 1 * 3 + 2 * 1 + 2 * 4) / 0.6)

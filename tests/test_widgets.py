@@ -96,3 +96,63 @@ async def test_runs_table_shows_every_number_whole():
         table._scroll(2)  # the wheel shows older rows and says so
         assert "newer below" in table.border_title
         assert table._strips[1].text.split()[0] == rows[-len(body) - 2].label
+
+
+async def test_kv_pane_shows_only_the_current_runs_cache():
+    """A no-cache run used to keep the previous run's "7.4 MiB measured = 7.4 MiB formula"."""
+    from monitors.events import Levers, RunStarted, Step
+    from tui_app.widgets.kv_chart import KVChart
+
+    events = session_events(runs=1, tokens=8)
+    t = events[-1].t_ns
+    events += [RunStarted(2, Levers(cache=False), 42, 8, "p", t_ns=t + 1)]
+    events += [Step(2, i + 1, "prefill" if i == 0 else "decode", [1], "a", 1, t + 2 + i, 1, 1, 0, 0, 43 + i) for i in range(3)]
+    session = fold(events)
+    chart = KVChart(session)
+    async with One(chart).run_test(size=(80, 14)) as pilot:
+        await pilot.pause()
+        chart.redraw(force=True)
+        shown = " ".join(strip.text for strip in chart._strips)
+        assert "KV cache off" in shown and "measured" not in str(chart.border_subtitle)
+        session.feed(RunStarted(3, Levers(), 42, 8, "p", t_ns=t + 10))  # cache on again, no token yet
+        chart.dirty = True
+        chart.redraw(force=True)
+        assert "waiting for tokens" in " ".join(strip.text for strip in chart._strips) and not chart.border_subtitle
+
+
+def test_a_run_switched_midway_is_labelled_with_the_levers_its_numbers_come_from():
+    """Run 2 switches to int8 halfway: its ppl and output are int8's, so the row says cache→cache int8
+    (it said "cache", the starting levers, beside int8's perplexity)."""
+    from tui_app.headless import row_line
+
+    rows = {row.label: row for row in fold(session_events(runs=2)).rows()}
+    assert rows["1"].levers_label == "cache"
+    assert rows["2"].levers_label == "cache→cache int8"
+    assert (rows["2.0"].levers_label, rows["2.1"].levers_label) == ("cache", "cache int8")
+    levers_col = next(c for c in COLUMNS if c.title == "levers")
+    assert levers_col.cell(rows["2"]) == "cache→cache int8" and "[cache→cache int8]" in row_line(rows["2"])
+
+
+def test_a_run_that_ends_before_its_limit_says_why():
+    from dataclasses import replace
+
+    from monitors.events import RunFinished
+    from tui_app.headless import row_line
+
+    events = session_events(runs=3, tokens=8)
+    reasons = {1: "eos", 2: "stopped", 3: "max tokens"}
+    events = [replace(e, stop_reason=reasons[e.run_id]) if isinstance(e, RunFinished) else e for e in events]
+    rows = {row.label: row for row in fold(events).rows()}
+    assert rows["1"].note.startswith("eos · ") and "ended: eos" in row_line(rows["1"])
+    assert rows["2"].note.startswith("stopped · ") and "ended: stopped" in row_line(rows["2"])
+    assert "ended" not in row_line(rows["3"]) and rows["3"].note == rows["3"].finished.diff_note
+
+
+def test_fit_shortens_then_drops_the_least_important_whole_items():
+    from tui_app.fmt import fit, word_variants
+
+    items = [(("k:cache",), 0), (word_variants("compile: building the decode step"), 1), (("TTFT 210 ms",), 3), (("18.8 tok/s",), 0)]
+    assert fit(items, 200, sep=" ") == ["k:cache", "compile: building the decode step", "TTFT 210 ms", "18.8 tok/s"]
+    assert fit(items, 55, sep=" ") == ["k:cache", "compile: building the decode step", None, "18.8 tok/s"]
+    assert fit(items, 41, sep=" ") == ["k:cache", "compile: building the…", None, "18.8 tok/s"]
+    assert fit(items, 5, sep=" ") == ["k:cache", None, None, "18.8 tok/s"]  # priority 0 stays, even over width

@@ -7,11 +7,11 @@ the events to the Session, and redraws only the panes whose data changed, at --f
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 from collections import deque
 from dataclasses import asdict, replace
+from pathlib import Path
 from typing import ClassVar
 
 from textual.app import App, ComposeResult, SystemCommand
@@ -34,6 +34,8 @@ from monitors.events import (
     Step,
 )
 from monitors.system import trim_heap
+from tui_app import fmt
+from tui_app.screens.confirm import ConfirmScreen
 from tui_app.screens.help import HelpScreen
 from tui_app.screens.prompt import PromptScreen
 from tui_app.session import Session, short_value
@@ -48,6 +50,24 @@ from tui_app.widgets.token_stream import TokenStream
 from tui_app.widgets.util_chart import UtilChart
 
 CHARTS = ("latency", "kv", "memory", "util")
+# The command palette's entries: sentences, with the key as their help line.
+PALETTE = {
+    "lever('cache')": "Switch the KV cache on or off",
+    "lever('compile')": "Switch the compiled decode step on or off",
+    "lever('quant')": "Cycle the weight quantization: off, int8, int4",
+    "lever('spec')": "Cycle speculative decoding: off, prompt lookup, draft model",
+    "lever('batch')": "Cycle the batch size: 1, 2, 4, 8",
+    "preset": "Switch the prompt length preset",
+    "new_prompt": "Type a new prompt",
+    "rerun": "Run the prompt again",
+    "pause": "Pause or resume generation",
+    "auto": "Switch auto-repeat on or off",
+    "next_view": "Show the next chart (small terminals)",
+    "export": "Export the session as JSON",
+    "screenshot": "Save a screenshot (SVG)",
+    "restart": "Restart the engine",
+    "help": "Show the keys and what each pane shows",
+}
 NARROW_W, NARROW_H = 120, 34
 TINY_W, TINY_H = 60, 16
 
@@ -62,21 +82,21 @@ class TokentopApp(App):
     TITLE = "tokentop"
     ENABLE_COMMAND_PALETTE = True
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("k", "lever('cache')", "KV cache"),
+        Binding("k", "lever('cache')", "cache"),
         Binding("c", "lever('compile')", "compile"),
         Binding("w", "lever('quant')", "quant"),
         Binding("s", "lever('spec')", "spec"),
         Binding("b", "lever('batch')", "batch"),
-        Binding("l", "preset", "prompt len"),
+        Binding("l", "preset", "length"),
         Binding("t", "next_server", "next server", show=False),
-        Binding("n", "new_prompt", "new prompt"),
+        Binding("n", "new_prompt", "prompt"),
         Binding("r", "rerun", "rerun"),
         Binding("space", "pause", "pause"),
         Binding("a", "auto", "auto"),
         Binding("v", "next_view", "view", show=False),
         Binding("e", "export", "export"),
         Binding("ctrl+s", "screenshot", "screenshot", show=False),
-        Binding("R", "restart", "restart engine", show=False),
+        Binding("R", "restart", "restart", show=False),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit", "quit"),
         Binding("ctrl+q", "quit", "quit", show=False, priority=True),
@@ -103,7 +123,7 @@ class TokentopApp(App):
         self.fps = max(1.0, min(fps or 8.0, 60.0))
         self.auto = auto
         self.prompt_file = prompt_file
-        self.out_dir = out_dir or os.getcwd()
+        self.out_dir = out_dir  # None: the recordings folder (TOKENTOP_DATA moves it)
         self.session = Session(recorder=recorder, history=history)
         self.running = False
         self.paused = False
@@ -113,6 +133,7 @@ class TokentopApp(App):
         self._table_t = 0.0
         self._wanted: dict[str, object] = {}
         self._mode = ""
+        self._phase_since: float | None = None  # when the phase in progress began, on this clock
         self.told: deque[str] = deque(maxlen=50)  # what notify() said, for tests and export
 
     def notify(self, message: str, **kwargs) -> None:
@@ -139,7 +160,8 @@ class TokentopApp(App):
                 yield from charts
         yield self.panes["runs"]  # full width: its columns are the comparison the levers exist for
         yield Static("terminal too small for the charts: enlarge it (60×16 or more)", id="tiny-note")
-        yield KeyBar(id="keys")
+        self.key_bar = KeyBar(id="keys")
+        yield self.key_bar
 
     def on_mount(self) -> None:
         self.source.start()
@@ -171,6 +193,8 @@ class TokentopApp(App):
         screen.set_class(mode == "tiny", "-tiny")
         screen.set_class(mode != "wide", "-narrow")
         self._show_view()
+        if self.key_bar.is_mounted:
+            self.key_bar.draw()  # v shows where it does something
 
     def _show_view(self) -> None:
         single = self._mode != "wide"
@@ -202,7 +226,12 @@ class TokentopApp(App):
             self._mark("runs")
         for widget in self.panes.values():
             widget.redraw()
-        self.status.show(self.session, self.state, self.request.preset if self.request else "replay", self.auto)
+        phase = self.session.phase
+        state = self.state
+        if phase is not None and not phase.done and self._phase_since is not None and state.startswith(f"{phase.name}: "):
+            # A first compile takes a minute or more: the clock shows it is working, not stuck.
+            state = f"{state} {time.monotonic() - self._phase_since:.0f} s"
+        self.status.show(self.session, state, self.request.preset if self.request else "replay", self.auto)
         if not self.source.live and self.source.done and self.state != "replay finished":
             self.state = "replay finished"
 
@@ -237,12 +266,16 @@ class TokentopApp(App):
                 self._follow_server()
             if ev.run_id is not None:
                 tokens.add_mark(f"{ev.lever}→{short_value(ev.value)}")
+                self.state = f"run {ev.run_id}: generating"  # not the preparation phase that came before
+            else:
+                self.state = f"{ev.lever} → {short_value(ev.value)}: applies to the next run (r starts one)"
             self._mark("runs", "latency")
         elif isinstance(ev, LeverRefused):
             self._wanted.pop(ev.lever, None)
             self.notify(ev.reason, title=f"{ev.lever} refused", severity="warning")
         elif isinstance(ev, Phase):
             self.state = f"{ev.name}: {ev.detail}" + (f" ({ev.seconds:.1f} s)" if ev.done else "…")
+            self._phase_since = None if ev.done else time.monotonic()
             if ev.name == "pause":
                 self.state = "paused" if not ev.done else "generating"
         elif isinstance(ev, EngineReady):
@@ -311,6 +344,8 @@ class TokentopApp(App):
         }[name](current)
         self._wanted[name] = value
         self.source.send("lever", name, value)
+        if not self.running:  # answered now; the engine's LeverChanged or LeverRefused follows
+            self.state = f"{name} → {short_value(value)}: applies to the next run (r starts one)"
 
     def _batch_sizes(self) -> tuple[int, ...]:
         """Batch sizes, or on a server the numbers of concurrent streams it is asked for."""
@@ -332,7 +367,11 @@ class TokentopApp(App):
             return
         presets = ["short", "long"] + (["file"] if self.prompt_file else [])
         self.request = replace(self.request, prompt=None, preset=_cycle(presets, self.request.preset))
-        self.start_run()
+        if self.running:  # a prompt cannot change mid-run: the run starts again on the new one
+            self.notify(f"prompt {self.request.preset}: run {self._current_id()} stopped, a new run starts")
+            self.start_run()
+        else:  # as a lever pressed while idle
+            self.state = f"prompt {self.request.preset}: applies to the next run (r starts one)"
 
     def action_new_prompt(self) -> None:
         if self.request is None:
@@ -345,7 +384,16 @@ class TokentopApp(App):
 
         self.push_screen(PromptScreen(), done)
 
+    def _current_id(self) -> int | str:
+        cur = self.session.current
+        return cur.started.run_id if cur is not None else "?"
+
     def action_rerun(self) -> None:
+        if not self.source.live:
+            self.notify("a replay cannot run the prompt again")
+            return
+        if self.running:
+            self.notify(f"run {self._current_id()} stopped; the prompt runs again")
         self.start_run()
 
     def action_pause(self) -> None:
@@ -369,6 +417,12 @@ class TokentopApp(App):
         self._auto_next()
 
     def action_next_view(self) -> None:
+        if self._mode == "wide":
+            self.notify(f"all four charts already show; v cycles them on a terminal smaller than {NARROW_W}×{NARROW_H}")
+            return
+        if self._mode == "tiny":
+            self.notify(f"the terminal is too small for charts: enlarge it to {TINY_W}×{TINY_H} or more")
+            return
         self.view = (self.view + 1) % len(CHARTS)
         self._show_view()
 
@@ -377,35 +431,69 @@ class TokentopApp(App):
 
     def action_restart(self) -> None:
         if not self.source.live:
+            self.notify("a replay has no engine to restart")
             return
+        if self.session.fatal is None and getattr(self.source, "alive", lambda: False)():
+            cur = self.session.current
+            in_flight = f" Run {cur.started.run_id}, in flight, is stopped." if cur is not None and cur.finished is None else ""
+            question = f"The engine is working. Restart it?{in_flight} Finished runs are kept; compiled and quantized variants are rebuilt when next used."
+            self.push_screen(ConfirmScreen(question), lambda yes: self._restart() if yes else self.notify("engine not restarted"))
+            return
+        self._restart()
+
+    def _restart(self) -> None:
+        """A new engine process, numbering its runs after the last one: ids stay unique in the runs
+        table, the export and the recording (a second run 1 used to replace the first)."""
         self.state = "restarting engine…"
-        self.source.restart(self.session.levers)
+        self.session.engine_died("restarting", why="stopped by the engine restart")
+        self.running = False
+        self.source.restart(self.session.levers, first_run_id=self.session.next_run_id)
         self.session.fatal = None
         if self.sampler is not None:
             self.sampler.watch("engine", self.source.pid)
 
-    def action_export(self) -> None:
-        path = os.path.join(self.out_dir, time.strftime("tokentop-session-%Y%m%d-%H%M%S.json"))
+    def _out_folder(self, what: str):
+        """The folder exports and screenshots go to, created; None after saying why it cannot be written."""
+        from tui_app.folders import FolderError, recordings_dir, require
+
         try:
-            export_session(self.session, path)
+            return require(Path(self.out_dir) if self.out_dir else recordings_dir(), what, "--out-dir" if self.out_dir else "--out-dir or TOKENTOP_DATA")
+        except FolderError as exc:
+            self.notify(str(exc), severity="error", timeout=10)
+            return None
+
+    def action_export(self) -> None:
+        from tui_app.folders import stamped
+
+        folder = self._out_folder("the export")
+        if folder is None:
+            return
+        path = stamped(folder, "export", "json")
+        try:
+            export_session(self.session, str(path))
         except OSError as exc:
             self.notify(f"cannot write {path}: {exc.strerror or exc}", severity="error")
             return
         self.notify(f"session exported to {path}")
 
     def action_screenshot(self) -> None:
+        from tui_app.folders import stamped
+
+        folder = self._out_folder("the screenshot")
+        if folder is None:
+            return
         try:
-            path = self.save_screenshot(path=self.out_dir)
+            path = self.save_screenshot(filename=stamped(folder, "screenshot", "svg").name, path=str(folder))
         except OSError as exc:
-            self.notify(f"cannot write the screenshot: {exc.strerror or exc}", severity="error")
+            self.notify(f"cannot write the screenshot in {folder}: {exc.strerror or exc}", severity="error")
             return
         self.notify(f"screenshot saved to {path}")
 
     def get_system_commands(self, screen):
         yield from super().get_system_commands(screen)
         for b in self.BINDINGS:
-            if b.description and b.action not in ("quit",):
-                yield SystemCommand(f"{b.description} ({b.key})", f"tokentop: {b.description}", lambda a=b.action: self.run_action(a))
+            if b.action in PALETTE:
+                yield SystemCommand(PALETTE[b.action], f"key: {self.get_key_display(b)}", lambda a=b.action: self.run_action(a))
 
     async def action_quit(self) -> None:
         self.exit()
@@ -427,6 +515,7 @@ def export_session(session: Session, path: str) -> None:
             {
                 "run": row.label,
                 "levers": asdict(s.levers),
+                "levers_end": asdict(row.end_levers or s.levers),
                 "prompt_tokens": s.prompt_tokens,
                 "new_tokens": s.n_tokens,
                 "ttft_s": s.ttft_s,
@@ -440,6 +529,7 @@ def export_session(session: Session, path: str) -> None:
                 "accept_rate": s.accept_rate,
                 "peak_rss": row.finished.peak_rss if row.finished else None,
                 "perplexity": row.finished.perplexity if row.finished else None,
+                "ended": row.finished.stop_reason if row.finished else row.note,
                 "output": row.finished.diff_note if row.finished else row.note,
             }
         )
@@ -449,7 +539,7 @@ def export_session(session: Session, path: str) -> None:
         "runs": rows,
     }
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, default=str, allow_nan=True)
+        json.dump(fmt.strict_json(data), f, indent=2, default=str, allow_nan=False)
 
 
 def make_app(args, source, recorder=None) -> TokentopApp:
@@ -465,4 +555,5 @@ def make_app(args, source, recorder=None) -> TokentopApp:
         fps=args.fps,
         auto=args.auto,
         prompt_file=args.prompt_file,
+        out_dir=args.out_dir,
     )

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from monitors.events import EngineError, LeverRefused, Levers
+from monitors.text import plural
 from monitors.timing import Summary
 from tui_app import fmt
 
@@ -40,6 +41,8 @@ def add_bench_args(p) -> None:
     from tui_app.attach.bench import add_endpoint_args
 
     add_endpoint_args(p)
+    from tui_app.options import bounded
+
     p.add_argument("--levers", default="plain,int8,lookup", help=f"comma-separated; join with + to combine. Known: {', '.join(LEVER_PRESETS)}")
     p.add_argument("--lengths", default="128:64,512:128,1024:256", help="prompt:new token pairs (default: the classic latency study)")
     p.add_argument(
@@ -50,9 +53,9 @@ def add_bench_args(p) -> None:
         metavar="N,M",
         help="the short-vs-long prompt experiment: these prompt lengths, --new-tokens each, with ratios",
     )
-    p.add_argument("--new-tokens", type=int, default=64, help="new tokens for --prompt-lengths")
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--new-tokens", type=bounded(int, 1), default=64, help="new tokens for --prompt-lengths")
+    p.add_argument("--warmup", type=bounded(int, 0), default=1, help="unmeasured runs before each row (default 1)")
+    p.add_argument("--repeats", type=bounded(int, 1), default=3, help="measured runs per row (default 3)")
     p.add_argument("-o", "--output", choices=["json", "csv", "jsonl"], action="append", default=[], help="also write results in this format (repeatable)")
     p.add_argument("--out", default="tokentop-bench", help="file name stem for -o outputs (default tokentop-bench)")
 
@@ -296,7 +299,7 @@ def run_bench(args) -> int:
         width = 30
         filled = width * done[0] // total
         eta = (time.time() - t0) / done[0] * (total - done[0])
-        print(f"\r[{'█' * filled}{'·' * (width - filled)}] {done[0]}/{total} runs, ~{eta:.0f} s left ", end="", file=sys.stderr, flush=True)
+        print(f"\r[{'█' * filled}{'·' * (width - filled)}] {done[0]}/{plural(total, 'run')}, ~{eta:.0f} s left ", end="", file=sys.stderr, flush=True)
 
     results = []
     for p_len, new in lengths:
@@ -308,8 +311,8 @@ def run_bench(args) -> int:
     print(file=sys.stderr)
     env = environment(engine)
     print(
-        f"{env['model']} on {env['device']} ({env['dtype']}, {env['threads']} threads), torch {env['versions']['torch']}, "
-        f"{args.warmup} warmup + {args.repeats} repeats per row\n"
+        f"{env['model']} on {env['device']} ({env['dtype']}, {plural(env['threads'], 'thread')}), torch {env['versions']['torch']}, "
+        f"{plural(args.warmup, 'warmup run')} + {plural(args.repeats, 'repeat')} per row\n"
     )
     print(markdown(results))
     if args.prompt_lengths and len(results) >= 2:
@@ -344,10 +347,10 @@ def write_outputs(args, env: dict, results: list[Result]) -> None:
         path = f"{args.out}.{kind}"
         with open(path, "w", newline="", encoding="utf-8") as f:
             if kind == "json":
-                json.dump({"settings": settings, "environment": env, "results": rows}, f, indent=2, default=str)
+                json.dump(fmt.strict_json({"settings": settings, "environment": env, "results": rows}), f, indent=2, default=str, allow_nan=False)
             elif kind == "jsonl":
                 for row in rows:
-                    f.write(json.dumps({**row, "environment": env, "settings": settings}, default=str) + "\n")
+                    f.write(json.dumps(fmt.strict_json({**row, "environment": env, "settings": settings}), default=str, allow_nan=False) + "\n")
             else:
                 w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["levers"])
                 w.writeheader()

@@ -11,27 +11,11 @@ import sys
 
 from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES
 from tui_app.engine.prompts import PRESETS
-from tui_app.options import EXIT_USAGE, UsageError, engine_config, make_recorder, run_request
+from tui_app.options import EXIT_USAGE, UsageError, bounded, engine_config, make_recorder, quiet_libraries, run_request
 
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
-    return v
-
-
-def _nonneg_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {v}")
-    return v
+COUNT = bounded(int, 1)  # runs, tokens, layers: one or more
+FPS = bounded(float, 1, 60, why="redraws per second")
+HZ = bounded(float, 0, 20, lo_open=True, why="samples per second; more would cost the machine what it measures")
 
 
 def _generation_args(p: argparse.ArgumentParser) -> None:
@@ -39,11 +23,13 @@ def _generation_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--prompt", default=None, help="prompt text (default: the preset)")
     g.add_argument("--prompt-file", default=None, help="read the prompt from a file")
     g.add_argument("--preset", default=None, choices=PRESETS, help="prompt-length preset: short, long or file")
-    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--max-new-tokens", type=COUNT, default=128)
     g.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens")
-    g.add_argument("--temperature", type=_nonneg_float, default=0.0, help="0 = greedy (default)")
-    g.add_argument("--top-p", type=_nonneg_float, default=1.0)
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--temperature", type=bounded(float, 0), default=0.0, help="0 = greedy (default)")
+    g.add_argument(
+        "--top-p", type=bounded(float, 0, 1, lo_open=True, why="the share of probability kept"), default=1.0, help="nucleus sampling, (0, 1] (default 1: off)"
+    )
+    g.add_argument("--seed", type=bounded(int, 0, 2**63 - 1), default=0)
 
 
 def _engine_args(p: argparse.ArgumentParser) -> None:
@@ -54,8 +40,8 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     g.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
     g.add_argument("--draft-model", default=None, help="draft model for speculative decoding (default: the target's own first layers)")
-    g.add_argument("--draft-layers", type=_positive_int, default=4, help="layers of the self-draft (default 4)")
-    g.add_argument("--threads", type=int, default=0, help="torch threads on CPU (default: cores - 1, leaving one for the UI)")
+    g.add_argument("--draft-layers", type=COUNT, default=4, help="layers of the self-draft (default 4)")
+    g.add_argument("--threads", type=bounded(int, 0), default=0, help="torch threads on CPU (default 0: cores - 1, leaving one for the UI)")
     _generation_args(p)
     g = p.add_argument_group("prompt handling")
     g.add_argument("--truncate", choices=["none", "left"], default="none", help="left: drop the start of a prompt too long for the context")
@@ -68,15 +54,17 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--quant", choices=QUANT_LEVELS, default="off")
     g.add_argument("--spec", choices=SPEC_MODES, default="off")
     g.add_argument("--batch", type=int, choices=BATCH_SIZES, default=1)
-    g.add_argument("--debug-leak-mb", type=_nonneg_float, default=0.0, help=argparse.SUPPRESS)
+    g.add_argument("--verbose", action="store_true", help="show the libraries' own warnings and progress bars")
+    g.add_argument("--debug-leak-mb", type=bounded(float, 0), default=0.0, help=argparse.SUPPRESS)
 
 
 def _ui_args(p: argparse.ArgumentParser) -> None:
     # 4 by measurement: at 8 the UI took 30 % of a core on the 2-core machine and slowed decode (README).
-    p.add_argument("--fps", type=_nonneg_float, default=4.0, help="redraws per second (default 4)")
-    p.add_argument("--hz", type=_nonneg_float, default=4.0, help="system/GPU samples per second (default 4)")
+    p.add_argument("--fps", type=FPS, default=4.0, help="redraws per second (default 4)")
+    p.add_argument("--hz", type=HZ, default=4.0, help="system/GPU samples per second (default 4)")
     p.add_argument("--record", default=None, help="record every event to this JSONL file (default: the user data folder)")
     p.add_argument("--no-record", action="store_true", help="do not record the session")
+    p.add_argument("--out-dir", default=None, help="folder for exports (e) and screenshots (ctrl+s) (default: the recordings folder)")
     p.add_argument("--auto", action="store_true", help="start in auto-repeat mode")
 
 
@@ -87,12 +75,20 @@ def build_parser() -> argparse.ArgumentParser:
     _engine_args(run)
     _ui_args(run)
     run.add_argument("--no-tui", action="store_true", help="print each run's numbers instead of drawing the TUI")
-    run.add_argument("--runs", type=_positive_int, default=1, help="with --no-tui: how many runs")
-    serve = sub.add_parser("serve", help="serve the TUI to a browser (textual-serve)")
+    run.add_argument("--runs", type=COUNT, default=1, help="with --no-tui: how many runs")
+    serve = sub.add_parser(
+        "serve",
+        help="serve the TUI to a browser (textual-serve)",
+        description="Serve the TUI to a browser. Whoever opens the page drives the engine (every key, new prompts, "
+        "this machine's memory) and tokentop asks no password, so it binds to 127.0.0.1 only. To watch from another "
+        "machine, forward the port over SSH there: ssh -L 8000:127.0.0.1:8000 you@this-machine, then open "
+        "http://127.0.0.1:8000. --host beyond this machine also needs --public.",
+    )
     _engine_args(serve)
     _ui_args(serve)
-    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only; others need --public)")
+    serve.add_argument("--port", type=bounded(int, 1, 65535), default=8000, help="port (default 8000)")
+    serve.add_argument("--public", action="store_true", help="allow a --host reachable from other machines: anyone who reaches it drives the engine")
     bench = sub.add_parser("bench", help="sweep levers x prompt lengths x output lengths; tables and files")
     _engine_args(bench)
     from tui_app.bench import add_bench_args
@@ -100,9 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_args(bench)
     replay = sub.add_parser("replay", help="the TUI on a recording, no model loaded")
     replay.add_argument("file")
-    replay.add_argument("--speed", type=float, default=1.0, help="1 = real time, N = N times faster, 0 = as fast as possible")
+    replay.add_argument("--speed", type=bounded(float, 0), default=1.0, help="1 = real time, N = N times faster, 0 = as fast as possible")
     replay.add_argument("--step", action="store_true", help="advance one step per key press (space)")
-    replay.add_argument("--fps", type=_nonneg_float, default=8.0)
+    replay.add_argument("--fps", type=FPS, default=8.0, help="redraws per second (default 8)")
     replay.add_argument("--stats", action="store_true", help="print the per-run statistics instead of drawing the TUI")
     attach = sub.add_parser(
         "attach",
@@ -118,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_report_args(report)
     leak = sub.add_parser("leakcheck", help="repeated runs, the memory baseline trend and a verdict (exit 1 on a suspected leak)")
     _engine_args(leak)
-    leak.add_argument("--runs", type=_positive_int, default=30)
+    leak.add_argument("--runs", type=COUNT, default=30)
     leak.set_defaults(max_new_tokens=16)
     return p
 
@@ -137,19 +133,17 @@ def _attach_args(p: argparse.ArgumentParser) -> None:
     mode.add_argument("--completions", dest="chat", action="store_false", help="/v1/completions with the raw prompt")
     g.add_argument("--label", action="append", default=[], help="a server's name in the runs table, once per URL (default host:port)")
     g.add_argument("--concurrency", type=int, choices=CONCURRENCY, default=1, help="parallel streams per run (b switches it live)")
-    g.add_argument("--timeout", type=_positive_float, default=30.0, help="seconds a stream may stay silent before it counts as stalled")
-    g.add_argument("--metrics-hz", type=_positive_float, default=1.0, help="scrapes of /metrics per second (default 1)")
+    g.add_argument("--timeout", type=bounded(float, 0, 3600, lo_open=True), default=30.0, help="seconds a stream may stay silent before it counts as stalled")
+    g.add_argument(
+        "--metrics-hz",
+        type=bounded(float, 0, 20, lo_open=True, why="a scrape is a request to the server"),
+        default=1.0,
+        help="scrapes of /metrics per second (default 1)",
+    )
     _generation_args(p)
     p.add_argument("--no-tui", action="store_true", help="print each run's numbers instead of drawing the TUI")
-    p.add_argument("--runs", type=_positive_int, default=1, help="with --no-tui: how many runs")
+    p.add_argument("--runs", type=COUNT, default=1, help="with --no-tui: how many runs")
     p.set_defaults(truncate="none", no_chat=False)
-
-
-def _positive_float(text: str) -> float:
-    v = _nonneg_float(text)
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, got {v}")
-    return v
 
 
 def _tui(args, source=None) -> int:
@@ -202,7 +196,17 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["run", *argv]
     args = parser.parse_args(argv)
+    if not getattr(args, "verbose", False):
+        quiet_libraries()
+    from tui_app.folders import FolderError, check_engine_folders
+
     try:
+        if args.command in ("run", "serve", "bench", "leakcheck"):
+            for note in check_engine_folders():
+                print(f"tokentop: {note}", file=sys.stderr)
+            cores = os.cpu_count() or 1
+            if args.threads > cores:
+                print(f"tokentop: warning: --threads {args.threads} is more than this machine's {cores} cores; threads beyond them only wait", file=sys.stderr)
         if args.command == "run":
             run_request(args)  # validate before any model loads
             engine_config(args)
@@ -235,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             from tui_app.headless import leakcheck
 
             return leakcheck(args)
-    except UsageError as exc:
+    except (UsageError, FolderError) as exc:
         print(f"tokentop: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

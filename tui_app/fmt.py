@@ -47,3 +47,45 @@ def figure_text(name: str, value) -> str:
         return f"{FIGURE_LABELS[name]} {nbytes(value)}"
     digits = 0 if name in ("running", "waiting") else 1
     return f"{FIGURE_LABELS.get(name, name)} {num(value, digits)}"
+
+
+def strict_json(obj):
+    """`obj` with every NaN and ±inf float as None: strict JSON parsers (browsers, jq, most
+    languages) reject the bare NaN that Python's json writes by default."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    return obj
+
+
+def fit(items: list[tuple[tuple[str, ...], int]], width: int, sep: str = "  ") -> list[str | None]:
+    """What a line of items shows in `width` cells: for each item (its variants, longest first, and
+    a priority, 0 the most important), the variant shown, or None where it is left out. The least
+    important item shown (the later one on a tie) steps to its next shorter variant, or leaves,
+    until the line fits: every item shown is whole, never cut mid-word. Priority-0 items always stay."""
+    chosen = [0] * len(items)
+    shown = [True] * len(items)
+
+    def length() -> int:
+        texts = [items[i][0][chosen[i]] for i in range(len(items)) if shown[i]]
+        return sum(len(t) for t in texts) + len(sep) * max(len(texts) - 1, 0)
+
+    while length() > width:
+        candidates = [i for i in range(len(items)) if shown[i] and (items[i][1] > 0 or chosen[i] + 1 < len(items[i][0]))]
+        if not candidates:
+            break
+        i = max(candidates, key=lambda k: (items[k][1], k))
+        if chosen[i] + 1 < len(items[i][0]):
+            chosen[i] += 1
+        else:
+            shown[i] = False
+    return [items[i][0][chosen[i]] if shown[i] else None for i in range(len(items))]
+
+
+def word_variants(text: str, keep: int = 2) -> tuple[str, ...]:
+    """`text`, then shorter by whole words ending in "…", down to its first `keep` words."""
+    words = text.split(" ")
+    return (text, *(" ".join(words[:n]) + "…" for n in range(len(words) - 1, keep - 1, -1)))

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import sys
 
-from monitors.events import EngineError, RunFinished
+from monitors.events import EngineError, LeverRefused, RunFinished
 from monitors.record import RecordError
+from monitors.text import plural
 from tui_app import fmt
 from tui_app.charts import text_plot
 from tui_app.options import EXIT_USAGE, engine_config, make_recorder, run_request
@@ -17,25 +18,47 @@ from tui_app.session import Row, Session
 MB = 1024 * 1024
 
 
+def lever_option(lever: str, value) -> str:
+    """The command-line option that asked for this lever value."""
+    if lever == "cache":
+        return "--no-cache"
+    if lever == "compile":
+        return "--compile"
+    return f"--{lever} {value}"
+
+
 def load_engine(args, session: Session):
-    """An in-process engine feeding `session`; None (after printing why) when the model cannot load."""
+    """An in-process engine feeding `session`; None (after printing why) when the model cannot load
+    or refuses a lever the command line asked for: numbers labelled without the lever asked for
+    would answer another question than the one put."""
     from tui_app.engine.generation import Engine
     from tui_app.engine.models import ModelError
 
+    refused: list[LeverRefused] = []
+
+    def listen(ev) -> None:
+        if isinstance(ev, LeverRefused):
+            refused.append(ev)
+
+    session.listeners.append(listen)
     engine = Engine(engine_config(args), session.feed)
     try:
         engine.load()
     except ModelError as exc:
         print(f"tokentop: {exc}", file=sys.stderr)
         return None
-    return engine
+    finally:
+        session.listeners.remove(listen)
+    for ev in refused:
+        print(f"tokentop: {lever_option(ev.lever, ev.value)} refused: {ev.reason}", file=sys.stderr)
+    return None if refused else engine
 
 
 def row_line(row: Row) -> str:
     s, f = row.stats, row.finished
     itl = s.itl
     parts = [
-        f"run {row.label:<5} [{s.levers.label()}]",
+        f"run {row.label:<5} [{row.levers_label}]",
         f"prompt {s.prompt_tokens} tok",
         f"new {s.n_tokens} tok",
         f"TTFT {fmt.ms(s.ttft_s)}",
@@ -53,6 +76,8 @@ def row_line(row: Row) -> str:
             parts.append(f"{'server RSS' if server else 'peak RSS'} {fmt.nbytes(f.peak_rss)}")
         if f.perplexity is not None:
             parts.append(f"ppl {f.perplexity:.2f}")
+        if f.stop_reason != "max tokens":
+            parts.append(f"ended: {f.stop_reason}")
         parts.append(f"vs plain greedy: {f.diff_note}")
     return "  ".join(parts)
 
@@ -72,7 +97,7 @@ def run_headless(args) -> int:
             return EXIT_USAGE
         r = session.ready
         print(
-            f"{r.model} on {r.device} ({r.dtype}, {r.threads} threads): {r.n_params / 1e6:.0f}M params, "
+            f"{r.model} on {r.device} ({r.dtype}, {plural(r.threads, 'thread')}): {r.n_params / 1e6:.0f}M params, "
             f"{fmt.nbytes(r.weight_bytes)} weights, loaded from {r.source} in {r.load_s:.1f} s",
             flush=True,
         )
@@ -82,6 +107,8 @@ def run_headless(args) -> int:
             if fin is None:
                 print(f"tokentop: {errors[-1] if errors else 'run failed'}", file=sys.stderr)
                 return EXIT_USAGE
+            for message in errors:  # a run that ended on an error (or ran out of memory) says which
+                print(f"tokentop: run {fin.run_id}: {message.splitlines()[0]}", file=sys.stderr)
             if args.runs == 1:
                 print(fin.text.strip(), flush=True)
             rows = [row for row in session.rows() if row.run_id == fin.run_id]
@@ -93,12 +120,21 @@ def run_headless(args) -> int:
     finally:
         if recorder is not None:
             recorder.close()
-            print(f"recorded to {recorder.path}", file=sys.stderr)
+            if recorder.kept:
+                print(f"recorded to {recorder.path}", file=sys.stderr)
 
 
 def leakcheck(args) -> int:
     """Repeated runs; exit 1 when the baseline trend says the engine leaks (for CI)."""
     session = Session()
+    need = session.leak.runs_needed
+    if args.runs < need:
+        print(
+            f"tokentop: leakcheck --runs {args.runs} gives no verdict: the first {plural(session.leak.warmup, 'run')} warm up and the trend needs "
+            f"{session.leak.min_runs} more; use --runs {need} or more",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     engine = load_engine(args, session)
     if engine is None:
         return EXIT_USAGE

@@ -7,6 +7,8 @@ line and exit status EXIT_USAGE.
 
 from __future__ import annotations
 
+import argparse
+import math
 import os
 
 from monitors.events import Levers
@@ -18,6 +20,32 @@ class UsageError(Exception):
     pass
 
 
+def bounded(kind: type = int, lo: float | None = None, hi: float | None = None, lo_open: bool = False, why: str = ""):
+    """An argparse type for a number of `kind` in [lo, hi] ((lo, hi] with lo_open); out of range,
+    the message gives the range and why. `.bounds` lets a test try both sides of every option."""
+
+    if lo is not None and hi is not None:
+        span = f"in ({lo}, {hi}]" if lo_open else f"from {lo} to {hi}"
+    elif lo is not None:
+        span = f"more than {lo}" if lo_open else f"at least {lo}"
+    else:
+        span = f"at most {hi}"
+
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'a whole number' if kind is int else 'a number'}, got {text!r}") from None
+        if kind is float and not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        if (lo is not None and (v <= lo if lo_open else v < lo)) or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"must be {span}, got {text}" + (f": {why}" if why else ""))
+        return v
+
+    parse.bounds = (kind, lo, hi, lo_open)  # type: ignore[attr-defined]  # read by the bounds test
+    return parse
+
+
 def levers_from(args) -> Levers:
     return Levers(cache=not args.no_cache, compile=args.compile, quant=args.quant, spec=args.spec, batch=args.batch)
 
@@ -25,8 +53,6 @@ def levers_from(args) -> Levers:
 def engine_config(args):
     from tui_app.engine.config import EngineConfig
 
-    if args.threads < 0:
-        raise UsageError("--threads must be 0 (auto) or more")
     return EngineConfig(
         model=args.model,
         device=args.device,
@@ -58,8 +84,6 @@ def run_request(args):
             raise UsageError(str(exc)) from None
     if args.prompt is not None and not args.prompt.strip():
         raise UsageError("--prompt is empty; give some text, or leave it out for the preset")
-    if args.max_new_tokens <= 0:
-        raise UsageError(f"--max-new-tokens must be at least 1 (got {args.max_new_tokens})")
     return RunRequest(
         prompt=args.prompt,
         preset=preset,
@@ -72,16 +96,33 @@ def run_request(args):
 
 
 def default_record_path() -> str:
-    import time
+    from tui_app.folders import recordings_dir, stamped
 
-    import platformdirs
-
-    folder = os.environ.get("TOKENTOP_DATA") or platformdirs.user_data_dir("tokentop")
-    return os.path.join(folder, "recordings", time.strftime("session-%Y%m%d-%H%M%S.jsonl"))
+    return str(stamped(recordings_dir(), "recording", "jsonl"))
 
 
 def make_recorder(args):
-    """The session's recorder: --record FILE, else the user data folder; None with --no-record."""
-    from monitors.record import Recorder
+    """The session's recorder: --record FILE, else the user data folder; None with --no-record.
+    RecordError names the file and what moves it."""
+    from monitors.record import Recorder, RecordError
 
-    return None if args.no_record else Recorder(args.record or default_record_path())
+    if args.no_record:
+        return None
+    try:
+        return Recorder(args.record or default_record_path())
+    except RecordError as exc:
+        fix = "give --record another file, or --no-record" if args.record else "set TOKENTOP_DATA to a writable folder, or pass --no-record"
+        raise RecordError(f"{exc}; {fix}") from None
+
+
+def quiet_libraries() -> None:
+    """Before torch, torchao and transformers load: no library chatter on a headless command's
+    output (torchao's optional kernels that this machine cannot load, torch's pytree deprecations,
+    transformers' weight-loading bar). --verbose keeps them; the engine's own lines always show.
+    Set in the environment too, so a spawned engine process inherits it (its log stays readable)."""
+    import logging
+
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    for name in ("torchao", "torch.utils._pytree", "transformers"):
+        logging.getLogger(name).setLevel(logging.ERROR)

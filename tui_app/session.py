@@ -50,6 +50,7 @@ class KVPoint:
     measured: int
     formula: int
     alloc: int
+    run_id: int = 0
 
 
 @dataclass
@@ -68,10 +69,20 @@ class Row:
     stats: TimingStats
     finished: RunFinished | None = None
     note: str = ""
+    end_levers: Levers | None = None  # a run's levers at its end, where a switch changed them
 
     @property
     def label(self) -> str:
         return f"{self.run_id}" if self.segment is None else f"{self.run_id}.{self.segment}"
+
+    @property
+    def levers_label(self) -> str:
+        """The levers the row's numbers come from: a run switched midway shows start→end, since its
+        perplexity and output belong to the end levers and its timings to both."""
+        start = self.stats.levers.label()
+        if self.end_levers is None or self.end_levers == self.stats.levers:
+            return start
+        return f"{start}→{self.end_levers.label()}"
 
 
 @dataclass
@@ -163,10 +174,15 @@ class Session:
         for fn in self.listeners:
             fn(ev)
 
-    def engine_died(self, message: str) -> None:
+    def engine_died(self, message: str, why: str = "engine died") -> None:
         self.fatal = message
         if self.current is not None and self.current.finished is None:
-            self.died[self.current.started.run_id] = "engine died"
+            self.died[self.current.started.run_id] = why
+
+    @property
+    def next_run_id(self) -> int:
+        """The id after every run seen, for an engine that starts again (its own count starts at 1)."""
+        return max([*self.timer.runs, *self.finished_ids, 0]) + 1
 
     def say(self, text: str, error: bool = False) -> None:
         self.messages.append((error, text))
@@ -188,7 +204,7 @@ class Session:
             # Events arrive in order, so self.levers is the setting this step ran with.
             r = self.ready
             formula = kv_formula_bytes(r.kv_bytes_per_elem, self.levers.batch, ev.seq_len, r.n_layers, r.kv_heads, r.head_dim) if ev.kv_bytes else 0
-            self.kv.append(KVPoint(ev.seq_len, ev.kv_bytes, formula, ev.kv_alloc_bytes))
+            self.kv.append(KVPoint(ev.seq_len, ev.kv_bytes, formula, ev.kv_alloc_bytes, ev.run_id))
 
     def _mark_stall(self, ev: Step, per_token_s: float) -> None:
         """A server's token far later than its run's usual (STALL × the median of the last 32, and
@@ -244,8 +260,8 @@ class Session:
         out: list[Row] = []
         for rid in list(self.timer.runs)[-limit:]:
             rec = self.timer.runs[rid]
-            note = rec.finished.diff_note if rec.finished else self.died.get(rid, "running")
-            out.append(Row(rid, None, rec.total, rec.finished, note))
+            note = end_note(rec.finished) if rec.finished else self.died.get(rid, "running")
+            out.append(Row(rid, None, rec.total, rec.finished, note, rec.segments[-1].levers))
             if len(rec.segments) > 1:
                 out.extend(Row(rid, i, seg, None) for i, seg in enumerate(rec.segments) if seg.n_tokens)
         return out
@@ -255,6 +271,12 @@ class Session:
         runs = self.timer.runs
         while len(runs) > keep_runs:
             runs.pop(next(iter(runs)))
+
+
+def end_note(fin: RunFinished) -> str:
+    """The output's comparison, after why the run ended when that was not its token limit: a run
+    that stops early (EOS, a full context, an error, `r`) must say so, not look complete."""
+    return fin.diff_note if fin.stop_reason == "max tokens" else f"{fin.stop_reason} · {fin.diff_note}"
 
 
 def short_value(value) -> str:

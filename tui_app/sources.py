@@ -36,10 +36,13 @@ class LiveSource:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
-    def restart(self, levers) -> None:
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.alive()
+
+    def restart(self, levers, first_run_id: int = 1) -> None:
         self.close()
         self.proc = None
-        self.config = replace(self.config, levers=levers)
+        self.config = replace(self.config, levers=levers, first_run_id=first_run_id)
         self.start()
 
     def drain(self) -> list[Event]:
@@ -91,12 +94,12 @@ class AttachSource(LiveSource):
 
 
 def live_source(args) -> LiveSource:
-    """The engine process for these arguments, its output going to a log beside the model cache."""
-    from tui_app.engine.models import cache_root
+    """The engine process for these arguments, its output going to a log beside the model cache
+    (FolderError, one line, when that folder cannot be written)."""
+    from tui_app.folders import cache_root, require
     from tui_app.options import engine_config
 
-    log_dir = cache_root()
-    log_dir.mkdir(parents=True, exist_ok=True)
+    log_dir = require(cache_root(), "the engine log", "TOKENTOP_CACHE")
     return LiveSource(engine_config(args), str(log_dir / "engine.log"))
 
 
@@ -165,7 +168,7 @@ class ReplaySource:
     def send(self, *cmd) -> None:
         pass
 
-    def restart(self, levers) -> None:
+    def restart(self, levers, first_run_id: int = 1) -> None:
         pass
 
     def close(self) -> None:

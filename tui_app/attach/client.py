@@ -668,5 +668,5 @@ def client_main(configs: list[AttachConfig], commands, events, log_path: str | N
     """The client process's entry point (spawned by tui_app.engine.process.EngineProcess)."""
     from tui_app.engine.process import quiet_process
 
-    quiet_process(log_path)
-    asyncio.run(Servers(configs, events.put).serve(commands))
+    if quiet_process(log_path, events):
+        asyncio.run(Servers(configs, events.put).serve(commands))

@@ -20,6 +20,7 @@ class EngineConfig:
     top_p: float = 1.0
     seed: int = 0
     levers: Levers = field(default_factory=Levers)
+    first_run_id: int = 1  # a restarted engine continues the session's numbering
     debug_leak_mb: float = 0.0  # debug only: keep this much memory per run, to prove the leak detector
 
 

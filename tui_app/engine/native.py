@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from .models import cache_root
+from tui_app.folders import cache_root
 
 SOURCES = Path(__file__).parent / "kernels"
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++20", "-w"]

@@ -20,18 +20,19 @@ HELP = """\
 | `w` | weight quantization: off → int8 → int4 |
 | `s` | speculative decoding: off → prompt lookup → draft model |
 | `b` | batch size 1 → 2 → 4 → 8 (the prompt replicated) |
-| `l` | prompt length preset: short → long (→ file), and a new run |
+| `l` | prompt length preset: short → long (→ file); a run in flight starts again on it |
 | `n` | new prompt |
 | `r` | rerun the prompt |
 | `space` | pause / resume generation |
 | `a` | auto-repeat: run in a loop (demos, leak watching) |
-| `v` | next chart, when the terminal is too small for all of them |
+| `v` | next chart, when the terminal is too small for all of them (under 120×34) |
 | `e` | export the session as JSON |
 | `ctrl+s` | screenshot (SVG) |
-| `R` | restart the engine after it died |
+| `R` | restart the engine (asks first while it works); run numbers continue, finished runs are kept |
 | `q`, `ctrl+q`, `ctrl+c` | quit |
 
-Levers switch at the next token boundary and continue the same text; a change that needs the
+Levers switch at the next token boundary and continue the same text; pressed between runs,
+a lever (or `l`) applies to the next run, which `r` starts; a change that needs the
 cache rebuilt re-prefills the whole text, shown as a labelled spike. A lever the device or the
 current setting cannot do is refused with the reason.
 
@@ -43,6 +44,10 @@ GPU and torch allocator memory, run ends marked, and the leak verdict (trend of 
 after each run). *runs*: one row per run and lever segment; *output* says whether the text equals
 plain greedy decoding, and *ppl* is the perplexity of a fixed reference text under the current
 weights: a speedup that breaks the model shows there.
+
+**Files.** The session is recorded to the recordings folder (`$TOKENTOP_DATA/recordings`); exports
+(`e`) and screenshots (`ctrl+s`) go there too unless `--out-dir` names another folder, and the app
+says each full path. The engine's log is `engine.log` in the cache folder (`$TOKENTOP_CACHE`).
 
 Press `escape` or `?` to close.
 """

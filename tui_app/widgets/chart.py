@@ -9,6 +9,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.strip import Strip
 
+from tui_app import fmt
 from tui_app.charts import Canvas
 from tui_app.widgets.pane import LinePane
 
@@ -69,9 +70,19 @@ class Chart(LinePane):
             for owner, cells in groupby(row, key=lambda cell: cell[1]):
                 segs.append(Segment("".join(ch for ch, _ in cells), self._series_style(owner) if owner >= 0 else None))
             strips.append(Strip(segs))
+        # Whole legend entries only, the first ones kept: a cropped line ended "■ pr".
+        kept = fmt.fit([((f"■ {name}",), k) for k, (name, _) in enumerate(legend)], self.content_size.width)
         legend_segs = []
-        for name, idx in legend:
-            legend_segs.append(Segment("■ ", self._series_style(idx)))
-            legend_segs.append(Segment(name + "  ", dim))
-        strips.append(Strip(legend_segs).crop(0, self.size.width))
+        for (name, idx), shown in zip(legend, kept, strict=True):
+            if shown is not None:
+                legend_segs.append(Segment("■ ", self._series_style(idx)))
+                legend_segs.append(Segment(name + "  ", dim))
+        strips.append(Strip(legend_segs).crop(0, self.content_size.width))
         return strips
+
+    def set_titles(self, title: list[tuple[tuple[str, ...], int]], subtitle: list[tuple[tuple[str, ...], int]] = ()) -> None:
+        """Border title and subtitle fitted to the pane by whole items (fmt.fit): Textual would cut
+        them mid-word with "…" (titles lost p95, the KV formula and the GPU reason)."""
+        room = max(self.size.width - 6, 0)  # the corners, the rule before the title and a space each side
+        self.border_title = "  ".join(t for t in fmt.fit(list(title), room) if t is not None)
+        self.border_subtitle = "  ".join(t for t in fmt.fit(list(subtitle), room) if t is not None)

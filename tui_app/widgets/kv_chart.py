@@ -14,14 +14,16 @@ class KVChart(Chart):
     def draw_chart(self, width: int, height: int) -> list | Text:
         s = self.session
         canvas = Canvas(width, height - 1)
-        pts = [p for p in s.kv if p.seq_len]
+        # The current run's points only: a run without the cache must not show the last one's bytes.
+        run = s.current.started.run_id if s.current is not None else None
+        pts = [p for p in s.kv if p.seq_len and p.run_id == run]
         self.border_title = "KV cache"
         r = s.ready
-        if not pts or r is None:
+        if not s.levers.cache or not pts or r is None:
             msg = "KV cache off: every step recomputes the whole context" if not s.levers.cache else "waiting for tokens…"
             self.border_subtitle = ""
             return Text(msg, style="dim")
-        # Only the points since the last time the sequence shrank (a new run or a rebuild).
+        # Only the points since the last time the sequence shrank (a rebuild after a lever switch).
         start = 0
         for i in range(1, len(pts)):
             if pts[i].seq_len < pts[i - 1].seq_len:
@@ -37,10 +39,13 @@ class KVChart(Chart):
         plot(canvas, series, lo, hi, xs=[xs] * len(series), x_lo=0, x_hi=max(xs[-1], 1))
         last = pts[-1]
         same = "=" if last.measured == last.formula else "≠"
-        self.border_subtitle = (
-            f"{fmt.nbytes(last.measured)} measured {same} {fmt.nbytes(last.formula)} formula "
-            f"(2×{r.kv_bytes_per_elem}B×{s.levers.batch}×{last.seq_len}×{r.n_layers}×{r.kv_heads}×{r.head_dim})"
-            + (f"  static: {fmt.nbytes(last.alloc)} allocated" if static else "")
+        self.set_titles(
+            [(("KV cache",), 0)],
+            [
+                ((f"{fmt.nbytes(last.measured)} measured {same} {fmt.nbytes(last.formula)} formula", f"{fmt.nbytes(last.measured)} {same} formula"), 0),
+                ((f"(2×{r.kv_bytes_per_elem}B×{s.levers.batch}×{last.seq_len}×{r.n_layers}×{r.kv_heads}×{r.head_dim})",), 2),
+            ]
+            + ([((f"static: {fmt.nbytes(last.alloc)} allocated", f"{fmt.nbytes(last.alloc)} alloc"), 1)] if static else []),
         )
         legend = [("measured", 0), ("formula", 1)] + ([("allocated", 2)] if static else [])
         return self.compose_text(canvas, lo, hi, lambda v: f"{v:.1f}MiB", legend)

@@ -47,7 +47,15 @@ class LatencyChart(Chart):
         rec = s.current
         if rec is not None:
             st = rec.total
-            self.border_subtitle = f"run {rec.started.run_id}: TTFT {fmt.ms(st.ttft_s, 0)}  ITL p50 {fmt.ms(st.itl.p50)}  p95 {fmt.ms(st.itl.p95)}"
+            self.set_titles(
+                [(("per-token latency", "latency"), 0)],
+                [
+                    ((f"run {rec.started.run_id}",), 3),
+                    ((f"TTFT {fmt.ms(st.ttft_s, 0)}",), 2),
+                    ((f"ITL p50 {fmt.ms(st.itl.p50)}", f"p50 {fmt.ms(st.itl.p50)}"), 0),
+                    ((f"p95 {fmt.ms(st.itl.p95)}",), 1),
+                ],
+            )
         return self.compose_text(
             canvas, lo, hi, lambda v: f"{v:.0f}ms", [("decode", 0), ("spec verify", 1), ("mean", 2), ("p95", 3), ("prefill", 4), ("lever", 5)]
         )

@@ -20,7 +20,8 @@ class MemoryChart(Chart):
         canvas = Canvas(width, height - 1)
         samples = list(s.samples)[-canvas.px_w :]
         verdict = s.verdict.text() if s.verdict else "leak: collecting (0 runs)"
-        self.border_title = f"memory — {verdict}"
+        title = [((f"memory — {verdict}", f"memory — {verdict.split(' (')[0]}", "memory"), 0)]
+        self.set_titles(title)
         if not samples:
             return Text("waiting for samples…", style="dim")
         t0 = samples[0].t_ns
@@ -46,6 +47,9 @@ class MemoryChart(Chart):
             if t0 <= t <= t1:
                 canvas.vline(round((t - t0) / (t1 - t0) * (canvas.px_w - 1)), 5)
         last = samples[-1]
-        gpu = f"  GPU: {last.gpu_reason}" if last.gpu_mem_used is None else ""
-        self.border_subtitle = f"{watched.split()[0]} {fmt.nbytes(last.engine_rss)}  UI {fmt.nbytes(last.app_rss)}{gpu}"
+        gpu = [((f"GPU: {last.gpu_reason}", "GPU: n/a"), 2)] if last.gpu_mem_used is None else []
+        self.set_titles(
+            title,
+            [((f"{watched.split()[0]} {fmt.nbytes(last.engine_rss)}",), 0), ((f"UI {fmt.nbytes(last.app_rss)}",), 1), *gpu],
+        )
         return self.compose_text(canvas, lo, hi, lambda v: f"{v:.0f}MiB", [(n, i) for i, (n, _) in enumerate(names)] + [("run end", 5)])

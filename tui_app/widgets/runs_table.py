@@ -33,7 +33,7 @@ class Column:
 
 COLUMNS = (
     Column("run", lambda r: r.label, 0, left=True),
-    Column("levers", lambda r: r.stats.levers.label(), 0, left=True),
+    Column("levers", lambda r: r.levers_label, 0, left=True, cap=40),
     Column("prompt", lambda r: str(r.stats.prompt_tokens), 6),
     Column("new", lambda r: str(r.stats.n_tokens), 5),
     Column("TTFT ms", lambda r: fmt.ms(r.stats.ttft_s, 0, unit=False), 1),

@@ -22,18 +22,19 @@ class StatusBar(Static):
 
     def show(self, session, state: str, preset: str, auto: bool) -> None:
         """Levers first, then what the engine is doing (so load/compile/quantize progress stays
-        visible at 80 columns), then the current run's numbers."""
+        visible at 80 columns), then the current run's numbers; where the line is too long, whole
+        items leave by priority (fmt.fit), the state shortening by whole words, never a cut word."""
         lev = session.levers
-        t = Text()
+        green, bold = "bold green", "bold"
+        # (variants, priority, style of the text after the key; None: the whole item in that style)
+        items: list[tuple[tuple[str, ...], int, str, str | None]] = []
 
-        def lever(key: str, label: str, on: bool) -> None:
-            t.append(f"{key}:", style="dim")
-            t.append(label, style="bold green" if on else "bold")
-            t.append(" ")
+        def lever(key: str, label: str, on: bool, priority: int = 0) -> None:
+            items.append(((f"{key}:{label}",), priority, green if on else bold, key))
 
         server = session.active_server()
         if server:  # the server's own levers are its business; the client's are streams and prompts
-            t.append(f"{server['engine']} ", style="bold cyan")
+            items.append(((server["engine"],), 1, "bold cyan", None))
             if len(session.servers) > 1:
                 lever("t", server["label"], True)
             lever("b", f"c{lev.batch}", lev.batch != 1)
@@ -43,14 +44,30 @@ class StatusBar(Static):
             lever("w", lev.quant if lev.quant != "off" else "fp", lev.quant != "off")
             lever("s", lev.spec, lev.spec != "off")
             lever("b", str(lev.batch), lev.batch != 1)
-        lever("l", preset, preset != "short")
+        lever("l", preset, preset != "short", priority=3)
         if auto:
-            t.append("auto ", style="bold magenta")
-        t.append(f"│ {state} ", style="italic")
+            items.append((("auto",), 2, "bold magenta", None))
+        items.append((tuple(f"│ {v}" for v in fmt.word_variants(state)), 1, "italic", None))
         rec = session.current
         if rec is not None:
             st = rec.total
-            t.append(f"│ TTFT {fmt.ms(st.ttft_s, 0)}  ITL p50 {fmt.ms(st.itl.p50)}  {fmt.num(st.decode_tps)} tok/s", style="bold")
+            items.append((("│",), 0, "italic", None))
+            items.append(((f"TTFT {fmt.ms(st.ttft_s, 0)}",), 4, bold, None))
+            items.append(((f"ITL p50 {fmt.ms(st.itl.p50)}", f"ITL {fmt.ms(st.itl.p50)}"), 2, bold, None))
+            items.append(((f"{fmt.num(st.decode_tps)} tok/s",), 0, bold, None))  # the headline number: stays
+        width = self.content_size.width or 10_000  # before the first layout: everything
+        shown = fmt.fit([(v, p) for v, p, _, _ in items], width, sep=" ")
+        t = Text()
+        for (_, _, style, key), text in zip(items, shown, strict=True):
+            if text is None:
+                continue
+            if t:
+                t.append(" ")
+            if key is not None:
+                t.append(f"{key}:", style="dim")
+                t.append(text[len(key) + 1 :], style=style)
+            else:
+                t.append(text, style=style)
         if t != self._shown:
             # Height is fixed at one line, so no layout pass: a layout refresh repaints the whole screen.
             self._shown = t

@@ -27,6 +27,9 @@ class UtilChart(Chart):
         hi = max([100.0] + [v for ser in series for v in ser if v is not None]) * 1.05
         plot(canvas, series, 0.0, hi, x_hi=canvas.px_w - 1)
         last = samples[-1]
-        power = f"  power {last.gpu_power_w:.0f} W" if last.gpu_power_w is not None else f"  GPU: {last.gpu_reason or 'n/a'}"
-        self.border_subtitle = f"{watched} {last.engine_cpu or 0:.0f}%  UI {last.app_cpu or 0:.0f}%  system {last.sys_cpu or 0:.0f}%{power}"
+        power = ((f"power {last.gpu_power_w:.0f} W",), 1) if last.gpu_power_w is not None else ((f"GPU: {last.gpu_reason or 'n/a'}", "GPU: n/a"), 3)
+        self.set_titles(
+            [(("utilization",), 0)],
+            [((f"{watched} {last.engine_cpu or 0:.0f}%",), 0), ((f"UI {last.app_cpu or 0:.0f}%",), 2), ((f"system {last.sys_cpu or 0:.0f}%",), 1), power],
+        )
         return self.compose_text(canvas, 0.0, hi, lambda v: f"{v:.0f}%", [(n, i) for i, (n, _) in enumerate(names)])
