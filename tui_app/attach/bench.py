@@ -24,7 +24,7 @@ from monitors.events import RunFinished
 from monitors.servers import MetricsWindow
 from monitors.timing import Summary
 from tui_app import fmt
-from tui_app.options import EXIT_USAGE, UsageError
+from tui_app.options import EXIT_USAGE, UsageError, bounded
 
 SLO_KEYS = ("ttft", "itl", "tpot", "e2e")
 STATS = ("mean", "std", "p50", "p90", "p95", "p99")
@@ -35,14 +35,14 @@ def add_endpoint_args(p) -> None:
     g.add_argument("--endpoint", action="append", default=[], metavar="URL", help="a running server to benchmark instead of the engine (repeatable)")
     g.add_argument("--label", action="append", default=[], help="a name per --endpoint (default host:port)")
     g.add_argument("--concurrency", default="1", help="closed loop: comma-separated numbers of concurrent clients (default 1)")
-    g.add_argument("--rate", type=float, default=None, help="open loop: Poisson arrivals at this many requests/s instead")
-    g.add_argument("--duration", type=float, default=None, help="open loop: seconds of arrivals (default: --repeats × 10 requests)")
+    g.add_argument("--rate", type=bounded(float, 0, lo_open=True), default=None, help="open loop: Poisson arrivals at this many requests/s instead")
+    g.add_argument("--duration", type=bounded(float, 0, lo_open=True), default=None, help="open loop: seconds of arrivals (default: --repeats × 10 requests)")
     g.add_argument("--slo", default="", help="e.g. ttft=500ms,itl=50ms (also tpot, e2e; ms or s): goodput counts requests meeting all")
     g.add_argument("--prompts", default=None, metavar="FILE", help="prompts to cycle through: JSONL with a 'prompt' field, or one per line")
-    g.add_argument("--shared-prefix", type=int, default=0, metavar="N", help="every request starts with the same N tokens (prefix-cache studies)")
+    g.add_argument("--shared-prefix", type=bounded(int, 0), default=0, metavar="N", help="every request starts with the same N tokens (prefix-cache studies)")
     g.add_argument("--api-key-env", default=None, metavar="VAR", help="the environment variable holding the API key")
     g.add_argument("--insecure", action="store_true", help="accept a self-signed TLS certificate")
-    g.add_argument("--seed-arrivals", type=int, default=0, help="seed of the open loop's arrival times")
+    g.add_argument("--seed-arrivals", type=bounded(int, 0, 2**63 - 1), default=0, help="seed of the open loop's arrival times")
 
 
 def parse_slo(spec: str) -> dict[str, float]:
@@ -380,8 +380,6 @@ async def run_endpoint_bench(args, lengths: list[tuple[int, int]]) -> int:
         raise UsageError(f"--concurrency {args.concurrency!r}: expected numbers like 1,4,16") from None
     if not concurrencies or any(c < 1 for c in concurrencies):
         raise UsageError("--concurrency: each must be at least 1")
-    if args.rate is not None and args.rate <= 0:
-        raise UsageError("--rate must be more than 0 requests/s")
     if args.label and len(args.label) != len(args.endpoint):
         raise UsageError("--label: give one per --endpoint, or none")
     texts = read_prompts(args.prompts) if args.prompts else None
