@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from monitors.events import Step
 from monitors.system import PeakRss, ProcessWatcher, rss_bytes
 
 MB = 1024 * 1024
@@ -53,3 +54,29 @@ def test_process_rss_is_the_kernels_count_of_resident_pages():
         assert rss == pytest.approx(walked_rss(os.getpid()), rel=0.01)
     finally:
         m.close()
+
+
+def test_a_runs_peak_rss_counts_a_buffer_that_lived_inside_the_run(plain):
+    """A real run whose reader holds 96 MB while the first token is handed over and frees it: the
+    run's peak is the plain run's plus that buffer (the largest of 50 Hz RSS reads never saw it)."""
+    from tui_app.engine.generation import RunRequest
+
+    n = 96 * MB
+    req = RunRequest(preset="short", max_new_tokens=4, ignore_eos=True)
+    plain.run(req)  # warm: the first run's own allocations are not what is measured
+    quiet = plain.run(req).peak_rss
+    held = []
+    listen = plain.emit
+
+    def reader(ev):
+        if isinstance(ev, Step) and not held:
+            held.append(touched(n))
+            held[0].close()
+        listen(ev)
+
+    plain.emit = reader
+    try:
+        loud = plain.run(req).peak_rss
+    finally:
+        plain.emit = listen
+    assert loud - quiet == pytest.approx(n, abs=8 * MB)
