@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from monitors.events import RunStarted, Step
+from monitors.events import Phase, RunStarted, Step
 from monitors.timing import RunTimer
 from tui_app.engine.generation import RunRequest
 
@@ -47,3 +47,39 @@ def test_ttft_itl_and_tok_s_are_what_a_reader_of_the_events_sees(plain):
     assert stats.ttft_s + stats.decode_s == pytest.approx(stats.e2e_s, rel=1e-9)
     # the step's own work stays its own figure, and leaves out the reader's time
     assert stats.decode_s - stats.compute_s >= READER_S * len(steps[1:])
+
+
+def test_a_pause_is_its_own_phase_not_a_token_interval(plain):
+    """Paused 0.3 s after the third step: that step's successor does not count the pause as its
+    interval, and end-to-end, TTFT and decode time still add up on the one clock."""
+    events = []
+    calls = {"n": 0, "paused": None}
+
+    def poll():
+        calls["n"] += 1
+        if calls["n"] == 4:
+            calls["paused"] = time.perf_counter()
+            return [("pause",)]
+        if calls["paused"] is not None and time.perf_counter() - calls["paused"] > 0.3:
+            calls["paused"] = None
+            return [("resume",)]
+        return []
+
+    listen, plain.emit = plain.emit, events.append
+    try:
+        fin = plain.run(RunRequest(preset="short", max_new_tokens=8, ignore_eos=True), poll)
+    finally:
+        plain.emit = listen
+    timer = RunTimer()
+    for ev in events:
+        if isinstance(ev, RunStarted):
+            timer.started(ev)
+        elif isinstance(ev, Step):
+            timer.step(ev)
+        elif isinstance(ev, Phase):
+            timer.phase(ev)
+    stats = timer.runs[fin.run_id].total
+    paused = next(ev.seconds for ev in events if isinstance(ev, Phase) and ev.name == "pause" and ev.done)
+    assert paused >= 0.3
+    assert max(stats.itl_s) < paused / 2
+    assert stats.ttft_s + stats.decode_s == pytest.approx(stats.e2e_s, rel=1e-6)
