@@ -58,7 +58,8 @@ def test_process_rss_is_the_kernels_count_of_resident_pages():
 
 def test_a_runs_peak_rss_counts_a_buffer_that_lived_inside_the_run(plain):
     """A real run whose reader holds 96 MB while the first token is handed over and frees it: the
-    run's peak is the plain run's plus that buffer (the largest of 50 Hz RSS reads never saw it)."""
+    run's peak is at least the RSS read while the buffer was held (the largest of 50 Hz RSS reads
+    never saw it), and no more than that or a plain run's peak."""
     from tui_app.engine.generation import RunRequest
 
     n = 96 * MB
@@ -70,8 +71,9 @@ def test_a_runs_peak_rss_counts_a_buffer_that_lived_inside_the_run(plain):
 
     def reader(ev):
         if isinstance(ev, Step) and not held:
-            held.append(touched(n))
-            held[0].close()
+            m = touched(n)
+            held.append(rss_bytes())
+            m.close()
         listen(ev)
 
     plain.emit = reader
@@ -79,4 +81,6 @@ def test_a_runs_peak_rss_counts_a_buffer_that_lived_inside_the_run(plain):
         loud = plain.run(req).peak_rss
     finally:
         plain.emit = listen
-    assert loud - quiet == pytest.approx(n, abs=8 * MB)
+    assert held[0] > rss_bytes() + n // 2  # the buffer was resident, and is gone
+    # 2 MB: the kernel counts RSS in per-CPU batches, so its mark and a read of statm differ by some pages
+    assert held[0] - 2 * MB <= loud <= max(quiet, held[0]) + 8 * MB
