@@ -310,7 +310,7 @@ def main() -> int:
         return 0
     finally:
         peer.close()
-    ratios = [a / b for a, b in zip(ours, theirs)]
+    ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
     print(
         f"llama.cpp's server on the same GGUF and prompt tokens, {engine.threads} thread(s), {args.pairs} pairs interleaved "
         f"(tokentop {best['name']}, then llama.cpp): tokentop {median_range(ours)} tok/s (wall clock), llama.cpp {median_range(theirs)} tok/s "

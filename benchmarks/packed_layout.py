@@ -40,7 +40,7 @@ def per_layer(model, buffers: bool, huge: bool) -> None:
         starts.append(end)
         end += -(-t.numel() * t.element_size() // 64) * 64
     region = pages.empty(end).numpy() if huge else None
-    for (m, name, t), start in zip(parts, starts):
+    for (m, name, t), start in zip(parts, starts, strict=True):
         if huge:
             own = torch.frombuffer(region[start : start + t.numel() * t.element_size()], dtype=torch.uint8).view(t.dtype).view(t.shape).copy_(t)
         else:

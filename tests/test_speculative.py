@@ -47,4 +47,4 @@ def test_greedy_acceptance_keeps_the_longest_agreeing_prefix(proposals, choices,
     assert accept_greedy(proposals, choices) == expected
     # what the engine keeps: the accepted proposals and the target's token after them, which is
     # exactly the target's own greedy choices up to there
-    assert proposals[:expected] + [choices[expected]] == choices[: expected + 1]
+    assert [*proposals[:expected], choices[expected]] == choices[: expected + 1]
