@@ -54,11 +54,10 @@ screenshots: setup chromium
 	command -v rsvg-convert >/dev/null || apt-get install -y librsvg2-bin
 	$(PY) screenshots/make_screenshots.py
 
-# The peer for benchmarks/ceiling.py: llama.cpp's Python binding, built from source in its own
+# The peer for benchmarks/ceiling.py: llama.cpp's own server in a prebuilt wheel (xllamacpp), in a
 # venv-less target directory so it never becomes a dependency of tokentop.
 bench-peer: setup
-	# --no-deps: its numpy and jinja2 would shadow the venv's; diskcache is the one it lacks there.
-	$(PIP) install --target .peer --no-deps llama-cpp-python diskcache
+	$(PIP) install --target .peer --no-deps xllamacpp
 	PYTHONPATH=.peer $(PY) benchmarks/ceiling.py
 
 bench: setup

@@ -98,6 +98,17 @@ class RunStarted:
 
 @dataclass
 class Step:
+    """One step's tokens as its source emitted them.
+
+    t_ns: when the step was emitted (the engine: its tokens detokenized and measured, just before
+    the emit; a server client: the chunk's arrival). dt_ns: the interval since the previous
+    emission of the run (RunStarted's for the first step), less the phases (pause, compile,
+    quantize) between: every cost of a token, the loop's own included, as a reader sees it.
+    forward_ns: the model's forward alone. compute_ns: the step's own work, from its start after
+    the command poll to its tokens in hand (forward, sampling, the host read); dt_ns - compute_ns
+    is what the loop spends between steps (detokenizing, KV measurement, the emit, the poll).
+    Sources that cannot see inside a step (a server) leave forward_ns and compute_ns 0."""
+
     run_id: int
     step: int
     kind: str
@@ -113,6 +124,7 @@ class Step:
     segment: int = 0
     proposed: int = 0
     accepted: int = 0
+    compute_ns: int = 0
 
 
 @dataclass

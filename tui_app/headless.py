@@ -63,7 +63,7 @@ def row_line(row: Row) -> str:
         f"new {s.n_tokens} tok",
         f"TTFT {fmt.ms(s.ttft_s)}",
         f"ITL p50 {fmt.ms(itl.p50)} p95 {fmt.ms(itl.p95)}",
-        f"{fmt.num(s.decode_tps)} tok/s",
+        f"{fmt.num(s.decode_tps)} tok/s" + (f" (steps alone {fmt.num(s.compute_tps)})" if s.compute_s else ""),
         f"e2e {fmt.num(s.e2e_s, 2)} s",
     ]
     server = bool(s.levers.server)  # a server's KV is its own gauge, shown with its figures

@@ -207,9 +207,9 @@ class LeanDecode:
                 scaling,
             )
         slots = torch.arange(cache.layers[0].max_cache_len, device=ids.device)
-        allowed = slots <= position_ids[0, 0]  # every row sits at the same position: batches repeat one prompt
+        allowed = slots <= position_ids  # [B, S]: each row its own filled slots, as the attention op reads them
         dtype = self.embed.weight.dtype  # the hidden states' dtype: the embedding is never quantized
-        mask = torch.where(allowed, 0.0, torch.finfo(dtype).min).to(dtype).view(1, 1, 1, -1)
+        mask = torch.where(allowed, 0.0, torch.finfo(dtype).min).to(dtype)[:, None, None, :]
         # The mask goes along either way: _attention hands SDPA any step its op cannot take.
         extra = {"decode_position": position_ids} if self.own_attention else {}
         return self(ids, cache, position_ids, mask, **extra)

@@ -69,7 +69,7 @@ class _QuantLinear(torch.nn.Module):
         self.bias = bias
         self.in_features, self.out_features = in_features, out_features
         width = -(-in_features // QUAD) * QUAD  # a widened chunk holds int8 rows with their padding
-        self.rows = max(TILE, CHUNK_ELEMENTS // width // TILE * TILE)  # whole tiles per chunk
+        self.rows = max(TILE, CHUNK_ELEMENTS // max(width, 1) // TILE * TILE)  # whole tiles per chunk
         self.kernel = kernel
         self.pooled: dict[str, tuple[int, tuple[int, ...]]] = {}  # name -> (start, shape) in the pool
 
@@ -105,7 +105,8 @@ class Int8Linear(_QuantLinear):
     def __init__(self, linear: torch.nn.Linear, kernel: bool = False):
         super().__init__(linear.in_features, linear.out_features, linear.bias, kernel)
         w = linear.weight.detach().float()
-        scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127
+        peak = w.abs().amax(dim=1) if self.in_features else w.new_zeros(self.out_features)  # amax refuses an empty row
+        scale = peak.clamp(min=1e-12) / 127
         q = ((w / scale[:, None]).round().clamp(-127, 127) + 128).to(torch.uint8)
         q = torch.nn.functional.pad(q, (0, -self.in_features % QUAD, 0, -self.out_features % TILE), value=128)
         tiles, quads = q.shape[0] // TILE, q.shape[1] // QUAD
@@ -137,7 +138,7 @@ class Int4Linear(_QuantLinear):
     def __init__(self, linear: torch.nn.Linear, kernel: bool = False):
         super().__init__(linear.in_features, linear.out_features, linear.bias, kernel)
         w = linear.weight.detach().float()
-        g = w.view(self.out_features, -1, GROUP)
+        g = w.view(self.out_features, self.in_features // GROUP, GROUP)
         # fp16 as in Q4_1: 4 bytes of scale and min per 32 weights instead of 8, a sixth of what a
         # decode step streams; the levels are chosen on the rounded grid.
         lo = g.amin(dim=-1).half()
@@ -157,12 +158,12 @@ class Int4Linear(_QuantLinear):
     def _product(self, x: torch.Tensor, i: int, j: int, scratch: bool) -> torch.Tensor:
         p = self._w("packed")[i // TILE : -(-j // TILE)]  # i is a whole number of tiles
         tiles, groups = p.shape[:2]
-        nibbles = p[..., :NIBBLES].reshape(tiles, groups, 4, TILE, 4).permute(0, 3, 1, 2, 4).reshape(tiles * TILE, groups, -1)
+        nibbles = p[..., :NIBBLES].reshape(tiles, groups, 4, TILE, 4).permute(0, 3, 1, 2, 4).reshape(tiles * TILE, groups, GROUP // 2)
         scale, mins = (p[..., k : k + 2 * TILE].view(torch.float16).transpose(1, 2).reshape(tiles * TILE, groups, 1) for k in (NIBBLES, NIBBLES + 2 * TILE))
         q = torch.cat([nibbles & 15, nibbles >> 4], dim=-1)[: j - i]
         w = _scratch_view(q.shape, x.dtype, q.device).copy_(q) if scratch else q.to(x.dtype)
         w.mul_(scale[: j - i].to(x.dtype)).add_(mins[: j - i].to(x.dtype))
-        return x @ w.view(j - i, -1).t()
+        return x @ w.view(j - i, self.in_features).t()
 
 
 def _replace_linears(model: torch.nn.Module, make) -> torch.nn.Module:

@@ -51,6 +51,16 @@ inline float split_int16(const float* x, int64_t K, int64_t Kp, int8_t* hi, int8
   return step;
 }
 
+// y [M, N] = the bias, or zeros: a product over zero inputs (x with no columns), as torch's linear gives.
+inline void empty_sum(int64_t M, int64_t N, const float* bias, float* y) {
+  for (int64_t m = 0; m < M; ++m) {
+    if (bias)
+      std::copy(bias, bias + N, y + m * N);
+    else
+      std::fill(y + m * N, y + (m + 1) * N, 0.f);
+  }
+}
+
 // Four activation bytes at p, broadcast to all rows. Read from the activations themselves, the
 // broadcast is one load (vpbroadcastd m32); copied to a stack array first, each word went through
 // a general register to a vector. Measured on the int4 kernel, 1536 x 576 in the L2 cache: 1 / 4 / 8

@@ -162,6 +162,8 @@ at::Tensor decode_step(const at::Tensor& ids, const at::Tensor& position, const 
   float* gu = scratch(gu_buf, B * 2 * I);
   float* act = scratch(act_buf, B * I);
   float* y = scratch(y_buf, B * D);
+  thread_local std::vector<int64_t> filled_buf;
+  int64_t* filled = scratch(filled_buf, B);
   const float e = float(eps);
 
   for (int64_t l = 0; l < L; ++l) {
@@ -188,7 +190,8 @@ at::Tensor decode_step(const at::Tensor& ids, const at::Tensor& position, const 
       }
     }
     length = pos + 1;
-    attn::attend(q, kc, vc, B, heads, Hkv, S, hd, pos + 1, float(scaling), att);
+    std::fill(filled, filled + B, pos + 1);  // one cache length for the batch: StaticLayer's cumulative_length
+    attn::attend(q, kc, vc, B, heads, Hkv, S, hd, filled, float(scaling), att);
     proj[4 * l + 1](att, B, y);
     for (int64_t i = 0; i < B * D; ++i) h[i] += y[i];
     const float* w_post = norms[2 * l + 1].data_ptr<float>();
