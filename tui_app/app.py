@@ -280,6 +280,8 @@ class TokentopApp(App):
                 self.state = "paused" if not ev.done else "generating"
         elif isinstance(ev, EngineReady):
             if ev.server:
+                if len(self.session.servers) == 2:  # t now moves between them
+                    self.key_bar.draw()
                 self.state = f"{ev.model} on the {ev.device} server at {ev.server['url']}"
                 self.sub_title = f"{ev.model} · {ev.device} · {ev.server['url']}"
                 self._follow_server()
@@ -295,6 +297,14 @@ class TokentopApp(App):
             self.notify(ev.message.splitlines()[0], title="engine", severity="error", timeout=8)
             if ev.fatal:
                 self.state = "engine failed — fix the cause and press R to restart, or q to quit"
+
+    def key_applies(self, action: str) -> bool:
+        """Whether a key does something here (the key bar leaves out those that do not)."""
+        if action == "next_view":
+            return self._mode != "wide"
+        if action == "next_server":
+            return len(self.session.servers) > 1
+        return True
 
     def _follow_server(self) -> None:
         """The memory pane and the leak detector follow the active server's process when it runs here."""

@@ -47,11 +47,11 @@ class KeyBar(Static):
 
     def draw(self) -> None:
         """Every key the app has (v, R and ctrl+s too), whole, the least important leaving first
-        where the line is short; v only where it does something (one chart at a time)."""
+        where the line is short; v and t only where they do something (one chart at a time;
+        servers to move between)."""
         app = self.app
         key_style = f"bold {app.theme_variables.get('accent', 'yellow')}"
-        single = getattr(app, "_mode", "wide") != "wide"
-        shown = [b for b in app.BINDINGS if b.description and not b.priority and (b.action != "next_view" or single)]
+        shown = [b for b in app.BINDINGS if b.description and not b.priority and app.key_applies(b.action)]
         # Help and quit first: they lead to everything else.
         shown.sort(key=lambda b: b.action not in ("help", "quit"))
         keys = [(app.get_key_display(b), b.description, self.PRIORITY.get(b.action.split("(")[0], self.PRIORITY_LATER)) for b in shown]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from tui_app import fmt
 from tui_app.charts import Canvas, bounds, plot
 from tui_app.widgets.chart import Chart
 
@@ -50,6 +49,11 @@ class MemoryChart(Chart):
         gpu = [((f"GPU: {last.gpu_reason}", "GPU: n/a"), 2)] if last.gpu_mem_used is None else []
         self.set_titles(
             title,
-            [((f"{watched.split()[0]} {fmt.nbytes(last.engine_rss)}",), 0), ((f"UI {fmt.nbytes(last.app_rss)}",), 1), *gpu],
+            [((f"{watched.split()[0]} {_mib(last.engine_rss)}",), 0), ((f"UI {_mib(last.app_rss)}",), 1), *gpu],
         )
         return self.compose_text(canvas, lo, hi, lambda v: f"{v:.0f}MiB", [(n, i) for i, (n, _) in enumerate(names)] + [("run end", 5)])
+
+
+def _mib(n: int | None) -> str:
+    """Whole MiB, or "–" where the process is not seen (a server on another host)."""
+    return "–" if n is None else f"{n / MIB:.0f} MiB"
