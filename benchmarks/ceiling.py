@@ -1,49 +1,102 @@
-"""Against the ceiling: decode is memory-bound, so compare the bandwidth each weight format achieves
-(bytes read per token × tok/s) with the machine's measured memory bandwidth, and the best sound
-lever mix with llama.cpp decoding the same GGUF (when llama-cpp-python is installed: `make bench-peer`).
+"""Against the ceiling: decode is memory-bound, so compare the rate at which each weight format reads
+what a decode step reads (bytes per token × tok/s) with the fastest read of the same bytes, and the
+best sound lever mix with llama.cpp decoding the same GGUF (its server from the `xllamacpp` wheel,
+when installed: `make bench-peer`).
 
 Bytes per token = the weights (each tensor once; the embedding table only where the LM head is tied
-to it and so reads all of it) + the KV cache read at the mean context length. Bandwidth: the best of
-three sums of a 1 GiB array on huge pages (as the engine's weights lie) with the engine's thread
-count; llama.cpp runs with that count too, and
-is put on the same measure (its bytes per token read from the GGUF, its KV cache in f16). Each
-run is put against the bandwidth read just before and after it.
+to it and so reads all of it) + the KV cache at the run's mean context. That working set is read
+again every step, so it lives in whichever level of the hierarchy holds it: the reference is a
+read of the same number of bytes, repeated as decode repeats it (the best of several sums of an
+array on huge pages, as the engine's weights lie, with the engine's threads), measured just before
+and after each run. A DRAM-sized read (4 × the last-level cache, at least 1 GiB) is shown beside
+it. The cache sizes are CPU 0's from sysfs; the read rates say where the bytes really live (a VM
+may report its host's caches or a share of them). A ratio above 1 means the reference is wrong for
+that working set, and is printed with a warning, never alone.
 
-    .venv/bin/python benchmarks/ceiling.py [--tokens 64] [--repeats 3] [--threads N]
+tokentop's rate is its wall-clock decode tok/s (monitors/timing.py: from the prefill's emission to
+the last token's). llama.cpp's is its own `timings.predicted_per_second` (tokens after the first ÷
+the time from the first to the last, measured inside its server), with EOS banned by its own
+`ignore_eos` (a logit bias in its C++ sampler, no Python on its path). The two are interleaved
+(tokentop, llama.cpp, tokentop, …) over the same prompt tokens and the ratio is the median of the
+pairs' ratios with their range: this VM's bandwidth swings by a third within minutes.
+
+    .venv/bin/python benchmarks/ceiling.py [--tokens 64] [--repeats 3] [--pairs 5] [--threads N]
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
+import importlib.util
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+GIB = 2**30
+SIZE_UNITS = {"K": 2**10, "M": 2**20, "G": 2**30}
 
-class ReadBandwidth:
-    """The best rate of summing `gib` GiB: on huge pages, as the engine's weights are (engine/pages.py),
-    the memory's fastest read here (on one VM 26-28 GB/s on small pages, 31-34 on huge ones). Called
-    between runs: this VM's bandwidth swings by a third within minutes (21.9 then 31.6 GB/s, seen;
-    10.6 then 8.2 across one run of this script), so a run is put against the reads beside it."""
 
-    def __init__(self, threads: int, gib: float = 1.0):
+def parse_size(text: str) -> int:
+    """sysfs cache sizes: '48K', '1024K', '32768K' (a plain number is bytes)."""
+    text = text.strip()
+    return int(text[:-1]) * SIZE_UNITS[text[-1]] if text[-1] in SIZE_UNITS else int(text)
+
+
+def cache_levels(root: str = "/sys/devices/system/cpu/cpu0/cache") -> list[tuple[str, int]]:
+    """CPU 0's data caches, innermost first: ('L1d', bytes), ('L2', bytes), ('L3', bytes)."""
+    levels = []
+    for index in sorted(glob.glob(os.path.join(root, "index*"))):
+
+        def read(name: str, index: str = index) -> str:
+            with open(os.path.join(index, name)) as f:
+                return f.read().strip()
+
+        try:
+            kind, level, size = read("type"), read("level"), parse_size(read("size"))
+        except (OSError, ValueError, KeyError, IndexError):
+            continue
+        if kind != "Instruction":
+            levels.append((f"L{level}" + ("d" if kind == "Data" else ""), size))
+    return sorted(levels, key=lambda lv: (int(lv[0][1:].rstrip("d")), lv[1]))
+
+
+def home(nbytes: float, levels: list[tuple[str, int]]) -> str:
+    """The innermost level whose size holds `nbytes`, or DRAM."""
+    return next((name for name, size in levels if nbytes <= size), "DRAM")
+
+
+def ratio_cell(ratio: float) -> str:
+    """A ratio to a ceiling; above 1 it says the ceiling is not one."""
+    return f"{ratio:.2f}" if ratio <= 1 else f"{ratio:.2f} ⚠ above the read of the same bytes: that reference is wrong for this working set"
+
+
+class ReadRate:
+    """The best rate of summing the first `nbytes` of one array on huge pages (engine/pages.py),
+    with torch's threads (set to the engine's count by Engine.load): the array is summed once
+    first, as the previous decode step leaves its working set wherever it fits, then `repeats`
+    times. One array serves every size, so no read pays for fresh pages."""
+
+    def __init__(self, nbytes: int):
         import torch
 
         from tui_app.engine import pages
 
-        torch.set_num_threads(threads)  # the engine's count: torch's sum splits the array across them
-        self.array = pages.empty(int(gib * 2**30)).view(torch.float64).fill_(1)
-        self.array.sum()
+        self.array = pages.empty(nbytes // 8 * 8).view(torch.float64).fill_(1)
 
-    def __call__(self, repeats: int = 3) -> float:
+    def __call__(self, nbytes: float, repeats: int = 5) -> float:
+        part = self.array[: max(1, int(nbytes) // 8)]
+        part.sum()
         best = 0.0
         for _ in range(repeats):
             t = time.perf_counter()
-            self.array.sum()
-            best = max(best, self.array.numel() * 8 / (time.perf_counter() - t))
+            part.sum()
+            best = max(best, part.numel() * 8 / (time.perf_counter() - t))
         return best
 
 
@@ -85,69 +138,77 @@ def gguf_bytes_per_token(gguf: str, context: float) -> float:
     return sum(sizes.values()) + kv
 
 
-def llama_cpp_tps(gguf: str, tokens: int, threads: int, repacking: bool = True) -> tuple[float, float] | None:
-    """llama.cpp's decode tok/s on `gguf` and the mean context of its runs, or None when it is not installed.
-    `repacking=False` turns off its extra buffer types (weights repacked for AMX and other kernels)."""
-    try:
-        from llama_cpp import Llama
-        from llama_cpp import llama_cpp as api
-    except ImportError:
-        return None
-    if not repacking:
-        defaults = api.llama_model_default_params
-
-        def params():
-            p = defaults()
-            p.use_extra_bufts = False
-            return p
-
-        api.llama_model_default_params = params  # Llama() takes its model parameters from here
-    llm = Llama(model_path=gguf, n_threads=threads, n_ctx=512, verbose=False)
-    prompt = "Write a short story about a robot who learns to paint."
-    # EOS banned, as tokentop's runs here ignore it: on a raw prompt the model may stop at once.
-    no_eos = {llm.token_eos(): -1e9}
-    llm(prompt, max_tokens=8, logit_bias=no_eos)
-    out = []
-    for _ in range(3):
-        first = None
-        n = 0
-        for _chunk in llm(prompt, max_tokens=tokens, stream=True, temperature=0, logit_bias=no_eos):
-            n += 1
-            if first is None:
-                first = time.perf_counter()  # decode starts after the first token (prefill)
-        out.append((n - 1) / (time.perf_counter() - first))
-    return statistics.median(out), len(llm.tokenize(prompt.encode())) + tokens / 2
+# llama.cpp's own server (xllamacpp), in a child process: a crash of the peer (one of this project's
+# VMs saw llama.cpp die of SIGSEGV in its AMX kernels) ends the peer, not the benchmark.
+_SERVER = """
+import sys
+import xllamacpp
+p = xllamacpp.CommonParams()
+p.model.path, p.n_ctx, p.n_parallel, p.port = sys.argv[1], int(sys.argv[3]), 1, 0
+p.cpuparams.n_threads = p.cpuparams_batch.n_threads = int(sys.argv[2])
+server = xllamacpp.Server(p)
+print(server.listening_address, flush=True)
+sys.stdin.read()  # serves until the benchmark closes this pipe
+"""
 
 
-def peer_tps(gguf: str, tokens: int, threads: int) -> tuple[float, float, str] | str | None:
-    """llama_cpp_tps in a child process, so that a crash of the peer does not end the benchmark: on
-    one of this project's VMs (AMX in its CPU flags) llama.cpp 0.3.36 died of SIGSEGV in
-    `ggml_backend_amx_mul_mat` on its first decode. Then it is measured again without its repacked
-    weight buffers, and the returned note says so; if that dies too, the reason comes back instead."""
-    import json
-    import subprocess
+class PeerError(RuntimeError):
+    pass
 
-    crashed = None
-    for repacking in (True, False):
-        code = (
-            f"import json, sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); import ceiling; "
-            f"print(json.dumps(ceiling.llama_cpp_tps({gguf!r}, {tokens}, {threads}, {repacking})))"
+
+class LlamaCppServer:
+    """llama.cpp's server on `gguf` with `threads` threads, asked over HTTP (port 0: one the system picks)."""
+
+    def __init__(self, gguf: str, threads: int, n_ctx: int):
+        import tempfile
+
+        self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _SERVER, gguf, str(threads), str(n_ctx)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True
         )
-        child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
-        if child.returncode == 0:
-            result = json.loads(child.stdout.strip().splitlines()[-1])
-            note = "" if crashed is None else f"; its repacked (AMX) weight buffers off: with them it died, exit {crashed}"
-            return None if result is None else (result[0], result[1], note)
-        crashed = child.returncode
-    last = (child.stderr.strip().splitlines() or ["no message"])[-1]
-    return f"not measured: it died with its repacked weight buffers and without them (exit {crashed}: {last[:200]})"
+        self.address = self.proc.stdout.readline().strip()
+        if not self.address.startswith("http"):
+            raise PeerError(f"llama.cpp's server did not start: {self.reason()}")
+
+    def reason(self) -> str:
+        code = self.proc.poll()
+        self.log.seek(0)
+        last = (self.log.read().strip().splitlines() or ["no message"])[-1]
+        return f"{'exit ' + str(code) if code is not None else 'running'}: {last[:200]}"
+
+    def decode_tps(self, prompt_ids: list[int], tokens: int) -> float:
+        """Its own decode rate for `tokens` new tokens after these prompt tokens, EOS banned, greedy."""
+        body = {"prompt": prompt_ids, "n_predict": tokens, "temperature": 0, "ignore_eos": True, "cache_prompt": False}
+        req = urllib.request.Request(f"{self.address}/completion", json.dumps(body).encode(), {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=600) as r:
+                timings = json.load(r)["timings"]
+        except (OSError, ValueError, KeyError) as exc:
+            raise PeerError(f"llama.cpp's server failed ({exc}; {self.reason()})") from None
+        if timings["predicted_n"] != tokens:
+            raise PeerError(f"llama.cpp made {timings['predicted_n']} tokens, not {tokens}")
+        return float(timings["predicted_per_second"])
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def median_range(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--pairs", type=int, default=5, help="tokentop / llama.cpp runs interleaved (at least 5 for a median with a range)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: the engine's, cores - 1); llama.cpp is compared at the same count")
+    ap.add_argument("--variants", default="fp32,fp32+compile,int8,int8+compile,int4,int4+compile")
     args = ap.parse_args()
     from tui_app import fmt
     from tui_app.bench import apply_levers
@@ -155,68 +216,109 @@ def main() -> int:
     from tui_app.engine.models import find_default_gguf
     from tui_app.session import Session
 
+    variants = {
+        "fp32": {},
+        "fp32+compile": {"compile": True},
+        "int8": {"quant": "int8"},
+        "int8+compile": {"quant": "int8", "compile": True},
+        "int4": {"quant": "int4"},
+        "int4+compile": {"quant": "int4", "compile": True},
+    }
     session = Session()
     engine = Engine(EngineConfig(threads=args.threads), session.feed)
     engine.load()
-    bandwidth = ReadBandwidth(engine.threads)
-    req = RunRequest(max_new_tokens=args.tokens, ignore_eos=True)
+    levels = cache_levels()
+    dram_bytes = max(GIB, 4 * max((size for _, size in levels), default=0))
+    read = ReadRate(dram_bytes)
+    ids, _ = engine.prompt_ids(RunRequest(max_new_tokens=args.tokens))
+    req = RunRequest(prompt_ids=ids, max_new_tokens=args.tokens, ignore_eos=True)
+    mean_context = len(ids) + args.tokens / 2
+
+    def run():
+        fin = engine.run(req)
+        return session.timer.runs[fin.run_id].total
+
     rows = []
-    for name, combo in [
-        ("fp32", {}),
-        ("fp32+compile", {"compile": True}),
-        ("int8", {"quant": "int8"}),
-        ("int8+compile", {"quant": "int8", "compile": True}),
-        ("int4", {"quant": "int4"}),
-        ("int4+compile", {"quant": "int4", "compile": True}),
-    ]:
-        refused = apply_levers(engine, combo)
+    for name in [v.strip() for v in args.variants.split(",") if v.strip()]:
+        refused = apply_levers(engine, variants[name])
         if refused:
-            rows.append((name, None, None, None, None, refused))
+            rows.append({"name": name, "refused": refused})
             continue
-        engine.run(req)
-        wb = weight_bytes(engine._variants[engine.levers.quant])
-        tps, per_token, reads, ratios = [], [], [bandwidth()], []
+        warm = run()
+        # the KV a step reads at the run's mean context: the final cache scaled back from its length
+        per_token = weight_bytes(engine._variants[engine.levers.quant]) + warm.kv_bytes * mean_context / (len(ids) + warm.n_tokens)
+        dram = [read(dram_bytes, 3)]
+        tps, reads, ratios = [], [read(per_token)], []
         for _ in range(args.repeats):
-            fin = engine.run(req)
-            st = session.timer.runs[fin.run_id].total
-            reads.append(bandwidth())
-            tps.append(st.decode_tps)
-            per_token.append(wb + st.kv_bytes / 2)  # the mean context over the run holds about half the final KV
-            # against the better of the reads just before and after the run: the ceiling of that minute
-            ratios.append(per_token[-1] * tps[-1] / max(reads[-2], reads[-1]))
-        rows.append((name, statistics.median(tps), statistics.mean(per_token), max(reads), statistics.median(ratios), ""))
-    apply_levers(engine, {})
-    gguf = str(find_default_gguf())
-    before = bandwidth()
-    peer = peer_tps(gguf, args.tokens, engine.threads)
-    peer_bw = max(before, bandwidth())
-    print(
-        f"\n{engine.ready.model} on {engine.device}, {engine.threads} torch thread(s); read bandwidth: the best of "
-        f"three sums of 1 GiB ({engine.threads} thread(s)) just before and after each run; the ratio is each run's "
-        f"against its own reads, the median of {args.repeats} runs\n"
-    )
-    print("| weights | decode tok/s | bytes/token | achieved GB/s | read GB/s (best beside the runs) | ÷ bandwidth | target |\n|---|---|---|---|---|---|---|")
-    for name, t, per_token, bw, ratio, refused in rows:
-        if refused:
-            print(f"| {name} | refused: {refused} | | | | | |")
-        else:
-            print(f"| {name} | {t:.1f} | {fmt.nbytes(per_token)} | {per_token * t / 1e9:.1f} | {bw / 1e9:.1f} | {ratio:.2f} | ≥ 0.8 |")
-    best = max((r for r in rows if r[1]), key=lambda r: r[1])
-    print()
-    if peer is None:
-        print("llama.cpp: llama-cpp-python is not installed (`make bench-peer` builds it into .peer/)")
-    elif isinstance(peer, str):
-        print(f"llama.cpp: {peer}")
-    else:
-        tps, context, note = peer
-        per_token = gguf_bytes_per_token(gguf, context)
-        # the peer on the same measure: what the ≥ 0.8 target asks of a quantized format here
-        print(
-            f"llama.cpp on the same GGUF, {engine.threads} thread(s){note}: {tps:.1f} tok/s × {fmt.nbytes(per_token)} per "
-            f"token = {per_token * tps / 1e9:.1f} GB/s, {per_token * tps / peer_bw:.2f} of the bandwidth ({peer_bw / 1e9:.1f} GB/s "
-            f"read beside it); best sound "
-            f"tokentop mix ({best[0]}, same threads) ÷ llama.cpp = {best[1] / tps:.2f} (target ≥ 0.5)"
+            tps.append(run().decode_tps)
+            reads.append(read(per_token))
+            ratios.append(per_token * tps[-1] / max(reads[-2], reads[-1]))  # against the better of the reads beside the run
+        dram.append(read(dram_bytes, 3))
+        rows.append(
+            {
+                "name": name,
+                "tps": statistics.median(tps),
+                "bytes": per_token,
+                "home": home(per_token, levels),
+                "same": max(reads),
+                "ratio": statistics.median(ratios),
+                "dram": max(dram),
+            }
         )
+    caches = ", ".join(f"{n} {fmt.nbytes(s)}" for n, s in levels) or "not reported"
+    print(
+        f"\n{engine.ready.model} on {engine.device}, {engine.threads} thread(s), {len(ids)} prompt + {args.tokens} new tokens; "
+        f"CPU 0's caches (sysfs): {caches}\nceiling: the best of 5 sums of the working set's bytes (after one that brings them "
+        f"wherever they fit) just before and after each run; DRAM: the best of 3 sums of {fmt.nbytes(dram_bytes)}; ratios: the median of {args.repeats} runs\n"
+    )
+    print("| weights | decode tok/s | bytes/token | fits (by size) | achieved GB/s | read of the same bytes GB/s | ÷ that read | DRAM read GB/s | ÷ DRAM |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if "refused" in r:
+            print(f"| {r['name']} | refused: {r['refused']} | | | | | | | |")
+            continue
+        achieved = r["bytes"] * r["tps"]
+        print(
+            f"| {r['name']} | {r['tps']:.1f} | {fmt.nbytes(r['bytes'])} | {r['home']} | {achieved / 1e9:.1f} | {r['same'] / 1e9:.1f} "
+            f"| {ratio_cell(r['ratio'])} | {r['dram'] / 1e9:.1f} | {achieved / r['dram']:.2f} |"
+        )
+    measured = [r for r in rows if "tps" in r]
+    print()
+    if not measured:
+        return 0
+    best = max(measured, key=lambda r: r["tps"])
+    if importlib.util.find_spec("xllamacpp") is None:
+        print("llama.cpp: not installed (`make bench-peer` installs its server, the xllamacpp wheel, into .peer/)")
+        return 0
+    gguf = str(find_default_gguf())
+    apply_levers(engine, variants[best["name"]])
+    try:
+        peer = LlamaCppServer(gguf, engine.threads, 2 * (len(ids) + args.tokens))
+    except PeerError as exc:
+        print(f"llama.cpp: {exc}")
+        return 0
+    try:
+        peer.decode_tps(ids, args.tokens)  # warm
+        ours, theirs = [], []
+        for _ in range(args.pairs):
+            ours.append(run().decode_tps)
+            theirs.append(peer.decode_tps(ids, args.tokens))
+        peer_bytes = gguf_bytes_per_token(gguf, mean_context)
+        peer_read = read(peer_bytes)
+    except PeerError as exc:
+        print(f"llama.cpp: {exc}")
+        return 0
+    finally:
+        peer.close()
+    ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
+    print(
+        f"llama.cpp's server on the same GGUF and prompt tokens, {engine.threads} thread(s), {args.pairs} pairs interleaved "
+        f"(tokentop {best['name']}, then llama.cpp): tokentop {median_range(ours)} tok/s (wall clock), llama.cpp {median_range(theirs)} tok/s "
+        f"(its own timings); tokentop ÷ llama.cpp, the median of the pairs' ratios (range): {median_range(ratios)} (target ≥ 0.5)\n"
+        f"llama.cpp reads {fmt.nbytes(peer_bytes)} per token ({home(peer_bytes, levels)} by size): "
+        f"{peer_bytes * statistics.median(theirs) / 1e9:.1f} GB/s, {ratio_cell(peer_bytes * statistics.median(theirs) / peer_read)} "
+        f"of a read of the same bytes ({peer_read / 1e9:.1f} GB/s)"
+    )
     return 0
 
 

@@ -24,7 +24,7 @@ def step_layers(model) -> list:
 
     lean = LeanDecode(model)
     calls = []
-    for layer, joints in zip(lean.layers, lean.joints):
+    for layer, joints in zip(lean.layers, lean.joints, strict=True):
         attn, mlp = layer.self_attn, layer.mlp
         if joints:
             calls += [joints[0], attn.o_proj, joints[1], mlp.down_proj]

@@ -3,11 +3,15 @@ model over three layouts of the same weights, alternating in one process.
 - pooled, joined: each packed kind of all layers in one parameter, each layer a slice of it, and
   a decoder layer's q/k/v and gate/up each one kernel call over their adjacent slices (the engine's).
 - pooled: the same, one call per layer.
-- per-layer parameters: each layer its own tensors (the layout before pooling).
+- per-layer parameters: each layer its own tensors (up to baa405c).
 - per-layer buffers (up to a348682): dynamo checks every buffer a compiled step reads against every
   other for aliasing before each call; parameters are exempt.
+Every layout lies on the same page size (--pages): on huge pages the per-layer tensors are separate
+tensors placed in one huge-page region, as the pools are; on small pages the pools are moved off
+their huge pages. The page size alone moves the int4 step by a sixth (pages.py), so layouts on
+different pages would measure the pages, not the layout.
 
-    .venv/bin/python benchmarks/packed_layout.py [--quant int8|int4] [--rounds 6] [--tokens 64]
+    .venv/bin/python benchmarks/packed_layout.py [--quant int8|int4] [--pages huge|small] [--rounds 6] [--tokens 64]
 """
 
 from __future__ import annotations
@@ -22,27 +26,49 @@ import types
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def per_layer(model, buffers: bool) -> None:
-    """Give each quantized layer its own copy of its slices, as parameters or as buffers."""
+def per_layer(model, buffers: bool, huge: bool) -> None:
+    """Give each quantized layer its own copy of its slices, as parameters or as buffers: on huge
+    pages, each its own tensor (its own storage, as a clone is) over one region, as the pools lie."""
+    import torch
+
+    from tui_app.engine import pages
+    from tui_app.engine.quant import _QuantLinear
+
+    parts = [(m, name, m._w(name)) for m in model.modules() if isinstance(m, _QuantLinear) for name in m.packs]
+    starts, end = [], 0
+    for _, _, t in parts:
+        starts.append(end)
+        end += -(-t.numel() * t.element_size() // 64) * 64
+    region = pages.empty(end).numpy() if huge else None
+    for (m, name, t), start in zip(parts, starts, strict=True):
+        if huge:
+            own = torch.frombuffer(region[start : start + t.numel() * t.element_size()], dtype=torch.uint8).view(t.dtype).view(t.shape).copy_(t)
+        else:
+            own = t.clone()
+        delattr(m, name)
+        m.pooled.pop(name, None)
+        if buffers:
+            m.register_buffer(name, own)
+        else:
+            setattr(m, name, torch.nn.Parameter(own, requires_grad=False))
+
+
+def pools_on_small_pages(model) -> None:
+    """Move the pools (quant._pool, on huge pages) to plain memory, in place: every layer keeps its slice."""
     import torch
 
     from tui_app.engine.quant import _QuantLinear
 
-    for m in model.modules():
-        if isinstance(m, _QuantLinear):
-            for name in m.packs:
-                own = m._w(name).clone()
-                delattr(m, name)
-                m.pooled.pop(name, None)
-                if buffers:
-                    m.register_buffer(name, own)
-                else:
-                    setattr(m, name, torch.nn.Parameter(own, requires_grad=False))
+    pools = {id(getattr(m, name)): getattr(m, name) for m in model.modules() if isinstance(m, _QuantLinear) for name in m.pooled}
+    with torch.inference_mode(False), torch.no_grad():
+        for p in pools.values():
+            p.data = p.data.clone()
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quant", choices=["int8", "int4"], default="int8")
+    ap.add_argument("--pages", choices=["huge", "small"], default="huge", help="the page size every layout lies on")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--tokens", type=int, default=64)
     args = ap.parse_args()
@@ -57,9 +83,11 @@ def main() -> int:
     engine.load()
     engine.set_lever("quant", args.quant)
     models = {"pooled, joined": engine._variants[args.quant], "pooled": engine._variants[args.quant]}
+    if args.pages == "small":
+        pools_on_small_pages(models["pooled"])
     for name, buffers in (("per-layer parameters", False), ("per-layer buffers", True)):
         models[name] = quantize(engine.model, args.quant, "cpu", torch.float32)
-        per_layer(models[name], buffers)
+        per_layer(models[name], buffers, huge=args.pages == "huge")
     engine._compiled_fn(models["pooled"], args.quant)  # sets the engine's inductor options for a CPU step
     steps = {}
     for name, model in models.items():
@@ -88,7 +116,7 @@ def main() -> int:
                 if rnd:
                     times[name].append((time.perf_counter() - t) / args.tokens)
     torch.compiler.set_stance("default")
-    print(f"\n{args.quant} + compile, default model, 1 thread, {args.tokens} steps × {args.rounds} rounds each\n")
+    print(f"\n{args.quant} + compile, default model, 1 thread, every layout on {args.pages} pages, {args.tokens} steps × {args.rounds} rounds each\n")
     print("| packed weights | ms/step, median | min | per round |\n|---|---|---|---|")
     for name, v in times.items():
         print(f"| {name} | {statistics.median(v) * 1e3:.2f} | {min(v) * 1e3:.2f} | {', '.join(f'{x * 1e3:.2f}' for x in v)} |")

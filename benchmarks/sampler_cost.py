@@ -15,9 +15,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from monitors.sampler import Sampler  # noqa: E402
-from tui_app.engine.generation import Engine, EngineConfig, RunRequest  # noqa: E402
-from tui_app.session import Session  # noqa: E402
+from monitors.sampler import Sampler
+from tui_app.engine.generation import Engine, EngineConfig, RunRequest
+from tui_app.session import Session
 
 
 def main() -> int:

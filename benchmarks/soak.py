@@ -22,12 +22,12 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from monitors.events import RunFinished  # noqa: E402
-from monitors.record import Recorder, read_recording  # noqa: E402
-from monitors.sampler import Sampler  # noqa: E402
-from tui_app.app import TokentopApp  # noqa: E402
-from tui_app.engine.config import EngineConfig, RunRequest  # noqa: E402
-from tui_app.sources import LiveSource  # noqa: E402
+from monitors.events import RunFinished
+from monitors.record import Recorder, read_recording
+from monitors.sampler import Sampler
+from tui_app.app import TokentopApp
+from tui_app.engine.config import EngineConfig, RunRequest
+from tui_app.sources import LiveSource
 
 # q and ctrl+c end the app; c compiles for a minute on CPU, too long for the short variant.
 KEYS = ["k", "w", "s", "b", "l", "r", "space", "a", "v", "question_mark", "escape", "e", "n"]

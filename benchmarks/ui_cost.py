@@ -20,12 +20,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from textual._styles_cache import StylesCache  # noqa: E402
+from textual._styles_cache import StylesCache
 
-from benchmarks._tmux import TmuxApp  # noqa: E402
-from monitors.record import read_recording  # noqa: E402
-from tui_app.app import TokentopApp  # noqa: E402
-from tui_app.sources import ReplaySource  # noqa: E402
+from benchmarks._tmux import TmuxApp
+from monitors.record import read_recording
+from tui_app.app import TokentopApp
+from tui_app.sources import ReplaySource
 
 
 def record_session(path: str, runs: int = 8) -> None:

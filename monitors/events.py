@@ -28,9 +28,12 @@ class Levers:
     compile: bool = False
     quant: str = "off"
     spec: str = "off"
-    batch: int = 1
+    batch: int = 1  # on a server: concurrent streams
+    server: str = ""  # attached to a server: its label (the in-process levers are the server's own)
 
     def label(self) -> str:
+        if self.server:
+            return f"{self.server} c{self.batch}"
         parts = ["cache" if self.cache else "no-cache"]
         if self.compile:
             parts.append("compile")
@@ -66,6 +69,8 @@ class EngineReady:
     threads: int
     quant_impl: dict = field(default_factory=dict)
     perplexity: float | None = None
+    # Attached to a server: {"engine", "url", "metrics_url", "metrics" (why none, or ""), "kv_note", "pid"}.
+    server: dict | None = None
     t_ns: int = field(default_factory=now_ns)
 
 
@@ -93,6 +98,17 @@ class RunStarted:
 
 @dataclass
 class Step:
+    """One step's tokens as its source emitted them.
+
+    t_ns: when the step was emitted (the engine: its tokens detokenized and measured, just before
+    the emit; a server client: the chunk's arrival). dt_ns: the interval since the previous
+    emission of the run (RunStarted's for the first step), less the phases (pause, compile,
+    quantize) between: every cost of a token, the loop's own included, as a reader sees it.
+    forward_ns: the model's forward alone. compute_ns: the step's own work, from its start after
+    the command poll to its tokens in hand (forward, sampling, the host read); dt_ns - compute_ns
+    is what the loop spends between steps (detokenizing, KV measurement, the emit, the poll).
+    Sources that cannot see inside a step (a server) leave forward_ns and compute_ns 0."""
+
     run_id: int
     step: int
     kind: str
@@ -108,6 +124,7 @@ class Step:
     segment: int = 0
     proposed: int = 0
     accepted: int = 0
+    compute_ns: int = 0
 
 
 @dataclass
@@ -143,14 +160,16 @@ class RunFinished:
     n_tokens: int
     stop_reason: str
     text: str
-    peak_rss: int
-    baseline_rss: int
+    peak_rss: int | None  # None: a server that is not on this host and exports no RSS of its own
+    baseline_rss: int | None
     torch_peak: int | None
     gpu_baseline: int | None
     perplexity: float | None
     first_diff: int | None  # first token that differs from plain greedy on the same prompt
     diff_note: str  # the output against plain greedy: identical, differs at token N, reference, …
     t_ns: int = field(default_factory=now_ns)
+    prompt_tokens: int | None = None  # a server's own count, known only when its stream ends
+    server: dict | None = None  # a server run: its own timings and counts (attach/client.py)
 
 
 @dataclass
@@ -175,14 +194,29 @@ class Sampled:
 
 
 @dataclass
+class ServerSample:
+    """One scrape of an attached server's /metrics, as figures (monitors.servers): `values` by
+    figure name (quantile figures as {p50, p95, p99, mean, n}), `sources` the metric each came from."""
+
+    t_ns: int
+    values: dict
+    sources: dict
+    error: str = ""  # why there is no scrape (no /metrics, unreachable), said once per change
+    server: str = ""  # which attached server (its label), when several are compared
+
+
+@dataclass
 class EngineError:
     message: str
     fatal: bool = False
     t_ns: int = field(default_factory=now_ns)
 
 
-EVENT_TYPES = {cls.__name__: cls for cls in (EngineReady, Phase, RunStarted, Step, LeverChanged, LeverRefused, TorchMemory, RunFinished, Sampled, EngineError)}
-Event = EngineReady | Phase | RunStarted | Step | LeverChanged | LeverRefused | TorchMemory | RunFinished | Sampled | EngineError
+EVENT_TYPES = {
+    cls.__name__: cls
+    for cls in (EngineReady, Phase, RunStarted, Step, LeverChanged, LeverRefused, TorchMemory, RunFinished, Sampled, ServerSample, EngineError)
+}
+Event = EngineReady | Phase | RunStarted | Step | LeverChanged | LeverRefused | TorchMemory | RunFinished | Sampled | ServerSample | EngineError
 
 
 def to_json(event: Event) -> str:
@@ -193,7 +227,19 @@ class EventDecodeError(ValueError):
     pass
 
 
+class UnknownEventType(EventDecodeError):
+    """A well-formed event of a type this version does not know (a newer source's): readers that
+    only draw what they know may skip it instead of stopping."""
+
+    def __init__(self, kind: str):
+        super().__init__(f"not a tokentop event of this version (unknown type {kind!r})")
+        self.kind = kind
+
+
 def from_dict(data: dict) -> Event:
+    kind = data.get("type") if isinstance(data, dict) else None
+    if isinstance(kind, str) and kind and kind not in EVENT_TYPES:
+        raise UnknownEventType(kind)
     try:
         cls = EVENT_TYPES[data["type"]]
     except (KeyError, TypeError):

@@ -7,6 +7,7 @@ The NVML module is injectable so tests can stand in for hardware that is absent.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 
@@ -118,8 +119,6 @@ class NvmlReader:
 
     def close(self) -> None:
         if self.ok:
-            try:
+            with contextlib.suppress(Exception):  # shutting down a broken NVML is best effort
                 self.nvml.nvmlShutdown()
-            except Exception:  # noqa: BLE001 - shutting down a broken NVML is best effort
-                pass
             self.ok = False

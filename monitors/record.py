@@ -8,10 +8,10 @@ the error names that line.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from monitors.events import EngineError, Event, EventDecodeError, LeverChanged, RunFinished, from_json, to_json
+from monitors.events import EngineError, Event, EventDecodeError, LeverChanged, RunFinished, UnknownEventType, from_json, to_json
 from monitors.text import plural
 
 _FLUSH_ON = (RunFinished, EngineError, LeverChanged)
@@ -64,16 +64,19 @@ class Recorder:
 class Recording:
     events: list[Event]
     error: str | None = None
+    skipped: dict[str, int] = field(default_factory=dict)  # event type → lines left out (skip_unknown)
 
 
-def read_recording(path: str | os.PathLike) -> Recording:
-    """All events up to the first bad line; `error` says which line and why."""
+def read_recording(path: str | os.PathLike, skip_unknown: bool = False) -> Recording:
+    """All events up to the first bad line; `error` says which line and why. With `skip_unknown`,
+    events of a type this version does not know are counted in `skipped` and reading goes on."""
     p = Path(path)
     try:
         raw = p.read_bytes()
     except OSError as exc:
         return Recording([], f"cannot read {p}: {exc.strerror or exc}")
     events: list[Event] = []
+    skipped: dict[str, int] = {}
     for n, line in enumerate(raw.split(b"\n"), start=1):
         if not line.strip():
             continue
@@ -82,8 +85,11 @@ def read_recording(path: str | os.PathLike) -> Recording:
         except UnicodeDecodeError:
             return Recording(events, f"{p}: line {n} is not UTF-8 text; {plural(len(events), 'event')} before it {'was' if len(events) == 1 else 'were'} read")
         except EventDecodeError as exc:
+            if skip_unknown and isinstance(exc, UnknownEventType):
+                skipped[exc.kind] = skipped.get(exc.kind, 0) + 1
+                continue
             what = "truncated or corrupt" if events else "not a tokentop recording"
             return Recording(events, f"{p}: line {n} is {what}: {exc}; {plural(len(events), 'event')} before it {'was' if len(events) == 1 else 'were'} read")
     if not events:
-        return Recording([], f"{p} holds no tokentop events")
-    return Recording(events)
+        return Recording([], f"{p} holds no tokentop events", skipped)
+    return Recording(events, None, skipped)

@@ -1,13 +1,21 @@
 """Token-timing statistics computed from the engine's events.
 
-Definitions (the same for the TUI, the benchmark and replay, since all use this module):
-- TTFT: from RunStarted (prompt tokenized, before the prefill pass) to the end of the prefill step.
+Definitions (the same for the TUI, the benchmark and replay, since all use this module), all on
+one clock, the time at which each event was emitted (for a server, a chunk's arrival):
+- a step's interval (Step.dt_ns): from the run's previous emission (RunStarted for the first
+  step) to the step's own, less the phases (pause, compile, quantize) in between. So everything
+  the loop does per token counts, and TTFT + decode time + re-prefill time = end-to-end time.
+- TTFT: from RunStarted (prompt tokenized, before the prefill pass) to the prefill step's
+  emission (its token sampled, detokenized and sent).
 - ITL: per generated token, for decode and speculative-verify steps. A step that yields k tokens
   contributes k intervals of dt/k, so mean ITL × decode tokens = decode time.
   Re-prefill steps (after a lever change) are excluded from ITL and reported as their own time.
 - decode tok/s: batch × decode tokens ÷ decode time (throughput over all sequences). A run whose
   batch changed mid-run sums each step's tokens × the batch that step ran with.
-- end-to-end tok/s: batch × all new tokens ÷ end-to-end time (the same per-step sum).
+- compute tok/s: the same tokens ÷ the decode steps' own work (Step.compute_ns: forward,
+  sampling, the host read, not the loop between steps); NaN where the source does not see it.
+- end-to-end: from RunStarted to the last step's emission, less the phases inside the run;
+  end-to-end tok/s: batch × all new tokens ÷ end-to-end time (the same per-step sum).
 - prefill tok/s: batch × prompt tokens ÷ TTFT.
 """
 
@@ -84,6 +92,7 @@ class TimingStats:
     itl_s: list[float] = field(default_factory=list)
     decode_s: float = 0.0
     decode_tokens: int = 0
+    compute_s: float = 0.0
     reprefill_s: float = 0.0
     e2e_s: float = math.nan
     proposed: int = 0
@@ -104,6 +113,10 @@ class TimingStats:
     @property
     def decode_tps(self) -> float:
         return self.decode_seq_tokens / self.decode_s if self.decode_s > 0 else math.nan
+
+    @property
+    def compute_tps(self) -> float:
+        return self.decode_seq_tokens / self.compute_s if self.compute_s > 0 else math.nan
 
     @property
     def e2e_tps(self) -> float:
@@ -141,6 +154,7 @@ class TimingStats:
         if step.kind == "prefill":
             return
         self.decode_s += dt
+        self.compute_s += step.compute_ns / 1e9
         self.decode_tokens += step.n_tokens
         self.decode_seq_tokens += batch * step.n_tokens
         self.overhead_ns += max(0, step.dt_ns - step.forward_ns)
@@ -172,7 +186,7 @@ class RunTimer:
 
     def started(self, ev: RunStarted) -> RunRecord:
         total = TimingStats(ev.levers, ev.levers.batch, ev.prompt_tokens)
-        rec = RunRecord(ev, total, [TimingStats(ev.levers, ev.levers.batch, ev.prompt_tokens)], last_t_ns=ev.t_ns)
+        rec = RunRecord(ev, total, [_segment(ev.levers, ev.prompt_tokens)], last_t_ns=ev.t_ns)
         self.runs[ev.run_id] = rec
         return rec
 
@@ -181,12 +195,17 @@ class RunTimer:
         if rec is None:
             return
         t0 = rec.started.t_ns
-        if ev.kind == "prefill":
-            rec.total.ttft_s = rec.segments[0].ttft_s = (ev.t_ns - t0) / 1e9
         while len(rec.segments) <= ev.segment:
-            rec.segments.append(TimingStats(rec.started.levers, rec.started.levers.batch, rec.started.prompt_tokens))
+            rec.segments.append(_segment(rec.started.levers, rec.started.prompt_tokens))
         seg = rec.segments[ev.segment]
-        rec.total.add_step(ev, seg.batch)
+        if ev.kind == "prefill":
+            # One prefill per run in the engine; one per stream on a server, where the run's TTFT
+            # is the mean of its streams'.
+            seg.ttft_s = (ev.t_ns - t0) / 1e9
+            rec.total.ttft_s = mean([s.ttft_s for s in rec.segments if not math.isnan(s.ttft_s)])
+        # A server run's streams run side by side: its rate is the sum of theirs (N × tokens ÷ the
+        # streams' summed time); an engine segment's steps count batch × tokens.
+        rec.total.add_step(ev, rec.total.batch if rec.started.levers.server else seg.batch)
         seg.add_step(ev)
         rec.total.e2e_s = (ev.t_ns - t0) / 1e9 - rec.paused_s
         rec.last_t_ns = ev.t_ns
@@ -204,7 +223,7 @@ class RunTimer:
         if rec is None:
             return
         while len(rec.segments) <= segment:
-            rec.segments.append(TimingStats(levers, levers.batch, rec.started.prompt_tokens))
+            rec.segments.append(_segment(levers, rec.started.prompt_tokens))
         rec.segments[segment].levers = levers
         rec.segments[segment].batch = levers.batch
 
@@ -212,4 +231,13 @@ class RunTimer:
         rec = self.runs.get(ev.run_id)
         if rec is not None:
             rec.finished = ev
+            if ev.prompt_tokens is not None:  # a server counts the prompt (its chat template included)
+                for st in (rec.total, *rec.segments):
+                    st.prompt_tokens = ev.prompt_tokens
         return rec
+
+
+def _segment(levers: Levers, prompt_tokens: int) -> TimingStats:
+    """A lever segment of an engine run (its batch scales throughput), or one stream of a
+    server run: each stream is one sequence, the run's total counts all of them."""
+    return TimingStats(levers, 1 if levers.server else levers.batch, prompt_tokens)

@@ -2,7 +2,13 @@
 then rsvg-convert (Debian's librsvg2-bin). `make screenshots` runs this.
 
 The session shown: a run of the short prompt, int8 switched on mid-run, then a run with prompt
-lookup on the long (summarize-this) prompt, so every pane has something to show.
+lookup on the long (summarize-this) prompt, so every pane has something to show. The attach
+picture: the real llama.cpp server (xllamacpp) on the bundled GGUF, one stream, then four.
+
+Then `tokentop report` pages, rendered whole by headless Chromium: one of a recorded auto-repeat
+session (int8 switched on in the first run, enough runs after it for the leak detector's verdict)
+and one of a small `tokentop bench -o json`; and `tokentop serve` in Chromium, with `?` pressed.
+Timed figures in them were taken on whatever load the machine had at the time.
 """
 
 from __future__ import annotations
@@ -12,14 +18,19 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+from monitors.record import Recorder  # noqa: E402
 from monitors.sampler import Sampler  # noqa: E402
+from tests import browser  # noqa: E402
+from tests.llama_server import LlamaServer  # noqa: E402
 from tui_app.app import TokentopApp  # noqa: E402
+from tui_app.attach.client import AttachConfig  # noqa: E402
 from tui_app.engine.config import EngineConfig, RunRequest  # noqa: E402
-from tui_app.sources import LiveSource  # noqa: E402
+from tui_app.sources import AttachSource, LiveSource  # noqa: E402
 
 SIZES = [(160, 45), (80, 24)]
 
@@ -51,12 +62,86 @@ async def shoot(size: tuple[int, int]) -> str:
     return png
 
 
+async def shoot_attach(size: tuple[int, int]) -> str:
+    server = LlamaServer()
+    try:
+        source = AttachSource([AttachConfig(url=server.url, metrics_hz=4, label="llama.cpp")])
+        app = TokentopApp(source, RunRequest(max_new_tokens=120), sampler=Sampler(hz=4), fps=8)
+        async with app.run_test(size=size) as pilot:
+            await until(pilot, lambda: len(app.session.finished_ids) >= 1)
+            await pilot.press("b", "b", "r")
+            await until(pilot, lambda: len(app.session.finished_ids) >= 2)
+            await pilot.pause(2.0)
+            name = f"tokentop-attach-{size[0]}x{size[1]}"
+            svg = app.save_screenshot(filename=name + ".svg", path=HERE)
+            await pilot.press("q")
+    finally:
+        server.close()
+    png = os.path.join(HERE, name + ".png")
+    subprocess.run(["rsvg-convert", "-w", str(size[0] * 11), svg, "-o", png], check=True)
+    os.unlink(svg)
+    return png
+
+
+async def record_session(path: str, runs: int = 12) -> None:
+    """An auto-repeat session of short runs, recorded: int8 is switched on in the first run (a
+    re-prefill), and the rest give the leak detector the runs it needs after that preparation."""
+    app = TokentopApp(LiveSource(EngineConfig()), RunRequest(max_new_tokens=24), recorder=Recorder(path), sampler=Sampler(hz=4), fps=4, auto=True)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await until(pilot, lambda: len(app.session.latency) > 10)
+        await pilot.press("w")
+        await until(pilot, lambda: len(app.session.finished_ids) >= runs, timeout=600)
+        await pilot.press("a", "q")
+    app.session.recorder.close()
+
+
+def reports(tmp: str) -> list[str]:
+    from tui_app.report import build, write_html
+
+    recording = os.path.join(tmp, "session.jsonl")
+    asyncio.run(record_session(recording))
+    stem = os.path.join(tmp, "bench")
+    bench = [sys.executable, "-m", "tui_app", "bench", "--levers", "plain,int8,lookup", "--lengths", "32:32,256:32", "--warmup", "1", "--repeats", "3"]
+    subprocess.run([*bench, "-o", "json", "--out", stem], check=True, stdout=subprocess.DEVNULL)
+    out = []
+    with browser.chromium() as chrome:
+        for name, src in (("report-session", recording), ("report-bench", stem + ".json")):
+            page = os.path.join(tmp, name + ".html")
+            write_html(build(src), page)
+            png = os.path.join(HERE, name + ".png")
+            visit = browser.render_file(chrome, page, png, width=1100)
+            if visit.console_errors or visit.page_errors or visit.blocked:
+                raise RuntimeError(f"{name}: {visit}")
+            out.append(png)
+    return out
+
+
+def served() -> list[str]:
+    first, help_ = os.path.join(HERE, "serve-browser.png"), os.path.join(HERE, "serve-browser-help.png")
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        browser.serving(os.path.join(tmp, "serve.log"), "--no-record", "--max-new-tokens", "48") as url,
+        browser.chromium() as chrome,
+    ):
+        browser.browse_app(chrome, url, first, help_, ready="run 1 done")
+    return [first, help_]
+
+
 def main() -> int:
     if shutil.which("rsvg-convert") is None:
         print("rsvg-convert is missing: apt-get install librsvg2-bin", file=sys.stderr)
         return 2
+    if browser.unavailable():
+        print(f"no browser pictures: {browser.unavailable()}", file=sys.stderr)
+        return 2
     for size in SIZES:
         print("wrote", asyncio.run(shoot(size)))
+    print("wrote", asyncio.run(shoot_attach((160, 45))))
+    with tempfile.TemporaryDirectory() as tmp:
+        for png in reports(tmp):
+            print("wrote", png)
+    for png in served():
+        print("wrote", png)
     return 0
 
 

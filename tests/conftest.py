@@ -2,6 +2,8 @@ import os
 
 import pytest
 
+from tests.llama_server import LlamaServer
+
 # Library chatter (torchao's optional kernels, transformers' progress bars) is not what tests check.
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -11,6 +13,11 @@ os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
 # (those that run the CLI in a subprocess inherit this) must never write there.
 TEST_DATA = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "tokentop-data"))
 os.environ["TOKENTOP_DATA"] = TEST_DATA
+
+
+def pytest_collection_modifyitems(items):
+    """Browser tests last: they start a server and a browser, and a failure there should not hide the rest."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
 
 
 @pytest.fixture(scope="session")
@@ -43,3 +50,11 @@ def plain(engine):
     apply_levers(engine, {})
     yield engine
     apply_levers(engine, {})
+
+
+@pytest.fixture(scope="session")
+def llama_server():
+    """The real llama.cpp server on the bundled GGUF, shared by the attach tests."""
+    server = LlamaServer()
+    yield server
+    server.close()

@@ -36,6 +36,31 @@ def test_the_decode_attention_equals_masked_sdpa(batch, hq, hkv, dim, position):
     torch.testing.assert_close(ours, _sdpa(q, k, v, position, scale), rtol=1e-5, atol=1e-5)
 
 
+def test_each_sequence_reads_up_to_its_own_position():
+    """Rows at different positions: each row attends over its own filled slots (the kernel read row
+    0's position for every row, so the others silently attended over the wrong slots)."""
+    torch.manual_seed(3)
+    positions = [0, 100, 255]
+    q = torch.randn(3, 9, 1, 64)
+    k, v = torch.randn(2, 3, 3, 256, 64).unbind(0)
+    for b, p in enumerate(positions):
+        k[b, :, p + 1 :] = 1e4
+    ours = torch.ops.tokentop.decode_attention(q, k, v, torch.tensor(positions).view(3, 1), 0.125)
+    for b, p in enumerate(positions):
+        torch.testing.assert_close(ours[b : b + 1], _sdpa(q[b : b + 1], k[b : b + 1], v[b : b + 1], p, 0.125), rtol=1e-5, atol=1e-5)
+
+
+def test_an_empty_batch_gives_an_empty_result():
+    q, k = torch.randn(0, 2, 1, 16), torch.randn(0, 2, 8, 16)
+    assert torch.ops.tokentop.decode_attention(q, k, k, torch.zeros(0, 1, dtype=torch.long), 1.0).shape == (0, 1, 2, 16)
+
+
+def test_a_position_count_other_than_the_batch_is_refused_with_the_reason():
+    q, k = torch.randn(2, 2, 1, 8), torch.randn(2, 2, 16, 8)
+    with pytest.raises(RuntimeError, match="position per sequence"):
+        torch.ops.tokentop.decode_attention(q, k, k, torch.tensor([[3]]), 1.0)
+
+
 def test_a_position_outside_the_cache_is_refused_with_the_reason():
     q, k = torch.randn(1, 2, 1, 8), torch.randn(1, 2, 16, 8)
     with pytest.raises(RuntimeError, match="position outside the cache"):

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from benchmarks.framework_overhead import tiny_llama
-from tui_app.bench import apply_levers
 from monitors.events import Step
+from tui_app.bench import apply_levers
 from tui_app.engine.generation import Engine, EngineConfig, RunRequest
 
 

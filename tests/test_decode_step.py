@@ -50,7 +50,7 @@ def test_the_fused_step_computes_what_the_layers_do(engine, level, batch):
     # The first layer's K/V come from the embedding through RMSNorm, q/k/v and RoPE alone: the same
     # rounded inputs, so the same to float rounding (measured 1e-6); later layers carry the drift
     # above (measured 1.3e-3 at most, relative to the layer's whole K or V).
-    for i, (mine, theirs) in enumerate(zip(f_cache.layers, cache.layers)):
+    for i, (mine, theirs) in enumerate(zip(f_cache.layers, cache.layers, strict=True)):
         assert int(mine.cumulative_length) == int(theirs.cumulative_length) == PROMPT.shape[1] + STEPS
         for a, b in ((mine.keys, theirs.keys), (mine.values, theirs.values)):
             assert (a - b).norm() <= (1e-5 if i == 0 else 3e-3) * b.norm()

@@ -16,6 +16,11 @@ SAMPLES = [
     E.TorchMemory("cuda:0", 1, 2, 3),
     E.RunFinished(1, 10, "eos", "text", 1, 2, None, None, 13.25, 4, "differs"),
     E.Sampled(5, engine_rss=1, engine_cpu=99.5, gpu_reason="n/a: no GPU"),
+    E.ServerSample(6, {"kv_usage": 0.25, "ttft": {"p50": 0.1, "p95": 0.2, "p99": 0.3, "mean": 0.12, "n": 4.0}}, {"kv_usage": "vllm:kv_cache_usage_perc"}),
+    E.ServerSample(7, {}, {}, error="no Prometheus metrics at http://h:1/metrics: start llama-server with --metrics"),
+    E.RunStarted(2, Levers(batch=4, server="vllm-a"), 0, 16, "p", "short"),
+    E.RunFinished(2, 64, "max tokens", "t", None, None, None, None, None, None, "identical", prompt_tokens=42, server={"prompt_ms": 12.5}),
+    E.EngineReady("m", "http://h:1", "vLLM", "server", 0, 0, 0, 0, 0, 0, 2048, 0.1, 0, server={"engine": "vLLM", "pid": None}),
     E.EngineError("boom", True),
 ]
 

@@ -40,7 +40,7 @@ def test_cold_load_converts_once_then_loads_the_cached_copy(tmp_path, monkeypatc
     warm = load_model("default", "cpu", torch.float32)
     assert (cold.source, warm.source) == ("gguf", "converted-cache")
     assert warm.load_s < cold.load_s
-    for (n1, p1), (n2, p2) in zip(cold.model.state_dict().items(), warm.model.state_dict().items()):
+    for (n1, p1), (n2, p2) in zip(cold.model.state_dict().items(), warm.model.state_dict().items(), strict=True):
         assert n1 == n2 and torch.equal(p1, p2)
     assert warm.tokenizer.chat_template  # an instruct model keeps its chat template
     assert not list(tmp_path.glob("models/*.tmp*"))  # saved atomically

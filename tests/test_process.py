@@ -7,6 +7,8 @@ import time
 import pytest
 
 from monitors.events import EngineError, EngineReady, LeverChanged, RunFinished, Step
+from monitors.sampler import Sampler
+from tests.test_system import PAGE, statm_rss, walked_rss
 from tui_app.engine.generation import EngineConfig, RunRequest
 from tui_app.engine.process import EngineProcess
 
@@ -34,6 +36,14 @@ def proc():
 
 def test_run_and_lever_across_the_process_boundary(proc):
     wait_for(proc, EngineReady)
+    # the engine's RSS as the sampler shows it, against the kernel's accounts (the engine idles now)
+    sampler = Sampler()
+    sampler.watch("engine", proc.pid)
+    low = statm_rss(proc.pid)
+    rss = sampler.sample_once().processes["engine"].rss
+    high = statm_rss(proc.pid)
+    assert min(low, high) - 64 * PAGE <= rss <= max(low, high) + 64 * PAGE
+    assert rss == pytest.approx(walked_rss(proc.pid), rel=0.01)
     proc.run(RunRequest(max_new_tokens=12, ignore_eos=True))
     fin, seen = wait_for(proc, RunFinished)
     assert fin.n_tokens == 12 and sum(e.n_tokens for e in seen if isinstance(e, Step)) == 12

@@ -122,6 +122,23 @@ def test_the_int8_kernel_equals_the_formula_for_any_row_length(k):
             _assert_within(q(x), ref, bound)
 
 
+@pytest.mark.parametrize("kernel", [True, False])
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("in_features,shape", [(0, (3, 0)), (0, (2, 0, 0)), (64, (0, 64)), (64, (1, 0, 64))])
+def test_zero_columns_or_zero_tokens_give_torchs_result(fmt, kernel, in_features, shape):
+    """No columns: every output is the bias (an empty sum), as torch's linear gives; no tokens: an
+    empty result of the right shape. The kernels sized their thread tasks by the row length and
+    died with SIGFPE on the first."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(in_features, 20, bias=True)
+    q = FORMATS[fmt][0](lin, kernel)
+    x = torch.randn(shape)
+    with torch.inference_mode():
+        y = q(x)
+    assert y.shape == (*shape[:-1], 20)
+    torch.testing.assert_close(y, lin(x).detach(), rtol=0, atol=0)
+
+
 def test_int8_rows_padded_to_fours_widen_in_whole_chunks():
     """Without the kernel int8 rows are widened with their padding to a multiple of four: rows short
     of a four, in more rows than one chunk holds, still fit the shared chunk buffer and give the formula."""

@@ -26,22 +26,23 @@ def test_empty_summary_is_nan_not_an_error():
 
 
 def _step(run, i, kind, t, dt, n=1, seg=0, prop=0, acc=0, fwd=None):
-    return Step(run, i, kind, [0] * n, "x", n, t, dt, dt - 100 if fwd is None else fwd, 10, 10, i, seg, prop, acc)
+    return Step(run, i, kind, [0] * n, "x", n, t, dt, dt - 100 if fwd is None else fwd, 10, 10, i, seg, prop, acc, compute_ns=dt - 50)
 
 
 def test_run_timer_definitions_against_hand_computation():
-    """TTFT from RunStarted to prefill end; ITL per token (a k-token verify step gives k × dt/k);
+    """TTFT from RunStarted to the prefill step's emission; each step's interval from the emission
+    before it, less the phases between; ITL per token (a k-token verify step gives k × dt/k);
     re-prefill excluded from ITL; compile phase inside a run excluded from end-to-end."""
     ms = 1_000_000
     t0 = 1000 * ms
     timer = RunTimer()
     timer.started(RunStarted(1, Levers(batch=2), 10, 8, "p", t_ns=t0))
-    timer.step(_step(1, 1, "prefill", t0 + 100 * ms, 90 * ms))
+    timer.step(_step(1, 1, "prefill", t0 + 100 * ms, 100 * ms))
     timer.step(_step(1, 2, "decode", t0 + 150 * ms, 50 * ms))
     timer.step(_step(1, 3, "decode", t0 + 210 * ms, 60 * ms))
     timer.lever_changed(1, 1, Levers(batch=2, spec="lookup"))
     timer.phase(Phase("compile", "x", True, 1.0, t_ns=t0 + 220 * ms))
-    timer.step(_step(1, 4, "reprefill", t0 + 1300 * ms, 80 * ms, seg=1))
+    timer.step(_step(1, 4, "reprefill", t0 + 1300 * ms, 90 * ms, seg=1))  # 1090 ms since step 3, 1000 of them compiling
     timer.step(_step(1, 5, "verify", t0 + 1360 * ms, 60 * ms, n=3, seg=1, prop=4, acc=2))
     timer.finished(RunFinished(1, 7, "max tokens", "", 0, 0, None, None, None, None, ""))
     rec = timer.runs[1]
@@ -51,7 +52,9 @@ def test_run_timer_definitions_against_hand_computation():
     assert tot.n_tokens == 1 + 1 + 1 + 1 + 3
     assert tot.decode_tokens == 5 and tot.decode_s == pytest.approx(0.17)
     assert tot.decode_tps == pytest.approx(2 * 5 / 0.17)  # batch 2: throughput over both sequences
-    assert tot.reprefill_s == pytest.approx(0.08)
+    assert tot.compute_s == pytest.approx(0.17 - 3 * 50e-9) and tot.compute_tps == pytest.approx(2 * 5 / tot.compute_s)
+    assert tot.reprefill_s == pytest.approx(0.09)
+    assert tot.ttft_s + tot.decode_s + tot.reprefill_s == pytest.approx(tot.e2e_s)  # one clock: the parts make the whole
     assert tot.e2e_s == pytest.approx(1.36 - 1.0)  # the 1 s compile phase is not end-to-end time
     assert tot.e2e_tps == pytest.approx(2 * 7 / 0.36)
     assert tot.prefill_tps == pytest.approx(2 * 10 / 0.1)
@@ -59,7 +62,7 @@ def test_run_timer_definitions_against_hand_computation():
     assert tot.overhead_ms_per_step == pytest.approx(100 / 1e6)
     seg0, seg1 = rec.segments
     assert seg0.itl_s == pytest.approx([0.05, 0.06]) and seg1.itl_s == pytest.approx([0.02] * 3)
-    assert seg1.levers.spec == "lookup" and seg1.reprefill_s == pytest.approx(0.08)
+    assert seg1.levers.spec == "lookup" and seg1.reprefill_s == pytest.approx(0.09)
 
 
 def test_a_mid_run_batch_switch_weights_each_segment_by_its_own_batch():

@@ -72,7 +72,7 @@ def test_fit_columns_keeps_whole_cells_and_leaves_out_the_least_important():
         left_out = set(range(len(COLUMNS))) - set(shown)
         if left_out:  # nothing shown is less important than something left out
             assert max(COLUMNS[i].priority for i in shown) <= min(COLUMNS[i].priority for i in left_out)
-        for i, w in zip(shown, widths):
+        for i, w in zip(shown, widths, strict=True):
             assert all(len(r[i]) <= w for r in rows if len(r[i]) <= COLUMNS[i].cap)
 
 
@@ -87,7 +87,7 @@ async def test_runs_table_shows_every_number_whole():
         header, body = lines[0], lines[1:]
         rows = session.rows()
         assert len(body) == min(len(rows), table.content_size.height - 1)
-        for line, row in zip(body, rows[-len(body) :]):
+        for line, row in zip(body, rows[-len(body) :], strict=True):
             for col in COLUMNS:
                 if col.title in header:
                     assert col.cell(row) in line, (col.title, col.cell(row), line)

@@ -12,9 +12,10 @@ import time
 from collections import deque
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import ClassVar
 
 from textual.app import App, ComposeResult, SystemCommand
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Container, Horizontal
 from textual.widgets import Static
 
@@ -43,6 +44,7 @@ from tui_app.widgets.kv_chart import KVChart
 from tui_app.widgets.latency_chart import LatencyChart
 from tui_app.widgets.memory_chart import MemoryChart
 from tui_app.widgets.runs_table import RunsTable
+from tui_app.widgets.server_pane import ServerPane
 from tui_app.widgets.status_bar import StatusBar
 from tui_app.widgets.token_stream import TokenStream
 from tui_app.widgets.util_chart import UtilChart
@@ -79,13 +81,14 @@ class TokentopApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "tokentop"
     ENABLE_COMMAND_PALETTE = True
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("k", "lever('cache')", "cache"),
         Binding("c", "lever('compile')", "compile"),
         Binding("w", "lever('quant')", "quant"),
         Binding("s", "lever('spec')", "spec"),
         Binding("b", "lever('batch')", "batch"),
         Binding("l", "preset", "length"),
+        Binding("t", "next_server", "next server", show=False),
         Binding("n", "new_prompt", "prompt"),
         Binding("r", "rerun", "rerun"),
         Binding("space", "pause", "pause"),
@@ -144,7 +147,8 @@ class TokentopApp(App):
         self.tokens = TokenStream(id="tokens")
         charts = [
             LatencyChart(self.session, id="latency"),
-            KVChart(self.session, id="kv"),
+            # On a server the KV pane is its own figures: its cache is not ours to measure.
+            ServerPane(self.session, id="kv") if self.source.kind == "server" else KVChart(self.session, id="kv"),
             MemoryChart(self.session, id="memory"),
             UtilChart(self.session, id="util"),
         ]
@@ -238,7 +242,8 @@ class TokentopApp(App):
     def _on_event(self, ev) -> None:
         tokens = self.tokens
         if isinstance(ev, Step):
-            tokens.add_text(ev.text)
+            if not (self.session.levers.server and ev.segment):  # a server run's first stream is the one shown
+                tokens.add_text(ev.text)
             self._mark("latency", "kv")
         elif isinstance(ev, Sampled):
             self._mark("memory", "util")
@@ -257,6 +262,8 @@ class TokentopApp(App):
                 self.set_timer(0.3, self._auto_next)
         elif isinstance(ev, LeverChanged):
             self._wanted.pop(ev.lever, None)
+            if ev.lever == "server":
+                self._follow_server()
             if ev.run_id is not None:
                 tokens.add_mark(f"{ev.lever}→{short_value(ev.value)}")
                 self.state = f"run {ev.run_id}: generating"  # not the preparation phase that came before
@@ -272,9 +279,16 @@ class TokentopApp(App):
             if ev.name == "pause":
                 self.state = "paused" if not ev.done else "generating"
         elif isinstance(ev, EngineReady):
-            self.state = f"{ev.model} on {ev.device} ({ev.dtype}) ready in {ev.load_s:.1f} s"
-            self.sub_title = f"{ev.model} · {ev.device} · {ev.dtype}"
-            if self.source.live and self.request is not None:
+            if ev.server:
+                if len(self.session.servers) == 2:  # t now moves between them
+                    self.key_bar.draw()
+                self.state = f"{ev.model} on the {ev.device} server at {ev.server['url']}"
+                self.sub_title = f"{ev.model} · {ev.device} · {ev.server['url']}"
+                self._follow_server()
+            else:
+                self.state = f"{ev.model} on {ev.device} ({ev.dtype}) ready in {ev.load_s:.1f} s"
+                self.sub_title = f"{ev.model} · {ev.device} · {ev.dtype}"
+            if self.source.live and self.request is not None and not self.running:  # compared servers: one ready each
                 self.start_run()
         elif isinstance(ev, EngineError):
             if not self.session.current or self.session.current.finished is not None:
@@ -283,6 +297,22 @@ class TokentopApp(App):
             self.notify(ev.message.splitlines()[0], title="engine", severity="error", timeout=8)
             if ev.fatal:
                 self.state = "engine failed — fix the cause and press R to restart, or q to quit"
+
+    def key_applies(self, action: str) -> bool:
+        """Whether a key does something here (the key bar leaves out those that do not)."""
+        if action == "next_view":
+            return self._mode != "wide"
+        if action == "next_server":
+            return len(self.session.servers) > 1
+        return True
+
+    def _follow_server(self) -> None:
+        """The memory pane and the leak detector follow the active server's process when it runs here."""
+        server = self.session.active_server()
+        if self.source.live and server is not None:
+            self.source.server_pid = server.get("pid")
+            if self.sampler is not None:
+                self.sampler.watch("engine", self.source.server_pid)
 
     def _engine_died(self, message: str) -> None:
         self.running = False
@@ -294,6 +324,8 @@ class TokentopApp(App):
 
     def _auto_next(self) -> None:
         if self.auto and not self.running and not self.paused:
+            if len(self.session.servers) > 1:  # compared servers take turns on the same prompt
+                self.action_next_server()
             self.start_run()
 
     def start_run(self) -> None:
@@ -318,12 +350,27 @@ class TokentopApp(App):
             "compile": lambda v: not v,
             "quant": lambda v: _cycle(QUANT_LEVELS, v),
             "spec": lambda v: _cycle(SPEC_MODES, v),
-            "batch": lambda v: _cycle(BATCH_SIZES, v),
+            "batch": lambda v: _cycle(self._batch_sizes(), v),
         }[name](current)
         self._wanted[name] = value
         self.source.send("lever", name, value)
         if not self.running:  # answered now; the engine's LeverChanged or LeverRefused follows
             self.state = f"{name} → {short_value(value)} for the next run (r starts it)"
+
+    def _batch_sizes(self) -> tuple[int, ...]:
+        """Batch sizes, or on a server the numbers of concurrent streams it is asked for."""
+        server = self.session.ready.server if self.session.ready else None
+        return tuple(server["concurrency"]) if server else BATCH_SIZES
+
+    def action_next_server(self) -> None:
+        labels = list(self.session.servers)
+        if len(labels) < 2:
+            self._refuse("server", "t moves between attached servers: tokentop attach URL_A URL_B compares two")
+            return
+        current = self._wanted.get("server", self.session.levers.server)
+        value = labels[(labels.index(current) + 1) % len(labels)] if current in labels else labels[0]
+        self._wanted["server"] = value
+        self.source.send("lever", "server", value)
 
     def action_preset(self) -> None:
         if self.request is None:
@@ -360,6 +407,9 @@ class TokentopApp(App):
         self.start_run()
 
     def action_pause(self) -> None:
+        if not self.source.can_pause:
+            self.source.send("pause")  # the source says why not
+            return
         self.paused = not self.paused
         if self.source.live:
             self.source.send("pause" if self.paused else "resume")
@@ -374,8 +424,7 @@ class TokentopApp(App):
     def action_auto(self) -> None:
         self.auto = not self.auto
         self.notify(f"auto-repeat {'on' if self.auto else 'off'}")
-        if self.auto and not self.running:
-            self.start_run()
+        self._auto_next()
 
     def action_next_view(self) -> None:
         if self._mode == "wide":

@@ -38,6 +38,9 @@ _APPLY_ORDER = ("quant", "batch", "cache", "compile", "spec")
 
 
 def add_bench_args(p) -> None:
+    from tui_app.attach.bench import add_endpoint_args
+
+    add_endpoint_args(p)
     from tui_app.options import bounded
 
     p.add_argument("--levers", default="plain,int8,lookup", help=f"comma-separated; join with + to combine. Known: {', '.join(LEVER_PRESETS)}")
@@ -275,6 +278,12 @@ def run_bench(args) -> int:
     except ValueError as exc:
         print(f"tokentop: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.endpoint:  # running servers instead of the engine
+        import asyncio
+
+        from tui_app.attach.bench import run_endpoint_bench
+
+        return asyncio.run(run_endpoint_bench(args, lengths))
     session = Session()
     errors: list[str] = []  # why a configuration failed
     session.listeners.append(lambda ev: errors.append(ev.message) if isinstance(ev, EngineError) else None)

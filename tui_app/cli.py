@@ -1,4 +1,4 @@
-"""Command line: `tokentop` (the TUI), `run --no-tui`, `bench`, `replay`, `leakcheck`, `serve`.
+"""Command line: `tokentop` (the TUI), `run --no-tui`, `attach`, `bench`, `replay`, `report`, `leakcheck`, `serve`.
 
 Command-line misuse exits 2 with one line that says what is wrong and what to do.
 """
@@ -18,6 +18,20 @@ FPS = bounded(float, 1, 60, why="redraws per second")
 HZ = bounded(float, 0, 20, lo_open=True, why="samples per second; more would cost the machine what it measures")
 
 
+def _generation_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("generation")
+    g.add_argument("--prompt", default=None, help="prompt text (default: the preset)")
+    g.add_argument("--prompt-file", default=None, help="read the prompt from a file")
+    g.add_argument("--preset", default=None, choices=PRESETS, help="prompt-length preset: short, long or file")
+    g.add_argument("--max-new-tokens", type=COUNT, default=128)
+    g.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens")
+    g.add_argument("--temperature", type=bounded(float, 0), default=0.0, help="0 = greedy (default)")
+    g.add_argument(
+        "--top-p", type=bounded(float, 0, 1, lo_open=True, why="the share of probability kept"), default=1.0, help="nucleus sampling, (0, 1] (default 1: off)"
+    )
+    g.add_argument("--seed", type=bounded(int, 0, 2**63 - 1), default=0)
+
+
 def _engine_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model")
     g.add_argument(
@@ -28,19 +42,10 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--draft-model", default=None, help="draft model for speculative decoding (default: the target's own first layers)")
     g.add_argument("--draft-layers", type=COUNT, default=4, help="layers of the self-draft (default 4)")
     g.add_argument("--threads", type=bounded(int, 0), default=0, help="torch threads on CPU (default 0: cores - 1, leaving one for the UI)")
-    g = p.add_argument_group("generation")
-    g.add_argument("--prompt", default=None, help="prompt text (default: the preset)")
-    g.add_argument("--prompt-file", default=None, help="read the prompt from a file")
-    g.add_argument("--preset", default=None, choices=PRESETS, help="prompt-length preset: short, long or file")
-    g.add_argument("--max-new-tokens", type=COUNT, default=128)
-    g.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens")
+    _generation_args(p)
+    g = p.add_argument_group("prompt handling")
     g.add_argument("--truncate", choices=["none", "left"], default="none", help="left: drop the start of a prompt too long for the context")
     g.add_argument("--no-chat", action="store_true", help="do not wrap the prompt in the model's chat template")
-    g.add_argument("--temperature", type=bounded(float, 0), default=0.0, help="0 = greedy (default)")
-    g.add_argument(
-        "--top-p", type=bounded(float, 0, 1, lo_open=True, why="the share of probability kept"), default=1.0, help="nucleus sampling, (0, 1] (default 1: off)"
-    )
-    g.add_argument("--seed", type=bounded(int, 0, 2**63 - 1), default=0)
     g = p.add_argument_group("levers (initial state; keys switch them live)")
     g.add_argument("--no-cache", action="store_true", help="start with the KV cache off")
     g.add_argument(
@@ -95,6 +100,18 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--step", action="store_true", help="advance one step per key press (space)")
     replay.add_argument("--fps", type=FPS, default=8.0, help="redraws per second (default 8)")
     replay.add_argument("--stats", action="store_true", help="print the per-run statistics instead of drawing the TUI")
+    attach = sub.add_parser(
+        "attach",
+        help="the same panes for a running inference server (vLLM, SGLang, TGI, llama.cpp, Ollama, any OpenAI-compatible API)",
+        description="Stream requests through a server's OpenAI-compatible API and show them live, with the server's own "
+        "Prometheus /metrics beside them. Without a URL, looks for servers on this host.",
+    )
+    _attach_args(attach)
+    _ui_args(attach)
+    report = sub.add_parser("report", help="a recording or a `bench -o json` result as one self-contained HTML page (and PNGs)")
+    from tui_app.report import add_report_args
+
+    add_report_args(report)
     leak = sub.add_parser("leakcheck", help="repeated runs, the memory baseline trend and a verdict (exit 1 on a suspected leak)")
     _engine_args(leak)
     leak.add_argument("--runs", type=COUNT, default=30)
@@ -102,9 +119,37 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _tui(args) -> int:
+def _attach_args(p: argparse.ArgumentParser) -> None:
+    from tui_app.attach.client import CONCURRENCY
+
+    p.add_argument("url", nargs="*", help="the server's base URL, e.g. http://127.0.0.1:8000 (/v1 is added); up to 4 to compare them (t moves between)")
+    g = p.add_argument_group("server")
+    g.add_argument("--model", default=None, help="the served model to ask (default: the first of /v1/models)")
+    g.add_argument("--metrics", default=None, metavar="URL", help="its Prometheus metrics (default: URL/metrics)")
+    g.add_argument("--api-key-env", default=None, metavar="VAR", help="the environment variable holding the API key (default OPENAI_API_KEY when set)")
+    g.add_argument("--insecure", action="store_true", help="accept a self-signed TLS certificate")
+    mode = g.add_mutually_exclusive_group()
+    mode.add_argument("--chat", dest="chat", action="store_true", default=True, help="/v1/chat/completions (default)")
+    mode.add_argument("--completions", dest="chat", action="store_false", help="/v1/completions with the raw prompt")
+    g.add_argument("--label", action="append", default=[], help="a server's name in the runs table, once per URL (default host:port)")
+    g.add_argument("--concurrency", type=int, choices=CONCURRENCY, default=1, help="parallel streams per run (b switches it live)")
+    g.add_argument("--timeout", type=bounded(float, 0, 3600, lo_open=True), default=30.0, help="seconds a stream may stay silent before it counts as stalled")
+    g.add_argument(
+        "--metrics-hz",
+        type=bounded(float, 0, 20, lo_open=True, why="a scrape is a request to the server"),
+        default=1.0,
+        help="scrapes of /metrics per second (default 1)",
+    )
+    _generation_args(p)
+    p.add_argument("--no-tui", action="store_true", help="print each run's numbers instead of drawing the TUI")
+    p.add_argument("--runs", type=COUNT, default=1, help="with --no-tui: how many runs")
+    p.set_defaults(truncate="none", no_chat=False)
+
+
+def _tui(args, source=None) -> int:
     if not (sys.stdin.isatty() and sys.stdout.isatty()) and not os.environ.get("TOKENTOP_FORCE_TUI"):
-        print("tokentop: no terminal here, so no TUI; for the numbers use `tokentop run --no-tui` (or `tokentop bench`)", file=sys.stderr)
+        no_tui = "`tokentop attach URL --no-tui`" if args.command == "attach" else "`tokentop run --no-tui` (or `tokentop bench`)"
+        print(f"tokentop: no terminal here, so no TUI; for the numbers use {no_tui}", file=sys.stderr)
         return EXIT_USAGE
     from monitors.record import RecordError
     from tui_app.sources import live_source
@@ -114,7 +159,7 @@ def _tui(args) -> int:
     except RecordError as exc:
         raise UsageError(str(exc)) from None
     # The engine starts loading torch and the model while this process imports Textual.
-    source = live_source(args)
+    source = source or live_source(args)
     source.start()
     try:
         from tui_app.app import make_app
@@ -148,7 +193,7 @@ def _leave_if_stuck(code: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
-    if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["run", *argv]
     args = parser.parse_args(argv)
     if not getattr(args, "verbose", False):
@@ -182,6 +227,14 @@ def main(argv: list[str] | None = None) -> int:
             from tui_app.replay import replay_main
 
             return replay_main(args)
+        if args.command == "attach":
+            from tui_app.attached import attach_main
+
+            return attach_main(args, _tui)
+        if args.command == "report":
+            from tui_app.report import report_main
+
+            return report_main(args)
         if args.command == "leakcheck":
             from tui_app.headless import leakcheck
 

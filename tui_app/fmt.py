@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from monitors.servers import FIGURE_LABELS
+
 
 def _bad(x) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
@@ -33,6 +35,18 @@ def nbytes(n: float | None) -> str:
 
 def pct(x: float | None) -> str:
     return "–" if _bad(x) else f"{x * 100:.0f}%"
+
+
+def figure_text(name: str, value) -> str:
+    """A server's figure (monitors.servers) as the server pane and `attach --no-tui` show it."""
+    if isinstance(value, dict):  # quantiles over the window
+        return f"{FIGURE_LABELS.get(name, name)} p50 {ms(value.get('p50'))} p95 {ms(value.get('p95'))} (n {value.get('n', 0):.0f})"
+    if name in ("kv_usage", "prefix_hit", "spec_accept"):
+        return f"{FIGURE_LABELS.get(name, name)} {pct(value)}"
+    if name == "rss":
+        return f"{FIGURE_LABELS[name]} {nbytes(value)}"
+    digits = 0 if name in ("running", "waiting") else 1
+    return f"{FIGURE_LABELS.get(name, name)} {num(value, digits)}"
 
 
 def strict_json(obj):

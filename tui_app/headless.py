@@ -63,14 +63,17 @@ def row_line(row: Row) -> str:
         f"new {s.n_tokens} tok",
         f"TTFT {fmt.ms(s.ttft_s)}",
         f"ITL p50 {fmt.ms(itl.p50)} p95 {fmt.ms(itl.p95)}",
-        f"{fmt.num(s.decode_tps)} tok/s",
+        f"{fmt.num(s.decode_tps)} tok/s" + (f" (steps alone {fmt.num(s.compute_tps)})" if s.compute_s else ""),
         f"e2e {fmt.num(s.e2e_s, 2)} s",
-        f"KV {fmt.nbytes(s.kv_bytes)}",
     ]
+    server = bool(s.levers.server)  # a server's KV is its own gauge, shown with its figures
+    if not server:
+        parts.append(f"KV {fmt.nbytes(s.kv_bytes)}")
     if s.proposed:
         parts.append(f"accept {fmt.pct(s.accept_rate)} ({fmt.num(s.mean_accepted_len, 2)} tok/step)")
     if f is not None:
-        parts.append(f"peak RSS {fmt.nbytes(f.peak_rss)}")
+        if f.peak_rss is not None:
+            parts.append(f"{'server RSS' if server else 'peak RSS'} {fmt.nbytes(f.peak_rss)}")
         if f.perplexity is not None:
             parts.append(f"ppl {f.perplexity:.2f}")
         if f.stop_reason != "max tokens":

@@ -42,7 +42,7 @@ def bounded(kind: type = int, lo: float | None = None, hi: float | None = None, 
             raise argparse.ArgumentTypeError(f"must be {span}, got {text}" + (f": {why}" if why else ""))
         return v
 
-    parse.bounds = (kind, lo, hi, lo_open)
+    parse.bounds = (kind, lo, hi, lo_open)  # type: ignore[attr-defined]  # read by the bounds test
     return parse
 
 

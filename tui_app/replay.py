@@ -6,11 +6,11 @@ import os
 import sys
 
 from monitors.record import read_recording
-from tui_app.session import Session
+from tui_app.session import HISTORY, Session
 
 
-def fold(events) -> Session:
-    session = Session()
+def fold(events, history: int = HISTORY) -> Session:
+    session = Session(history=history)
     for ev in events:
         session.feed(ev)
     return session

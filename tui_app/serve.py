@@ -7,6 +7,7 @@ watch from elsewhere is an SSH tunnel to the loopback address (the parser's desc
 from __future__ import annotations
 
 import ipaddress
+import os
 import shlex
 import socket
 import sys
@@ -33,7 +34,10 @@ def who_can_connect(host: str, port: int) -> str:
         where = "every address of this machine: " + ", ".join(a.split("%")[0] for a in addrs)
     else:
         where = host
-    return f"tokentop: --public: anyone who can reach port {port} on {where} drives the engine (every key, new prompts, this machine's memory); no password is asked"
+    return (
+        f"tokentop: --public: anyone who can reach port {port} on {where} drives the engine "
+        "(every key, new prompts, this machine's memory); no password is asked"
+    )
 
 
 def serve(args) -> int:
@@ -54,7 +58,7 @@ def serve(args) -> int:
     argv = sys.argv[1:]
     passthrough: list[str] = []
     skip = False
-    for i, a in enumerate(argv):
+    for a in argv:
         if skip:
             skip = False
             continue
@@ -67,6 +71,9 @@ def serve(args) -> int:
             continue
         passthrough.append(a)
     command = shlex.join([sys.executable, "-m", "tui_app", "run", *passthrough])
+    # Each browser session runs the app on pipes, with Textual's web driver in place of a terminal:
+    # without this the app takes the pipes for "no terminal here" and every page stays blank.
+    os.environ["TOKENTOP_FORCE_TUI"] = "1"
     print(f"serving tokentop on http://{args.host}:{args.port} (command: {command})", file=sys.stderr)
     Server(command, host=args.host, port=args.port, title="tokentop").serve()
     return 0

@@ -4,6 +4,7 @@ and replay get their numbers from. No Textual here; every history is a ring buff
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -18,14 +19,17 @@ from monitors.events import (
     RunFinished,
     RunStarted,
     Sampled,
+    ServerSample,
     Step,
     TorchMemory,
 )
 from monitors.kvcache import kv_formula_bytes
 from monitors.leaks import LeakDetector, LeakVerdict
-from monitors.timing import RunRecord, RunTimer, TimingStats
+from monitors.record import Recorder
+from monitors.timing import RunRecord, RunTimer, TimingStats, mean
 
 HISTORY = 4000
+STALL, STALL_MIN_S = 4.0, 0.02  # a server token this much later than its run's median is a stall
 # Phases that legitimately raise the memory baseline (new weights, graphs, a draft model).
 PREPARATION_PHASES = ("load", "quantize", "compile", "draft")
 
@@ -83,7 +87,7 @@ class Row:
 
 @dataclass
 class Session:
-    recorder: object | None = None
+    recorder: Recorder | None = None
     history: int = HISTORY
     ready: EngineReady | None = None
     levers: Levers = field(default_factory=Levers)
@@ -98,6 +102,8 @@ class Session:
     messages: deque = field(default_factory=lambda: deque(maxlen=50))
     torch_mem: deque = field(init=False)
     samples: deque = field(init=False)
+    server: deque = field(init=False)  # ServerSample: an attached server's own figures
+    servers: dict = field(default_factory=dict)  # label → EngineReady of each attached server, in attach order
     finished_ids: deque = field(default_factory=lambda: deque(maxlen=1000))
     current: RunRecord | None = None
     verdict: LeakVerdict | None = None
@@ -108,7 +114,7 @@ class Session:
     listeners: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        for name in ("latency", "kv", "torch_mem", "samples"):
+        for name in ("latency", "kv", "torch_mem", "samples", "server"):
             setattr(self, name, deque(maxlen=self.history))
 
     def feed(self, ev: Event) -> None:
@@ -118,6 +124,10 @@ class Session:
             self._step(ev)
         elif isinstance(ev, Sampled):
             self.samples.append(ev)
+        elif isinstance(ev, ServerSample):
+            self.server.append(ev)
+            if ev.error:
+                self.say(ev.error, error=True)
         elif isinstance(ev, RunStarted):
             self.levers = ev.levers
             self.current = self.timer.started(ev)
@@ -126,7 +136,8 @@ class Session:
             self.timer.finished(ev)
             self.finished_ids.append(ev.run_id)
             self.run_marks.append(ev.t_ns)
-            self.verdict = self.leak.add(ev.baseline_rss)
+            if ev.baseline_rss is not None:  # a remote server's memory may be unknown
+                self.verdict = self.leak.add(ev.baseline_rss)
             if ev.gpu_baseline is not None:
                 self.gpu_verdict = self.gpu_leak.add(ev.gpu_baseline)
         elif isinstance(ev, LeverChanged):
@@ -134,7 +145,10 @@ class Session:
             if ev.run_id is not None:
                 self.timer.lever_changed(ev.run_id, ev.segment, ev.levers)
                 self.markers.append(Marker(self.token_count, ev.t_ns, f"{ev.lever}={short_value(ev.value)}"))
-            self.say(f"{ev.lever} → {short_value(ev.value)}")
+            if ev.levers.server and ev.lever == "batch":
+                self.say(f"concurrency → {ev.value} streams from the next run")
+            else:
+                self.say(f"{ev.lever} → {short_value(ev.value)}")
         elif isinstance(ev, LeverRefused):
             self.say(f"{ev.lever} {short_value(ev.value)} refused: {ev.reason}", error=True)
         elif isinstance(ev, Phase):
@@ -148,6 +162,8 @@ class Session:
                 self.say(f"{ev.name}: {ev.detail} ({ev.seconds:.1f} s)")
         elif isinstance(ev, EngineReady):
             self.ready = ev
+            if ev.server:
+                self.servers[ev.server.get("label", ev.source)] = ev
             self.phase = None
         elif isinstance(ev, TorchMemory):
             self.torch_mem.append(ev)
@@ -173,10 +189,14 @@ class Session:
 
     def _step(self, ev: Step) -> None:
         self.timer.step(ev)
+        if self.levers.server and ev.segment:
+            return  # the charts follow a server run's first stream; the runs table has every stream
         if ev.kind in ("prefill", "reprefill"):
             self.latency.append(TokenPoint(self.token_count, ev.dt_ns / 1e9, ev.kind, ev.run_id))
         else:
             per = ev.dt_ns / 1e9 / max(ev.n_tokens, 1)
+            if self.levers.server:
+                self._mark_stall(ev, per)
             for k in range(ev.n_tokens):
                 self.latency.append(TokenPoint(self.token_count + k, per, ev.kind, ev.run_id))
         self.token_count += ev.n_tokens
@@ -185,6 +205,56 @@ class Session:
             r = self.ready
             formula = kv_formula_bytes(r.kv_bytes_per_elem, self.levers.batch, ev.seq_len, r.n_layers, r.kv_heads, r.head_dim) if ev.kv_bytes else 0
             self.kv.append(KVPoint(ev.seq_len, ev.kv_bytes, formula, ev.kv_alloc_bytes, ev.run_id))
+
+    def _mark_stall(self, ev: Step, per_token_s: float) -> None:
+        """A server's token far later than its run's usual (STALL × the median of the last 32, and
+        STALL_MIN_S more) is marked on the latency chart with what the server said at that moment."""
+        recent = [p.seconds for p in list(self.latency)[-32:] if p.run_id == ev.run_id and p.kind == "decode"]
+        if len(recent) < 8:
+            return
+        median = sorted(recent)[len(recent) // 2]
+        if per_token_s < STALL * median or per_token_s - median < STALL_MIN_S:
+            return
+        said = []
+        latest = next((x for x in reversed(self.server) if not x.error), None)
+        if latest is not None:
+            v = latest.values
+            if (v.get("waiting") or 0) > 0:
+                said.append(f"waiting {v['waiting']:.0f}")
+            if (v.get("kv_usage") or 0) >= 0.95:
+                said.append(f"KV {v['kv_usage'] * 100:.0f}%")
+            if (v.get("preemptions") or 0) > 0:
+                said.append("preempting")
+        label = f"stall {per_token_s * 1000:.0f}ms" + (f": {', '.join(said)}" if said else "")
+        self.markers.append(Marker(self.token_count, ev.t_ns, label))
+
+    def active_server(self) -> dict | None:
+        """The attached server runs go to now (its EngineReady.server), or None for the engine."""
+        ready = self.servers.get(self.levers.server, self.ready)
+        return ready.server if ready is not None else None
+
+    def comparison(self) -> list[str]:
+        """Each attached server against the first: its mean TTFT, mean ITL p50 and mean tok/s over
+        its finished runs ÷ the first server's, with the runs behind each side."""
+        by: dict[str, list[TimingStats]] = {label: [] for label in self.servers}
+        for rec in self.timer.runs.values():
+            label = rec.started.levers.server
+            if rec.finished is not None and rec.finished.stop_reason in ("eos", "max tokens") and label in by:
+                by[label].append(rec.total)
+        labels = [k for k, v in by.items() if v]
+        if len(self.servers) < 2 or len(labels) < 2 or labels[0] != next(iter(self.servers)):
+            return []
+        base = by[labels[0]]
+
+        def ratio(runs, pick) -> str:
+            a, b = mean([pick(s) for s in base]), mean([pick(s) for s in runs])
+            return f"{b / a:.2f}" if a and not math.isnan(a) and not math.isnan(b) else "–"
+
+        return [
+            f"{label} ÷ {labels[0]}: TTFT {ratio(runs, lambda s: s.ttft_s)}, ITL p50 {ratio(runs, lambda s: s.itl.p50)}, "
+            f"tok/s {ratio(runs, lambda s: s.decode_tps)} ({len(runs)} ÷ {len(base)} runs)"
+            for label, runs in ((k, by[k]) for k in labels[1:])
+        ]
 
     def rows(self, limit: int = 200) -> list[Row]:
         out: list[Row] = []

@@ -1,15 +1,18 @@
-"""Where the app's events come from: a live engine process, or a recording being replayed."""
+"""Where the app's events come from: a live engine process, an attached server's client process,
+or a recording being replayed."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import replace
 
-from monitors.events import EngineError, Event, Step
+from monitors.events import EngineError, EngineReady, Event, Step
 
 
 class LiveSource:
     live = True
+    kind = "engine"
+    can_pause = True
 
     def __init__(self, config, log_path: str | None = None):
         self.config = config
@@ -17,13 +20,16 @@ class LiveSource:
         self.proc = None
         self._reported_death = False
 
+    def _process(self):
+        from tui_app.engine.process import EngineProcess
+
+        return EngineProcess(self.config, self.log_path)
+
     def start(self) -> None:
         """Idempotent: the CLI starts the engine before importing Textual, so both load at once."""
         if self.proc is not None and self.proc.alive():
             return
-        from tui_app.engine.process import EngineProcess
-
-        self.proc = EngineProcess(self.config, self.log_path).start()
+        self.proc = self._process().start()
         self._reported_death = False
 
     @property
@@ -58,6 +64,35 @@ class LiveSource:
             self.proc.shutdown()
 
 
+class AttachSource(LiveSource):
+    """Attached servers (a list of client configurations, one per server): their client runs in a
+    process of its own, like the engine. `pid` is the active server's own process when it runs on
+    this host (for the memory pane and the leak detector), known once the client has connected."""
+
+    kind = "server"
+    can_pause = False
+
+    def __init__(self, config, log_path: str | None = None):
+        super().__init__(config, log_path)
+        self.server_pid: int | None = None
+
+    def _process(self):
+        from tui_app.attach.client import client_main
+        from tui_app.engine.process import EngineProcess
+
+        return EngineProcess(self.config, self.log_path, target=client_main)
+
+    @property
+    def pid(self) -> int | None:
+        return self.server_pid
+
+    def restart(self, levers, first_run_id: int = 1) -> None:
+        self.close()
+        self.proc = None
+        self.config = [replace(c, concurrency=levers.batch, first_run_id=first_run_id) for c in self.config]
+        self.start()
+
+
 def live_source(args) -> LiveSource:
     """The engine process for these arguments, its output going to a log beside the model cache
     (FolderError, one line, when that folder cannot be written)."""
@@ -73,6 +108,7 @@ class ReplaySource:
 
     live = False
     pid = None
+    can_pause = True
 
     def __init__(self, events: list[Event], speed: float = 1.0, step_mode: bool = False, error: str | None = None):
         self.events = events
@@ -84,6 +120,8 @@ class ReplaySource:
         self.t0_wall = None
         self.paused_at = None
         self._steps_allowed = 0
+        ready = next((e for e in events if isinstance(e, EngineReady)), None)
+        self.kind = "server" if ready is not None and ready.server else "engine"
 
     def start(self) -> None:
         self.t0_wall = time.monotonic()

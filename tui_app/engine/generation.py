@@ -20,7 +20,7 @@ import torch
 
 from monitors.events import EngineError, EngineReady, Levers, Phase, RunFinished, RunStarted, Step, now_ns
 from monitors.kvcache import measure_cache
-from monitors.system import rss_bytes, trim_heap
+from monitors.system import PeakRss, rss_bytes, trim_heap
 from monitors.text import plural
 from monitors.torch_memory import read_torch_memory
 from tui_app.engine import levers as lv
@@ -77,10 +77,10 @@ class Engine(LeverControl, QualityChecks):
         self._variants["off"] = self.model
         self.emit(Phase("load", f"{loaded.name} from {loaded.source}", True, loaded.load_s))
         c = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
-        self.n_layers = int(getattr(c, "num_hidden_layers", None) or getattr(c, "n_layer"))
-        n_heads = int(getattr(c, "num_attention_heads", None) or getattr(c, "n_head"))
+        self.n_layers = int(getattr(c, "num_hidden_layers", None) or c.n_layer)
+        n_heads = int(getattr(c, "num_attention_heads", None) or c.n_head)
         self.kv_heads = int(getattr(c, "num_key_value_heads", None) or n_heads)
-        hidden = int(getattr(c, "hidden_size", None) or getattr(c, "n_embd"))
+        hidden = int(getattr(c, "hidden_size", None) or c.n_embd)
         self.head_dim = int(getattr(c, "head_dim", None) or hidden // n_heads)
         self.context_len = int(getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", 2048))
         self.eos_ids = self._eos_ids()
@@ -221,14 +221,14 @@ class Engine(LeverControl, QualityChecks):
                 paused_at = time.perf_counter()
                 self.emit(Phase("pause", "paused", False))
             elif kind == "resume" and paused_at is not None:
-                self.emit(Phase("pause", "resumed", True, time.perf_counter() - paused_at))
+                self._phase_done("pause", "resumed", time.perf_counter() - paused_at)
                 paused_at = None
             elif kind in ("stop", "shutdown"):
                 if kind == "shutdown":
                     self.pending.append(cmd)
                 self.pending.extend(c for c in cmds if c[0] not in ("pause", "resume", "stop"))
                 if paused_at is not None:
-                    self.emit(Phase("pause", "stopped while paused", True, time.perf_counter() - paused_at))
+                    self._phase_done("pause", "stopped while paused", time.perf_counter() - paused_at)
                 raise _Stop
             elif kind not in ("pause", "resume"):
                 self.pending.append(cmd)
@@ -261,8 +261,13 @@ class Engine(LeverControl, QualityChecks):
             self._prepare_compile(len(ids_list) + max_new)
         state = {"segment": 0, "reprefill": False, "cache": None}
         tokens: list[list[int]] = [list(ids_list) for _ in range(self.levers.batch)]
-        self.emit(RunStarted(run_id, self.levers, len(ids_list), max_new, text, req.preset if req.prompt is None else "custom"))
+        started = RunStarted(run_id, self.levers, len(ids_list), max_new, text, req.preset if req.prompt is None else "custom")
+        self.emit(started)
         memory = _MemoryWatch(self.device, self.emit)
+        # A step's interval runs from the previous emission (RunStarted's for the first) to its own,
+        # less the phases (pause, compile, quantize) between: everything the loop does per token
+        # counts, as a reader of the events sees it, and TTFT + the intervals = end-to-end.
+        last_emit, phases_at = started.t_ns, self._phase_ns
         stop_reason = "max tokens"
         out_ids: list[int] = []
         decoder = _IncrementalDecoder(self.tok)
@@ -303,20 +308,24 @@ class Engine(LeverControl, QualityChecks):
                 first = False
                 new_rows = self._extend(tokens, new_rows, remaining, finished_rows, req.ignore_eos)
                 out_ids.extend(new_rows[0])
-                t1 = now_ns()
+                compute_ns = now_ns() - t0
                 # Every token but the newest is in the cache (verify steps crop the rejected ones).
                 kv = measure_cache(state["cache"], len(tokens[0]) - 1)
+                delta = decoder.push(new_rows[0])
                 step_no += 1
+                t1 = now_ns()
+                dt_ns = t1 - last_emit - (self._phase_ns - phases_at)
+                last_emit, phases_at = t1, self._phase_ns
                 self.emit(
                     Step(
                         run_id,
                         step_no,
                         kind,
                         new_rows[0],
-                        decoder.push(new_rows[0]),
+                        delta,
                         len(new_rows[0]),
                         t1,
-                        t1 - t0,
+                        dt_ns,
                         forward_ns,
                         kv.used_bytes,
                         kv.alloc_bytes,
@@ -324,6 +333,7 @@ class Engine(LeverControl, QualityChecks):
                         state["segment"],
                         proposed,
                         accepted,
+                        compute_ns,
                     )
                 )
                 memory.tick(t1)
@@ -389,7 +399,7 @@ class Engine(LeverControl, QualityChecks):
         checked_list = checked.tolist()
         props_list, choice_list = checked_list[:n], checked_list[n:]
         n_acc = accept_greedy(props_list, choice_list)
-        gained = props_list[:n_acc] + [choice_list[n_acc]]
+        gained = [*props_list[:n_acc], choice_list[n_acc]]
         cache.crop(-(n - n_acc))
         if spec == "draft":
             self._draft.settle(n_acc, n)
@@ -399,7 +409,7 @@ class Engine(LeverControl, QualityChecks):
         """Append each row's new tokens (at most `remaining`) and mark rows that reached an end of
         sequence; returns the new tokens with row 0's cut after its end of sequence."""
         new_rows = [row[:remaining] for row in new_rows]
-        for row, add in zip(tokens, new_rows):
+        for row, add in zip(tokens, new_rows, strict=True):
             row.extend(add)
         if not ignore_eos:
             for i, add in enumerate(new_rows):
@@ -447,14 +457,19 @@ class Engine(LeverControl, QualityChecks):
 
 
 class _MemoryWatch:
-    """A run's peak RSS, read at 50 Hz (a /proc read per token is measurable on tiny models), and
+    """A run's peak RSS (the kernel's high-water mark, restarted here: monitors.system.PeakRss), and
     on CUDA torch's memory, emitted at 4 Hz."""
 
     def __init__(self, device: str, emit):
         self.device, self.emit = device, emit
         self.cuda = device.startswith("cuda")
-        self.peak_rss = rss_bytes()
-        self.last_mem = self.last_rss = 0
+        self._peak = PeakRss()
+        self._peak.reset()
+        self.last_mem = 0
+
+    @property
+    def peak_rss(self) -> int:
+        return self._peak.read()
 
     def tick(self, now: int) -> None:
         if self.cuda and now - self.last_mem > 250_000_000:
@@ -462,9 +477,6 @@ class _MemoryWatch:
             mem = read_torch_memory(self.device)
             if mem:
                 self.emit(mem)
-        if now - self.last_rss > 20_000_000:
-            self.last_rss = now
-            self.peak_rss = max(self.peak_rss, rss_bytes())
 
 
 class _IncrementalDecoder:

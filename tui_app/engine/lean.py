@@ -93,7 +93,7 @@ class LeanDecode:
         Without a mask a dynamic cache is right: the one query attends to every cached position."""
         hidden = self.embed(ids)
         pos_emb = self.rotary(hidden, position_ids=position_ids)
-        for layer, joints in zip(self.layers, self.joints):
+        for layer, joints in zip(self.layers, self.joints, strict=True):
             if joints is None:
                 hidden = layer(
                     hidden, attention_mask=mask, position_embeddings=pos_emb, position_ids=position_ids, past_key_values=cache, use_cache=True, **extra
@@ -142,7 +142,9 @@ class LeanDecode:
             or "qweight" not in head.pooled
         ):
             return False
-        projections = [p for layer, (qkv, gate_up) in zip(self.layers, self.joints) for p in (qkv, layer.self_attn.o_proj, gate_up, layer.mlp.down_proj)]
+        projections = [
+            p for layer, (qkv, gate_up) in zip(self.layers, self.joints, strict=True) for p in (qkv, layer.self_attn.o_proj, gate_up, layer.mlp.down_proj)
+        ]
         kind = type(projections[0])
         if any(
             type(p) is not kind
@@ -205,9 +207,9 @@ class LeanDecode:
                 scaling,
             )
         slots = torch.arange(cache.layers[0].max_cache_len, device=ids.device)
-        allowed = slots <= position_ids[0, 0]  # every row sits at the same position: batches repeat one prompt
+        allowed = slots <= position_ids  # [B, S]: each row its own filled slots, as the attention op reads them
         dtype = self.embed.weight.dtype  # the hidden states' dtype: the embedding is never quantized
-        mask = torch.where(allowed, 0.0, torch.finfo(dtype).min).to(dtype).view(1, 1, 1, -1)
+        mask = torch.where(allowed, 0.0, torch.finfo(dtype).min).to(dtype)[:, None, None, :]
         # The mask goes along either way: _attention hands SDPA any step its op cannot take.
         extra = {"decode_position": position_ids} if self.own_attention else {}
         return self(ids, cache, position_ids, mask, **extra)

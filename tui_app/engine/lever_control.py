@@ -34,6 +34,11 @@ class LeverControl:
         self._warm: set[tuple] = set()
         self._trusting = False  # dynamo's stance: only differentiating guards (see _compiled_fn)
         self._draft: DraftProposer | None = None
+        self._phase_ns = 0  # every finished phase's time: a run's step intervals leave out those inside it
+
+    def _phase_done(self, name: str, detail: str, seconds: float) -> None:
+        self._phase_ns += round(seconds * 1e9)
+        self.emit(Phase(name, detail, True, seconds))
 
     def _refuse(self, lever: str, value, reason: str) -> bool:
         self.emit(LeverRefused(lever, value, reason))
@@ -106,7 +111,7 @@ class LeverControl:
             self.emit(Phase("quantize", f"{level}: {lv.quant_impl(self.device, self.dtype)[level]}", False))
             self._variants[level] = lv.quantize(self.model, level, self.device, self.dtype)
             freeze()
-            self.emit(Phase("quantize", lv.quant_note(level, self.device, self._variants[level]), True, time.perf_counter() - t0))
+            self._phase_done("quantize", lv.quant_note(level, self.device, self._variants[level]), time.perf_counter() - t0)
         return self._variants[level]
 
     def _draft_proposer(self) -> DraftProposer:
@@ -207,7 +212,7 @@ class LeverControl:
         self._warm.add(key)
         freeze()
         how = "one C++ op (decode_step)" if getattr(self._lean_step(model), "fused", None) is not None else "torch.compile"
-        self.emit(Phase("compile", f"batch {batch}, {self.levers.quant}: {how}", True, time.perf_counter() - t0))
+        self._phase_done("compile", f"batch {batch}, {self.levers.quant}: {how}", time.perf_counter() - t0)
 
     def _prepare_compile(self, needed: int) -> None:
         """Compile for this shape now (its own phase); if inductor fails, the run goes on uncompiled."""

@@ -1,6 +1,6 @@
 """Lever preparation and refusal: quantized variants, the self-draft model, and what a device cannot do.
 
-Quantization choices, measured on the 2-core CPU with the default model (see README):
+Quantization choices, measured on the 2-core CPU with the default model (see docs/performance.md):
 - int8: our own weight-only int8 (engine/quant.py), LM head included, decode on our C++ kernel:
   69 tok/s eager, 92 compiled, where torchao's Int8WeightOnly (LM head fp) did 27 compiled and
   fp32 18. The kernel rounds each token's activations to int16 (relative error < 1e-4, perplexity
@@ -99,12 +99,10 @@ def quantize(model: torch.nn.Module, level: str, device: str, dtype: torch.dtype
 def decoder_layers(model: torch.nn.Module) -> tuple[torch.nn.Module, str, torch.nn.ModuleList]:
     """The module holding the stack of decoder blocks, its attribute name and the stack itself."""
     best = None
-    for name, module in model.named_modules():
+    for module in model.modules():
         for attr, child in module.named_children():
-            if isinstance(child, torch.nn.ModuleList) and len(child) > 0:
-                if best is None or len(child) > len(best[2]):
-                    best = (module, attr, child)
-        del name
+            if isinstance(child, torch.nn.ModuleList) and len(child) > 0 and (best is None or len(child) > len(best[2])):
+                best = (module, attr, child)
     if best is None:
         raise LeverError("cannot find this model's decoder layers to build a draft from")
     return best

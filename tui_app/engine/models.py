@@ -141,6 +141,16 @@ def _gguf_cache_dir(gguf: Path) -> Path:
     return cache_root() / "models" / f"{gguf.stem}-{key}"
 
 
+def converted_default() -> Path:
+    """The bundled GGUF's safetensors copy, made on first use: what a server that reads no GGUF
+    on a CPU (vLLM) loads in the attach tests."""
+    gguf = find_default_gguf()
+    folder = _gguf_cache_dir(gguf)
+    if not _is_complete_copy(folder):
+        _convert_gguf(gguf, folder, lambda msg: None)
+    return folder
+
+
 def load_model(spec: str, device: str, dtype, progress=lambda msg: None, option: str = "--model") -> Loaded:
     """Load model + tokenizer on `device` in `dtype`; raises ModelError with an actionable message
     naming `option`, the command-line option that gave `spec` (--model or --draft-model)."""

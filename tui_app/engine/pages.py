@@ -14,6 +14,7 @@ pages are slow to come).
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 
 import torch
@@ -31,10 +32,8 @@ def empty(nbytes: int) -> torch.Tensor:
     region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     base = torch.frombuffer(region, dtype=torch.uint8)  # keeps `region` mapped while any view of it lives
     start = -base.data_ptr() % HUGE
-    try:
+    with contextlib.suppress(OSError):  # a kernel without THP: the same memory on small pages
         region.madvise(mmap.MADV_HUGEPAGE, start, size - start)
-    except OSError:
-        pass  # a kernel without THP: the same memory on small pages
     return base[start : start + nbytes]
 
 
@@ -49,7 +48,7 @@ def adopt(module: torch.nn.Module) -> None:
         end += -(-p.numel() * p.element_size() // 64) * 64  # each start aligned for any dtype
     with torch.inference_mode(False), torch.no_grad():  # normal tensors, usable in and out of inference mode
         region = empty(end)
-        for p, start in zip(params, starts):
+        for p, start in zip(params, starts, strict=True):
             home = region[start : start + p.numel() * p.element_size()].view(p.dtype).view(p.shape)
             home.copy_(p)
             p.data = home

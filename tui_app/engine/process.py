@@ -40,19 +40,27 @@ def describe_exit(code: int | None) -> str:
     return f"engine process exited with code {code}"
 
 
-def _engine_main(config: EngineConfig, commands: mp.Queue, events: mp.Queue, log_path: str | None) -> None:
-    # Ctrl-C reaches the whole process group; the UI decides when the engine ends.
+def quiet_process(log_path: str | None, events) -> bool:
+    """Start of a process beside the UI (the engine, a server's client); False, said on `events`,
+    when its log cannot be written."""
+    # Ctrl-C reaches the whole process group; the UI decides when this process ends.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if log_path:
         # Library warnings written to the terminal would draw over the TUI: send them to a log.
         try:
             fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         except OSError as exc:  # a traceback here would be drawn over the TUI, and say nothing of the fix
-            events.put(EngineError(f"cannot write the engine log {log_path} ({exc.strerror or exc}); set TOKENTOP_CACHE to a writable folder", fatal=True))
-            return
+            events.put(EngineError(f"cannot write the log {log_path} ({exc.strerror or exc}); set TOKENTOP_CACHE to a writable folder", fatal=True))
+            return False
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
+    return True
+
+
+def _engine_main(config: EngineConfig, commands: mp.Queue, events: mp.Queue, log_path: str | None) -> None:
+    if not quiet_process(log_path, events):
+        return
     # torch's and transformers' imports and the model's load make millions of objects that live
     # as long as the engine; collecting while they are made cost 0.4-1 s of the start (measured).
     # load() ends with a collection and gc.freeze(), which takes them out of later collections.
@@ -92,9 +100,9 @@ def _engine_main(config: EngineConfig, commands: mp.Queue, events: mp.Queue, log
 
 
 class EngineProcess:
-    """Owns the engine's process and its two queues."""
+    """Owns the engine's process (or an attached server's client: `target`) and its two queues."""
 
-    def __init__(self, config: EngineConfig, log_path: str | None = None):
+    def __init__(self, config, log_path: str | None = None, target=_engine_main):
         # Under Textual sys.stderr is a capture without a real file descriptor, which
         # multiprocessing's resource tracker (started with the first queue) needs.
         saved = sys.stdout, sys.stderr
@@ -103,7 +111,7 @@ class EngineProcess:
             ctx = mp.get_context("spawn")  # fork would copy the UI's threads and torch state
             self.commands: mp.Queue = ctx.Queue()
             self.events: mp.Queue = ctx.Queue()
-            self.proc = ctx.Process(target=_engine_main, args=(config, self.commands, self.events, log_path), name="tokentop-engine", daemon=True)
+            self.proc = ctx.Process(target=target, args=(config, self.commands, self.events, log_path), name="tokentop-engine", daemon=True)
         finally:
             sys.stdout, sys.stderr = saved
         self.config = config

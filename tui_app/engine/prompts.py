@@ -4,13 +4,14 @@ whose perplexity shows what a lever does to the model's quality."""
 from __future__ import annotations
 
 from importlib.resources import files
+from pathlib import Path
 
 PRESETS = ("short", "long", "file")
 SHORT_PROMPT = "Write a short story about a robot who learns to paint."
 
 
 def data_text(name: str) -> str:
-    return files("tui_app").joinpath("data", name).read_text(encoding="utf-8")
+    return (files("tui_app") / "data" / name).read_text(encoding="utf-8")
 
 
 def reference_text() -> str:
@@ -31,7 +32,7 @@ def preset_prompt(preset: str, prompt_file: str | None = None) -> str:
 
 def read_prompt_file(path: str) -> str:
     try:
-        raw = open(path, "rb").read()
+        raw = Path(path).read_bytes()
     except OSError as exc:
         raise ValueError(f"cannot read prompt file {path}: {exc.strerror or exc}") from None
     if b"\x00" in raw:

@@ -10,13 +10,13 @@ per token and how fast a kernel streams them.
 - Here every fp32 call goes to our C++ kernel (kernels/int8_linear.cpp, built once per machine
   by native.py), which streams the int8 weights at 17-20 GB/s where widening them to fp32 and
   multiplying was compute-bound at ~7.5 G weights/s: int8 decode 28 -> 69 tok/s eager, 54 -> 92
-  compiled, LM head int8 too. Prefill too: the tiled kernels, four tokens per pass
+  compiled, LM head int8 too. Prefill too (since 5a79cd8): the tiled kernels, four tokens per pass
   over weights that stay in L1, beat widening the weights for MKL at every length measured (8 to
   512 tokens, 3-8x) and even MKL's fp32 GEMM on the original weights (2-3x), so the prefill
   computes what decode does (the same rounded activations) and faster.
 - int4 the same way (kernels/int4_linear.cpp): 8 -> 53 tok/s eager, 88 compiled (torchao's int4 -> ours);
-  its tiled form on huge pages: 72 eager, 146 compiled. With int8 tiled too and int16 activations
-  in both: int8 58 eager, 118 compiled; int4 78 and 145 (ceiling.py).
+  its tiled form on huge pages (587180b, 99d6b5c): 72 eager, 146 compiled. int8 tiled too (63f320c),
+  int16 activations in both again: int8 58 eager, 118 compiled; int4 78 and 145 (ceiling.py).
 - Without a C++ compiler or AVX-512 VNNI the kernels are skipped (the reason is shown): int8 calls
   are widened, int4 goes to torchao.
 """
@@ -69,7 +69,7 @@ class _QuantLinear(torch.nn.Module):
         self.bias = bias
         self.in_features, self.out_features = in_features, out_features
         width = -(-in_features // QUAD) * QUAD  # a widened chunk holds int8 rows with their padding
-        self.rows = max(TILE, CHUNK_ELEMENTS // width // TILE * TILE)  # whole tiles per chunk
+        self.rows = max(TILE, CHUNK_ELEMENTS // max(width, 1) // TILE * TILE)  # whole tiles per chunk
         self.kernel = kernel
         self.pooled: dict[str, tuple[int, tuple[int, ...]]] = {}  # name -> (start, shape) in the pool
 
@@ -105,7 +105,8 @@ class Int8Linear(_QuantLinear):
     def __init__(self, linear: torch.nn.Linear, kernel: bool = False):
         super().__init__(linear.in_features, linear.out_features, linear.bias, kernel)
         w = linear.weight.detach().float()
-        scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127
+        peak = w.abs().amax(dim=1) if self.in_features else w.new_zeros(self.out_features)  # amax refuses an empty row
+        scale = peak.clamp(min=1e-12) / 127
         q = ((w / scale[:, None]).round().clamp(-127, 127) + 128).to(torch.uint8)
         q = torch.nn.functional.pad(q, (0, -self.in_features % QUAD, 0, -self.out_features % TILE), value=128)
         tiles, quads = q.shape[0] // TILE, q.shape[1] // QUAD
@@ -137,7 +138,7 @@ class Int4Linear(_QuantLinear):
     def __init__(self, linear: torch.nn.Linear, kernel: bool = False):
         super().__init__(linear.in_features, linear.out_features, linear.bias, kernel)
         w = linear.weight.detach().float()
-        g = w.view(self.out_features, -1, GROUP)
+        g = w.view(self.out_features, self.in_features // GROUP, GROUP)
         # fp16 as in Q4_1: 4 bytes of scale and min per 32 weights instead of 8, a sixth of what a
         # decode step streams; the levels are chosen on the rounded grid.
         lo = g.amin(dim=-1).half()
@@ -157,12 +158,12 @@ class Int4Linear(_QuantLinear):
     def _product(self, x: torch.Tensor, i: int, j: int, scratch: bool) -> torch.Tensor:
         p = self._w("packed")[i // TILE : -(-j // TILE)]  # i is a whole number of tiles
         tiles, groups = p.shape[:2]
-        nibbles = p[..., :NIBBLES].reshape(tiles, groups, 4, TILE, 4).permute(0, 3, 1, 2, 4).reshape(tiles * TILE, groups, -1)
+        nibbles = p[..., :NIBBLES].reshape(tiles, groups, 4, TILE, 4).permute(0, 3, 1, 2, 4).reshape(tiles * TILE, groups, GROUP // 2)
         scale, mins = (p[..., k : k + 2 * TILE].view(torch.float16).transpose(1, 2).reshape(tiles * TILE, groups, 1) for k in (NIBBLES, NIBBLES + 2 * TILE))
         q = torch.cat([nibbles & 15, nibbles >> 4], dim=-1)[: j - i]
         w = _scratch_view(q.shape, x.dtype, q.device).copy_(q) if scratch else q.to(x.dtype)
         w.mul_(scale[: j - i].to(x.dtype)).add_(mins[: j - i].to(x.dtype))
-        return x @ w.view(j - i, -1).t()
+        return x @ w.view(j - i, self.in_features).t()
 
 
 def _replace_linears(model: torch.nn.Module, make) -> torch.nn.Module:
@@ -193,7 +194,7 @@ def _pool(model: torch.nn.Module) -> torch.nn.Module:
             flat = pages.empty(sum(p.numel() for p in parts) * parts[0].element_size()).view(parts[0].dtype)
             flat = _frozen(torch.cat([p.reshape(-1) for p in parts], out=flat))
             start = 0
-            for layer, part in zip(layers, parts):
+            for layer, part in zip(layers, parts, strict=True):
                 setattr(layer, name, flat)
                 layer.pooled[name] = (start, tuple(part.shape))
                 start += part.numel()
@@ -239,7 +240,7 @@ def int8_weights(model: torch.nn.Module) -> torch.nn.Module:
 
 def int4_weights(model: torch.nn.Module) -> torch.nn.Module:
     """Every nn.Linear of `model` (in place) becomes an Int4Linear, except the LM head: int8, as
-    its 4-bit form cost more perplexity than all the layers together (measured, README)."""
+    its 4-bit form cost more perplexity than all the layers together (measured, docs/performance.md)."""
     int4, int8 = native.load("int4_linear") is None, native.load("int8_linear") is None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     return _pool(_replace_linears(model, lambda linear: Int8Linear(linear, int8) if linear is head else Int4Linear(linear, int4)))

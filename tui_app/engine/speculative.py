@@ -28,7 +28,7 @@ def lookup_proposals(context: list[int], max_ngram: int = 3, num_tokens: int = 8
 def accept_greedy(proposals: list[int], target_choice: list[int]) -> int:
     """How many proposals match the target's greedy choices (target_choice[i] follows proposal i-1)."""
     n = 0
-    for p, t in zip(proposals, target_choice):
+    for p, t in zip(proposals, target_choice, strict=False):  # the target has one choice more
         if p != t:
             break
         n += 1

@@ -73,7 +73,7 @@ class Chart(LinePane):
         # Whole legend entries only, the first ones kept: a cropped line ended "■ pr".
         kept = fmt.fit([((f"■ {name}",), k) for k, (name, _) in enumerate(legend)], self.content_size.width)
         legend_segs = []
-        for (name, idx), shown in zip(legend, kept):
+        for (name, idx), shown in zip(legend, kept, strict=True):
             if shown is not None:
                 legend_segs.append(Segment("■ ", self._series_style(idx)))
                 legend_segs.append(Segment(name + "  ", dim))

@@ -33,7 +33,7 @@ class KVChart(Chart):
         measured = [p.measured / 2**20 for p in pts]
         formula = [p.formula / 2**20 for p in pts]
         alloc = [p.alloc / 2**20 for p in pts]
-        static = any(a > m for a, m in zip(alloc, measured))
+        static = any(a > m for a, m in zip(alloc, measured, strict=True))
         series = [measured, formula] + ([alloc] if static else [])
         lo, hi = bounds(series)
         plot(canvas, series, lo, hi, xs=[xs] * len(series), x_lo=0, x_hi=max(xs[-1], 1))

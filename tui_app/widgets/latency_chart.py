@@ -28,9 +28,8 @@ class LatencyChart(Chart):
         series = [[None] * canvas.px_w, [None] * canvas.px_w]
         for p in window:
             x = p.index - first
-            if 0 <= x < canvas.px_w:
-                if p.kind in ("decode", "verify"):
-                    series[0 if p.kind == "decode" else 1][x] = min(p.seconds * 1000, hi)
+            if 0 <= x < canvas.px_w and p.kind in ("decode", "verify"):
+                series[0 if p.kind == "decode" else 1][x] = min(p.seconds * 1000, hi)
         if itl_ms:  # reference lines first, so the data is drawn over them
             canvas.hline(y_to_px(canvas, mean(itl_ms), lo, hi), 2)
             canvas.hline(y_to_px(canvas, percentile(itl_ms, 95), lo, hi), 3)

@@ -28,7 +28,8 @@ class MemoryChart(Chart):
         def col(attr):
             return [getattr(x, attr) / MIB if getattr(x, attr) is not None else None for x in samples]
 
-        names = [("engine RSS", col("engine_rss")), ("UI RSS", col("app_rss"))]
+        watched = "server RSS" if s.ready is not None and s.ready.server else "engine RSS"
+        names = [(watched, col("engine_rss")), ("UI RSS", col("app_rss"))]
         if any(x.gpu_mem_used is not None for x in samples):
             names += [("GPU proc", col("gpu_proc_mem")), ("GPU device", col("gpu_mem_used"))]
         torch_mem = [m for m in s.torch_mem if m.t_ns >= t0]
@@ -48,6 +49,11 @@ class MemoryChart(Chart):
         gpu = [((f"GPU: {last.gpu_reason}", "GPU: n/a"), 2)] if last.gpu_mem_used is None else []
         self.set_titles(
             title,
-            [((f"engine {(last.engine_rss or 0) / MIB:.0f} MiB",), 0), ((f"UI {(last.app_rss or 0) / MIB:.0f} MiB",), 1)] + gpu,
+            [((f"{watched.split()[0]} {_mib(last.engine_rss)}",), 0), ((f"UI {_mib(last.app_rss)}",), 1), *gpu],
         )
         return self.compose_text(canvas, lo, hi, lambda v: f"{v:.0f}MiB", [(n, i) for i, (n, _) in enumerate(names)] + [("run end", 5)])
+
+
+def _mib(n: int | None) -> str:
+    """Whole MiB, or "–" where the process is not seen (a server on another host)."""
+    return "–" if n is None else f"{n / MIB:.0f} MiB"

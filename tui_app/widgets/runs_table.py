@@ -42,7 +42,8 @@ COLUMNS = (
     Column("p99", lambda r: fmt.ms(r.stats.itl.p99, unit=False), 5),
     Column("tok/s", lambda r: fmt.num(r.stats.decode_tps), 0),
     Column("accept", lambda r: fmt.pct(r.stats.accept_rate), 3),
-    Column("KV MiB", lambda r: fmt.mib(r.stats.kv_bytes), 4),
+    # A server's KV cache is its own (the server pane shows its gauge); none is measured per run.
+    Column("KV MiB", lambda r: "–" if r.stats.levers.server else fmt.mib(r.stats.kv_bytes), 4),
     Column("RSS MiB", lambda r: fmt.mib(r.finished.peak_rss) if r.finished else "", 4),
     Column("ppl", lambda r: fmt.num(r.finished.perplexity, 2) if r.finished else "", 5),
     Column("vs plain greedy", lambda r: r.note, 2, left=True),
@@ -85,6 +86,7 @@ class RunsTable(LinePane):
     HEADER = Style(bold=True, underline=True)
     RUN = Style(bold=True)
     SEGMENT = Style(dim=True)
+    SUMMARY = Style(bold=True, italic=True)
 
     def __init__(self, session, *, id: str | None = None, classes: str | None = None):
         super().__init__(id=id, classes=classes)
@@ -104,17 +106,21 @@ class RunsTable(LinePane):
         gap = " " * GAP
 
         def line(values, style) -> Strip:
-            text = gap.join(_cell(values[i], w, COLUMNS[i].left) for i, w in zip(shown, widths))
+            text = gap.join(_cell(values[i], w, COLUMNS[i].left) for i, w in zip(shown, widths, strict=True))
             return Strip([Segment(text, style)]).crop(0, width)
 
-        visible = max(height - 1, 0)
+        # Compared servers: each against the first, on the table's last lines.
+        summary = self.session.comparison()[: max(height - 2, 0)]
+        visible = max(height - 1 - len(summary), 0)
         self.scrolled = min(self.scrolled, max(len(cells) - visible, 0))
         end = len(cells) - self.scrolled
         body = range(max(end - visible, 0), end)
         self.border_title = f"runs · {self.scrolled} newer below (wheel down)" if self.scrolled else "runs"
-        return [line([c.title for c in COLUMNS], self.HEADER)] + [
+        rows = [line([c.title for c in COLUMNS], self.HEADER)] + [
             line(cells[k], self.SEGMENT if self._rows[k].segment is not None else self.RUN if k == len(cells) - 1 else None) for k in body
         ]
+        rows += [Strip.blank(width)] * (height - len(rows) - len(summary))
+        return rows + [Strip([Segment(text, self.SUMMARY)]).crop(0, width) for text in summary]
 
     def _scroll(self, by: int) -> None:
         self.scrolled = max(self.scrolled + by, 0)

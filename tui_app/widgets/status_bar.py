@@ -32,11 +32,18 @@ class StatusBar(Static):
         def lever(key: str, label: str, on: bool, priority: int = 0) -> None:
             items.append(((f"{key}:{label}",), priority, green if on else bold, key))
 
-        lever("k", "cache" if lev.cache else "no-cache", lev.cache)
-        lever("c", "compile" if lev.compile else "eager", lev.compile)
-        lever("w", lev.quant if lev.quant != "off" else "fp", lev.quant != "off")
-        lever("s", lev.spec, lev.spec != "off")
-        lever("b", str(lev.batch), lev.batch != 1)
+        server = session.active_server()
+        if server:  # the server's own levers are its business; the client's are streams and prompts
+            items.append(((server["engine"],), 1, "bold cyan", None))
+            if len(session.servers) > 1:
+                lever("t", server["label"], True)
+            lever("b", f"c{lev.batch}", lev.batch != 1)
+        else:
+            lever("k", "cache" if lev.cache else "no-cache", lev.cache)
+            lever("c", "compile" if lev.compile else "eager", lev.compile)
+            lever("w", lev.quant if lev.quant != "off" else "fp", lev.quant != "off")
+            lever("s", lev.spec, lev.spec != "off")
+            lever("b", str(lev.batch), lev.batch != 1)
         lever("l", preset, preset != "short", priority=3)
         if auto:
             items.append((("auto",), 2, "bold magenta", None))
@@ -51,7 +58,7 @@ class StatusBar(Static):
         width = self.content_size.width or 10_000  # before the first layout: everything
         shown = fmt.fit([(v, p) for v, p, _, _ in items], width, sep=" ")
         t = Text()
-        for (_, _, style, key), text in zip(items, shown):
+        for (_, _, style, key), text in zip(items, shown, strict=True):
             if text is None:
                 continue
             if t:

@@ -18,7 +18,8 @@ class UtilChart(Chart):
         self.border_title = "utilization"
         if not samples:
             return Text("waiting for samples…", style="dim")
-        names = [("engine CPU%", [x.engine_cpu for x in samples]), ("system CPU%", [x.sys_cpu for x in samples]), ("UI CPU%", [x.app_cpu for x in samples])]
+        watched = "server" if s.ready is not None and s.ready.server else "engine"
+        names = [(f"{watched} CPU%", [x.engine_cpu for x in samples]), ("system CPU%", [x.sys_cpu for x in samples]), ("UI CPU%", [x.app_cpu for x in samples])]
         has_gpu = any(x.gpu_sm is not None for x in samples)
         if has_gpu:
             names.append(("GPU SM%", [x.gpu_sm for x in samples]))
@@ -29,6 +30,6 @@ class UtilChart(Chart):
         power = ((f"power {last.gpu_power_w:.0f} W",), 1) if last.gpu_power_w is not None else ((f"GPU: {last.gpu_reason or 'n/a'}", "GPU: n/a"), 3)
         self.set_titles(
             [(("utilization",), 0)],
-            [((f"engine {last.engine_cpu or 0:.0f}%",), 0), ((f"UI {last.app_cpu or 0:.0f}%",), 2), ((f"system {last.sys_cpu or 0:.0f}%",), 1), power],
+            [((f"{watched} {last.engine_cpu or 0:.0f}%",), 0), ((f"UI {last.app_cpu or 0:.0f}%",), 2), ((f"system {last.sys_cpu or 0:.0f}%",), 1), power],
         )
         return self.compose_text(canvas, 0.0, hi, lambda v: f"{v:.0f}%", [(n, i) for i, (n, _) in enumerate(names)])

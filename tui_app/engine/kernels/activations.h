@@ -51,6 +51,16 @@ inline float split_int16(const float* x, int64_t K, int64_t Kp, int8_t* hi, int8
   return step;
 }
 
+// y [M, N] = the bias, or zeros: a product over zero inputs (x with no columns), as torch's linear gives.
+inline void empty_sum(int64_t M, int64_t N, const float* bias, float* y) {
+  for (int64_t m = 0; m < M; ++m) {
+    if (bias)
+      std::copy(bias, bias + N, y + m * N);
+    else
+      std::fill(y + m * N, y + (m + 1) * N, 0.f);
+  }
+}
+
 // Four activation bytes at p, broadcast to all rows. Read from the activations themselves, the
 // broadcast is one load (vpbroadcastd m32); copied to a stack array first, each word went through
 // a general register to a vector. Measured on the int4 kernel, 1536 x 576 in the L2 cache: 1 / 4 / 8
@@ -62,11 +72,11 @@ inline __m512i word(const int8_t* p) {
 }
 
 // Asks for the weights' cache line kAhead bytes past p. Both kernels read their tiles as one
-// sequential stream, yet on a VM with ~8-11 GB/s to memory they streamed at ~0.75 of a
-// plain sum over the same bytes: the arithmetic between loads keeps fewer lines in flight than the
-// hardware prefetcher needs. Asked for 8 KiB ahead (one line per 64 bytes read), the fused int4
-// step took 0.77x the time and int8's 0.82x (one process, alternating, the same tokens); 1 KiB ahead
-// gained 0.94x, 16 KiB 0.87x. Past a layer's end the line is its neighbour's in the pool (the layers
+// sequential stream, yet on a VM with ~8-11 GB/s to memory (2026-11-22, before f62053c) they
+// streamed at ~0.75 of a plain sum over the same bytes: the arithmetic between loads keeps fewer
+// lines in flight than the hardware prefetcher needs. Asked for 8 KiB ahead (one line per 64 bytes
+// read), the fused int4 step took 0.77x the time and int8's 0.82x (one process, alternating, the
+// same tokens); 1 KiB ahead gained 0.94x, 16 KiB 0.87x. Past a layer's end the line is its neighbour's in the pool (the layers
 // lie in call order), and past the pool's end a prefetch is dropped, never a fault.
 constexpr int64_t kAhead = 8192;
 inline void ahead(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p + kAhead), _MM_HINT_T0); }

@@ -127,22 +127,22 @@ using GroupFn = void (*)(const float*, const float*, const float*, int64_t, int6
 constexpr GroupFn kGroupFor[9] = {nullptr, group16<1>, group16<2>, group16<3>, group16<4>, group16<5>, group16<6>, group16<7>, group16<8>};
 #endif
 
-// out [B, Hq, D] = attention of q [B, Hq, D] over slots [0, filled) of k, v [B, Hkv, S, D].
+// out [B, Hq, D] = attention of q [B, Hq, D] over slots [0, filled[b]) of k, v [B, Hkv, S, D], sequence by sequence.
 inline void attend(const float* qp, const float* kp, const float* vp, int64_t B, int64_t Hq, int64_t Hkv, int64_t S,
-                   int64_t D, int64_t filled, float sc, float* op) {
+                   int64_t D, const int64_t* filled_at, float sc, float* op) {
   const int64_t G = Hq / Hkv;
   // One task per (sequence, K/V head): its G query heads share each K and V row while it is in L1.
   at::parallel_for(0, B * Hkv, 1, [&](int64_t t0, int64_t t1) {
     thread_local std::vector<float> w_buf;
-    float* w = scratch(w_buf, G * filled);
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t b = t / Hkv, g = t % Hkv;
+      const int64_t b = t / Hkv, g = t % Hkv, filled = filled_at[b];
+      float* w = scratch(w_buf, G * filled);
       const float* kh = kp + (b * Hkv + g) * S * D;
       const float* vh = vp + (b * Hkv + g) * S * D;
       const float* qg = qp + (b * Hq + g * G) * D;
       float* og = op + (b * Hq + g * G) * D;
 #if defined(CPU_CAPABILITY_AVX512)
-      if (D % 16 == 0 && D <= 128) {
+      if (D % 16 == 0 && D > 0 && D <= 128) {
         kGroupFor[D / 16](qg, kh, vh, G, filled, sc, w, og);
         continue;
       }

@@ -6,8 +6,9 @@
 // 512-slot cache (perf: MKL's sgemv under the flash-attention kernel, one call per head). Here the
 // shapes stay static and the position, a tensor, says how many slots to read.
 //
-// q [B, Hq, 1, D]; k, v [B, Hkv, S, D] (the cache layers); slots 0..position are filled and every
-// sequence of the batch sits at the same position (the engine's batches repeat one prompt).
+// q [B, Hq, 1, D]; k, v [B, Hkv, S, D] (the cache layers); position [B, 1]: sequence b's slots
+// 0..position[b] are filled (the engine's batches repeat one prompt, so all agree there, but the op
+// takes each row's own: reading row 0's for every row gave the other rows wrong answers silently).
 // Query head h reads K/V head h / (Hq / Hkv), as repeat_kv and SDPA's enable_gqa pair them.
 // Returns [B, 1, Hq, D]: the layout transformers' attention functions return.
 // ATen's vector type for the ISA this build targets (as inductor's own C++ kernels use it):
@@ -21,6 +22,8 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
+#include <vector>
+
 #include "attention.h"
 
 namespace {
@@ -33,12 +36,16 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::
                   v.is_contiguous(), "decode_attention: q [B, Hq, 1, D] and contiguous k, v [B, Hkv, S, D]");
   const int64_t B = q.size(0), Hq = q.size(1), D = q.size(3), Hkv = k.size(1), S = k.size(2);
   TORCH_CHECK(k.size(0) == B && k.size(3) == D && Hkv > 0 && Hq % Hkv == 0, "decode_attention: shapes do not match");
-  TORCH_CHECK(position.scalar_type() == at::kLong && position.numel() >= 1, "decode_attention: an int64 position");
-  const int64_t filled = position.contiguous().data_ptr<int64_t>()[0] + 1;
-  TORCH_CHECK(filled >= 1 && filled <= S, "decode_attention: position outside the cache");
+  TORCH_CHECK(position.scalar_type() == at::kLong && position.numel() == B, "decode_attention: an int64 position per sequence [B, 1]");
+  const at::Tensor pc = position.contiguous();
+  std::vector<int64_t> filled(B);
+  for (int64_t b = 0; b < B; ++b) {
+    filled[b] = pc.data_ptr<int64_t>()[b] + 1;
+    TORCH_CHECK(filled[b] >= 1 && filled[b] <= S, "decode_attention: position outside the cache");
+  }
   const at::Tensor qc = q.contiguous();
   at::Tensor out = at::empty({B, 1, Hq, D}, q.options());
-  attn::attend(qc.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), B, Hq, Hkv, S, D, filled, float(scale),
+  attn::attend(qc.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), B, Hq, Hkv, S, D, filled.data(), float(scale),
                out.data_ptr<float>());
   return out;
 }

@@ -4,7 +4,7 @@
 // RMSNorm, gate/up joined, SiLU(gate) * up, down, the residual), the final RMSNorm and the LM head.
 //
 // Why: decode of the default model is memory-bound and the kernels stream its weights at the
-// memory's pace, yet a compiled int4 step spent ~1.9 ms of ~5.6 outside them (perf):
+// memory's pace, yet a compiled int4 step spent ~1.9 ms of ~5.6 outside them (perf at 5a79cd8, 2026-11-22):
 // dynamo and Python around the graph, the C++ wrapper's boxed op calls, its allocations and tensor
 // checks, and ~150 small fused kernels between the 121 kernel calls; called eagerly layer by layer
 // the Python around them cost more (embedding and RoPE 0.3 ms, the final norm 0.25). Here each
@@ -162,6 +162,8 @@ at::Tensor decode_step(const at::Tensor& ids, const at::Tensor& position, const 
   float* gu = scratch(gu_buf, B * 2 * I);
   float* act = scratch(act_buf, B * I);
   float* y = scratch(y_buf, B * D);
+  thread_local std::vector<int64_t> filled_buf;
+  int64_t* filled = scratch(filled_buf, B);
   const float e = float(eps);
 
   for (int64_t l = 0; l < L; ++l) {
@@ -188,7 +190,8 @@ at::Tensor decode_step(const at::Tensor& ids, const at::Tensor& position, const 
       }
     }
     length = pos + 1;
-    attn::attend(q, kc, vc, B, heads, Hkv, S, hd, pos + 1, float(scaling), att);
+    std::fill(filled, filled + B, pos + 1);  // one cache length for the batch: StaticLayer's cumulative_length
+    attn::attend(q, kc, vc, B, heads, Hkv, S, hd, filled, float(scaling), att);
     proj[4 * l + 1](att, B, y);
     for (int64_t i = 0; i < B * D; ++i) h[i] += y[i];
     const float* w_post = norms[2 * l + 1].data_ptr<float>();

@@ -22,6 +22,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <c10/util/accumulate.h>
 #include <torch/library.h>
 
 #include "int4.h"
@@ -35,11 +36,11 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, int64_t N,
   TORCH_CHECK(packed.scalar_type() == at::kByte && packed.dim() == 3 && packed.size(2) == kTile && packed.is_contiguous(),
               "int4_linear: contiguous uint8 tiles [tiles, groups, 320]");
   const int64_t groups = packed.size(1), K = groups * kGroup;
-  TORCH_CHECK(x.size(-1) == K && N > 0 && (N + kRows - 1) / kRows == packed.size(0), "int4_linear: shapes do not match");
+  TORCH_CHECK(x.size(-1) == K && N >= 0 && (N + kRows - 1) / kRows == packed.size(0), "int4_linear: shapes do not match");
   const at::Tensor xc = x.contiguous();
   const at::Tensor bc = bias ? bias->contiguous() : at::Tensor();
   TORCH_CHECK(!bc.defined() || (bc.scalar_type() == at::kFloat && bc.numel() == N), "int4_linear: bias");
-  const int64_t M = xc.numel() / K;
+  const int64_t M = c10::multiply_integers(x.sizes().begin(), x.sizes().end() - 1);  // not numel / K: K may be 0
 
   std::vector<int64_t> sizes = x.sizes().vec();
   sizes.back() = N;

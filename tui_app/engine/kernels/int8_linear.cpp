@@ -17,6 +17,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <c10/util/accumulate.h>
 #include <torch/library.h>
 
 #include "int8.h"
@@ -32,13 +33,13 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& qweight, const at:
   TORCH_CHECK(qweight.scalar_type() == at::kByte && qweight.dim() == 3 && qweight.size(2) == kRows * kQuad &&
               qweight.is_contiguous(), "int8_linear: contiguous uint8 tiles [tiles, K / 4, 64]");
   const int64_t K = x.size(-1), Kp = qweight.size(1) * kQuad;
-  TORCH_CHECK(N > 0 && (N + kRows - 1) / kRows == qweight.size(0) && (K + kQuad - 1) / kQuad * kQuad == Kp &&
+  TORCH_CHECK(N >= 0 && (N + kRows - 1) / kRows == qweight.size(0) && (K + kQuad - 1) / kQuad * kQuad == Kp &&
               scale.numel() >= N, "int8_linear: shapes do not match");
   TORCH_CHECK(Kp <= kMaxK, "int8_linear: rows longer than ", kMaxK, " could overflow int32 sums");
   const at::Tensor xc = x.contiguous(), sc = scale.contiguous();
   const at::Tensor bc = bias ? bias->contiguous() : at::Tensor();
   TORCH_CHECK(!bc.defined() || (bc.scalar_type() == at::kFloat && bc.numel() == N), "int8_linear: bias");
-  const int64_t M = K ? xc.numel() / K : 0;
+  const int64_t M = c10::multiply_integers(x.sizes().begin(), x.sizes().end() - 1);  // not numel / K: K may be 0
 
   std::vector<int64_t> sizes = x.sizes().vec();
   sizes.back() = N;
