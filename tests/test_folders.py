@@ -115,3 +115,8 @@ async def test_exports_default_to_the_recordings_folder_with_the_full_path(tmp_p
     written = sorted(p.name for p in (tmp_path / "recordings").iterdir())
     assert len(written) == 2 and written[0].endswith("-export.json") and written[1].endswith("-screenshot.svg")
     assert all(any(str(tmp_path / "recordings" / name) in t for t in app.told) for name in written)
+
+
+def test_bench_outputs_into_an_unwritable_folder_are_refused_before_the_sweep(blocked):
+    r = _cli("bench", "--lengths", "8:2", "--levers", "plain", "-o", "json", "--out", str(blocked / "x"), env={})
+    assert r.returncode == 2 and str(blocked) in r.stderr and "--out" in r.stderr and "runs" not in r.stderr, r.stderr

@@ -278,6 +278,16 @@ def run_bench(args) -> int:
     except ValueError as exc:
         print(f"tokentop: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.output:  # checked now: a traceback after the whole sweep lost its files
+        from pathlib import Path
+
+        from tui_app.folders import FolderError, require
+
+        try:
+            require(Path(args.out).expanduser().absolute().parent, "the bench outputs", "--out")
+        except FolderError as exc:
+            print(f"tokentop: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     if args.endpoint:  # running servers instead of the engine
         import asyncio
 
