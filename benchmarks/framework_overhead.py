@@ -12,6 +12,7 @@ is a device→host sync), on any device; on CUDA, beside them, the syncs CUDA it
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -41,7 +42,8 @@ def tiny_llama(folder: str, tokenizer: str | None = None):
     )
     LlamaForCausalLM(cfg).save_pretrained(folder)
     # The engine wants a tokenizer to detokenize; ids < 256 decode with the default model's
-    # (given as a folder where the model itself is absent: the GPU machine, docs/gpu.md).
+    # (given as a folder, or by TOKENTOP_TOKENIZER, where the model itself is absent: the GPU machine, docs/gpu.md).
+    tokenizer = tokenizer or os.environ.get("TOKENTOP_TOKENIZER")
     if tokenizer is None:
         cached = _gguf_cache_dir(find_default_gguf())
         if not (cached / "tokenizer.json").exists():

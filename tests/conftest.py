@@ -44,13 +44,14 @@ def engine_events():
 def engine(engine_events, device):
     """The real default model, loaded once for the whole session, in this process, on --device."""
     from tui_app.engine.generation import Engine, EngineConfig
-    from tui_app.engine.models import ModelError, find_default_gguf
+    from tui_app.engine.models import ModelError, find_default_gguf, resolve_device
 
     if device != "cpu":
         try:
+            resolve_device(device)
             find_default_gguf()
-        except ModelError as exc:  # the lent GPU machine: the GGUF does not travel there (docs/gpu.md)
-            pytest.skip(f"needs the default model's real weights: {exc}")
+        except ModelError as exc:  # no such device, or the lent GPU machine: the GGUF does not travel there (docs/gpu.md)
+            pytest.skip(f"needs --device {device} and the default model's real weights: {exc}")
     eng = Engine(EngineConfig(device=device), engine_events.append)
     eng.load()
     return eng

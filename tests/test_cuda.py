@@ -4,7 +4,7 @@ tested on the CPU in test_gpu_check.py."""
 
 import pytest
 
-from benchmarks import gpu_check as gc
+from benchmarks import gpu_check as gpc
 from tui_app.engine.config import RunRequest
 
 pytestmark = pytest.mark.gpu
@@ -20,37 +20,37 @@ def cuda(device):
 @pytest.fixture(scope="module")
 def small_bench(tmp_path_factory, cuda):
     """The default model's architecture and tokenizer, random weights, bf16 on the GPU."""
-    folder = gc.random_llama(tmp_path_factory.mktemp("default-arch"), gc.tokenizer_dir(None), cuda)
-    return gc.Bench(folder, cuda, "bf16")
+    folder = gpc.random_llama(tmp_path_factory.mktemp("default-arch"), gpc.tokenizer_dir(None), cuda)
+    return gpc.Bench(folder, cuda, "bf16")
 
 
-def passes(fn) -> gc.Check:
-    check = gc.run_check("check", fn)
+def passes(fn) -> gpc.Check:
+    check = gpc.run_check("check", fn)
     assert check.status == "PASS", check.line()
     return check
 
 
 def test_torch_memory_is_the_allocators(cuda):
-    passes(lambda: gc.check_torch_memory(cuda))
+    passes(lambda: gpc.check_torch_memory(cuda))
 
 
 def test_nvml_sees_this_process_as_nvidia_smi_does(cuda):
-    passes(lambda: gc.check_nvml_process(cuda))
+    passes(lambda: gpc.check_nvml_process(cuda))
 
 
 def test_nvml_device_memory_is_nvidia_smis(cuda):
-    passes(lambda: gc.check_nvml_device(cuda))
+    passes(lambda: gpc.check_nvml_device(cuda))
 
 
 @pytest.mark.parametrize("combo", [{}, {"compile": True}, {"spec": "lookup"}, {"batch": 4}], ids=["plain", "compile", "lookup", "b4"])
 def test_at_most_one_cuda_sync_per_token(small_bench, combo):
-    passes(lambda: gc.check_syncs(small_bench, combo, REQ))
+    passes(lambda: gpc.check_syncs(small_bench, combo, REQ))
 
 
 def test_ttft_and_itl_agree_with_cuda_events(small_bench):
-    passes(lambda: gc.check_timing(small_bench, REQ))
+    passes(lambda: gpc.check_timing(small_bench, REQ))
 
 
 @pytest.mark.parametrize("combo", [{"cache": False}, {"spec": "draft"}, {"batch": 2}], ids=["no-cache", "draft", "b2"])
 def test_a_lossless_lever_switched_mid_run_keeps_greedy_output(small_bench, combo):
-    passes(lambda: gc.lever_check(small_bench, combo, REQ))
+    passes(lambda: gpc.lever_check(small_bench, combo, REQ))
