@@ -16,7 +16,7 @@ says SKIP with that reason elsewhere.
 Here, on a machine with network: `make gpu-wheels` (the wheels that machine lacks and the
 tokenizer, into .gpu-wheels/). There: `make gpu-check` (docs/gpu.md).
 
-    python3 benchmarks/gpu_check.py [--out DIR] [--budget-s 480] [--only TEXT]
+    python3 benchmarks/gpu_check.py [--out DIR] [--budget-s 420] [--only TEXT]
     .venv/bin/python benchmarks/gpu_check.py --wheels .gpu-wheels
 """
 
@@ -152,7 +152,11 @@ class Report:
         if time.monotonic() > self.deadline:
             result = Check("SKIP", name, reason=f"the time budget ({self.budget_s:.0f} s) is spent; rerun with --only '{name}'")
         else:
+            # In the report while it runs: a run killed at the command's time limit shows which check hung.
+            self.checks.append(Check("FAIL", name, reason="did not finish: the run was stopped during this check"))
+            self.write()
             result = run_check(name, fn)
+            self.checks.pop()
         self.checks.append(result)
         self.echo(result.line(), flush=True)
         self.write()
@@ -622,8 +626,10 @@ def check_bandwidth(folder: Path, device: str, levers: dict, dtype: str = "bf16"
     return figure, reference
 
 
-def bench_gb(folder: Path) -> float:
-    return sum(f.stat().st_size for f in folder.glob("*.safetensors")) / 1e9
+def make_model(folder: Path, tok: Path, device: str, overrides: dict | None = None) -> tuple[str, str]:
+    random_llama(folder, tok, device, overrides)
+    gb = sum(f.stat().st_size for f in folder.glob("*.safetensors")) / 1e9
+    return f"{gb:.2f} GB of bf16 weights", f"the default model's config{' with ' + str(overrides) if overrides else ''}, its tokenizer"
 
 
 def check_real_weights(device: str) -> tuple[str, str]:
@@ -705,7 +711,9 @@ def header(device: str) -> list[str]:
     ]
 
 
-def run_all(report: Report, device: str, tok: Path, work: Path) -> None:
+def run_all(report: Report, device: str, tok: Path, work: Path, small_overrides: dict | None = None) -> None:
+    """Every check in order, cheap and essential first. Models are made when a check first needs
+    one (so --only runs what it names), each once; `small_overrides` shrink the lever model (tests)."""
     from tui_app.engine.config import RunRequest
 
     report.check("pytest -m gpu --device cuda", lambda: check_pytest(report, "pytest -m gpu", ["-m", "gpu", "--device", "cuda"], min(180, report.left_s())))
@@ -715,15 +723,27 @@ def run_all(report: Report, device: str, tok: Path, work: Path) -> None:
     report.check("NVML util/power/clock under load vs nvidia-smi", lambda: check_nvml_load(device))
     report.check("quality on real weights (perplexity, int8/int4)", lambda: check_real_weights(device))
 
-    small = work / "default-arch"
-    made = report.check("make the default architecture, random weights", lambda: (str(random_llama(small, tok, device)), f"{bench_gb(small):.2f} GB bf16"))
+    made: dict[str, Path | str] = {}
+
+    def model(key: str, overrides: dict | None) -> Path:
+        if key not in made:
+            try:
+                figure, reference = make_model(work / key, tok, device, overrides)
+            except Exception as exc:
+                made[key] = one_line(f"{type(exc).__name__}: {exc}")
+                raise
+            made[key] = work / key
+            report.header.append(f"model {key}: {figure}, from {reference}")
+        found = made[key]
+        if isinstance(found, str):
+            raise Skip(f"no model: making {key} failed ({found})")
+        return found
+
     benches: dict[str, Bench] = {}
 
     def bench(dtype: str) -> Bench:
-        if made is None or made.status != "PASS":
-            raise Skip("no model: its making failed above")
         if dtype not in benches:
-            benches[dtype] = Bench(small, device, dtype)
+            benches[dtype] = Bench(model("default-arch", small_overrides), device, dtype)
         return benches[dtype]
 
     req = RunRequest(preset="short", max_new_tokens=NEW_TOKENS, ignore_eos=True)
@@ -735,17 +755,8 @@ def run_all(report: Report, device: str, tok: Path, work: Path) -> None:
     for dtype in ("bf16", "fp16"):
         for name, combo in singles:
             report.check(f"lever {name} ({dtype})", lambda c=combo, d=dtype: lever_check(bench(d), c, req))
-
-    big = work / "llama-1b"
-    made_big = report.check("make a ~1B Llama, random weights", lambda: (str(random_llama(big, tok, device, BIG)), f"{bench_gb(big):.2f} GB bf16"))
-
-    def bandwidth(levers: dict):
-        if made_big is None or made_big.status != "PASS":
-            raise Skip("no model: its making failed above")
-        return check_bandwidth(big, device, levers)
-
-    report.check("bandwidth ~1B bf16 plain", lambda: bandwidth({}))
-    report.check("bandwidth ~1B bf16 compile", lambda: bandwidth({"compile": True}))
+    report.check("bandwidth ~1B bf16 plain", lambda: check_bandwidth(model("llama-1b", BIG), device, {}))
+    report.check("bandwidth ~1B bf16 compile", lambda: check_bandwidth(model("llama-1b", BIG), device, {"compile": True}))
     report.check("framework overhead on CUDA", lambda: check_framework_overhead(report, tok, min(240, report.left_s())))
     report.check(
         "suite --device cuda",
@@ -778,7 +789,7 @@ def build_wheels(dest: Path, python_version: str = "3.12") -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "benchmarks" / "out"), help="folder for gpu-check.md (default $OUT)")
-    ap.add_argument("--budget-s", type=float, default=480, help="checks that would start after this many seconds say SKIP instead")
+    ap.add_argument("--budget-s", type=float, default=420, help="checks that would start after this many seconds say SKIP instead")
     ap.add_argument("--only", default="", help="run only the checks whose name contains this text")
     ap.add_argument("--tokenizer", default=None, help="the default model's tokenizer folder (default: the carried one, else the converted default)")
     ap.add_argument("--wheels", default=None, metavar="DIR", help="build the folder that travels to the GPU machine, then exit")

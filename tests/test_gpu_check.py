@@ -25,8 +25,15 @@ def test_each_check_is_one_line_and_a_failure_never_stops_the_rest(tmp_path):
     def skipped():
         raise gpc.Skip("needs real weights")
 
-    for name, fn in [("a", broken), ("b", failed), ("c", skipped), ("d|e", lambda: ("1 ms", "1 ms"))]:
+    seen = []
+
+    def running():
+        seen.append((tmp_path / "r.md").read_text())  # the report while a check runs names it
+        return "1 ms", "1 ms"
+
+    for name, fn in [("a", broken), ("b", failed), ("c", skipped), ("d|e", running)]:
         report.check(name, fn)
+    assert "| FAIL | d\\|e | - | - | did not finish: the run was stopped during this check |" in seen[0]
     assert [c.status for c in report.checks] == ["FAIL", "FAIL", "SKIP", "PASS"]
     assert lines[0] == "FAIL | a | - | - | ValueError: no luck"
     assert lines[1] == "FAIL | b | 5 MiB | 2 MiB | off by 3"
@@ -165,3 +172,14 @@ def test_the_bandwidth_figure_is_weights_times_tokens_over_a_copy(small_folder):
     achieved, share, tps, weights = (float(x) for x in re.fullmatch(shape, check.figure).groups())
     peak = float(re.match(r"device-to-device copy ([\d.]+) GB/s", check.reference).group(1))
     assert achieved == pytest.approx(tps * weights, rel=1e-3) and share / 100 == pytest.approx(achieved / peak, rel=1e-2)
+
+
+def test_only_runs_what_it_names_and_makes_the_model_it_needs(tmp_path):
+    """The whole sequence as on a GPU, narrowed by --only: the lever model is made on first need, once."""
+    lines = []
+    report = gpc.Report(tmp_path / "r.md", [], budget_s=120, only="no-cache+b2", echo=lambda line, flush: lines.append(line))
+    tiny = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16}
+    gpc.run_all(report, "cpu", gpc.tokenizer_dir(None), tmp_path, tiny)
+    assert [c.name for c in report.checks] == ["lever no-cache+b2 (bf16)", "lever no-cache+b2 (fp16)"]
+    assert all(c.status == "PASS" for c in report.checks), lines
+    assert [h for h in report.header if h.startswith("model ")] == [report.header[0]] and "default-arch" in report.header[0]
