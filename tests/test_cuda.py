@@ -54,3 +54,9 @@ def test_ttft_and_itl_agree_with_cuda_events(small_bench):
 @pytest.mark.parametrize("combo", [{"cache": False}, {"spec": "draft"}, {"batch": 2}], ids=["no-cache", "draft", "b2"])
 def test_a_lossless_lever_switched_mid_run_keeps_greedy_output(small_bench, combo):
     passes(lambda: gpc.lever_check(small_bench, combo, REQ))
+
+
+@pytest.mark.parametrize("level", ["int8", "int4"])
+def test_quantization_runs_on_cuda_in_bf16(small_bench, level):
+    """torchao's int8 and tinygemm int4 (whose default packing would need the mslk package) load and decode."""
+    passes(lambda: gpc.lever_check(small_bench, {"quant": level}, REQ))
