@@ -16,7 +16,7 @@ says SKIP with that reason elsewhere.
 Here, on a machine with network: `make gpu-wheels` (the wheels that machine lacks and the
 tokenizer, into .gpu-wheels/). There: `make gpu-check` (docs/gpu.md).
 
-    python3 benchmarks/gpu_check.py [--out DIR] [--budget-s 420] [--only TEXT]
+    python3 benchmarks/gpu_check.py [--out DIR] [--budget-s 420] [--only TEXT] [--start-at TEXT]
     .venv/bin/python benchmarks/gpu_check.py --wheels .gpu-wheels
 """
 
@@ -139,18 +139,22 @@ def run_check(name: str, fn) -> Check:
 class Report:
     """The checks so far as a Markdown file, rewritten after each one; logs of subprocesses beside."""
 
-    def __init__(self, path: Path, header: list[str], budget_s: float, only: str = "", echo=print):
+    def __init__(self, path: Path, header: list[str], budget_s: float, only: str = "", echo=print, start_at: str = ""):
         self.path, self.header, self.only, self.echo = path, header, only, echo
+        self.start_at = start_at  # a second run goes on where the first one's budget ended
         self.deadline = time.monotonic() + budget_s
         self.budget_s = budget_s
         self.checks: list[Check] = []
         self.logs: dict[str, str] = {}
 
     def check(self, name: str, fn) -> Check | None:
+        if self.start_at and self.start_at not in name:
+            return None
+        self.start_at = ""
         if self.only and self.only not in name:
             return None
         if time.monotonic() > self.deadline:
-            result = Check("SKIP", name, reason=f"the time budget ({self.budget_s:.0f} s) is spent; rerun with --only '{name}'")
+            result = Check("SKIP", name, reason=f"the time budget ({self.budget_s:.0f} s) is spent; rerun with --start-at '{name}'")
         else:
             # In the report while it runs: a run killed at the command's time limit shows which check hung.
             self.checks.append(Check("FAIL", name, reason="did not finish: the run was stopped during this check"))
@@ -791,6 +795,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "benchmarks" / "out"), help="folder for gpu-check.md (default $OUT)")
     ap.add_argument("--budget-s", type=float, default=420, help="checks that would start after this many seconds say SKIP instead")
     ap.add_argument("--only", default="", help="run only the checks whose name contains this text")
+    ap.add_argument("--start-at", default="", help="skip the checks before the first whose name contains this text")
     ap.add_argument("--tokenizer", default=None, help="the default model's tokenizer folder (default: the carried one, else the converted default)")
     ap.add_argument("--wheels", default=None, metavar="DIR", help="build the folder that travels to the GPU machine, then exit")
     args = ap.parse_args(argv)
@@ -809,7 +814,7 @@ def main(argv: list[str] | None = None) -> int:
     device = f"cuda:{torch.cuda.current_device()}"
     tok = tokenizer_dir(args.tokenizer)
     os.environ["TOKENTOP_TOKENIZER"] = str(tok)  # for the tests and benchmarks run from here: no default model there
-    report = Report(Path(args.out) / "gpu-check.md", header(device), args.budget_s, args.only)
+    report = Report(Path(args.out) / "gpu-check.md", header(device), args.budget_s, args.only, start_at=args.start_at)
     print(f"gpu-check: {report.header[1]}; report {report.path}", flush=True)
     with tempfile.TemporaryDirectory(prefix="tokentop-gpu-") as work, contextlib.suppress(KeyboardInterrupt):
         run_all(report, device, tok, Path(work))

@@ -46,10 +46,14 @@ def test_checks_past_the_time_budget_say_skip_and_do_not_run(tmp_path):
     report = gpc.Report(tmp_path / "r.md", [], budget_s=0, echo=lambda *a, **k: None)
     ran = []
     report.check("late", lambda: ran.append(1))
-    assert not ran and report.checks[0].status == "SKIP" and "--only 'late'" in report.checks[0].reason
+    assert not ran and report.checks[0].status == "SKIP" and "--start-at 'late'" in report.checks[0].reason
     assert report.check("other", lambda: ran.append(1)) is not None
     only = gpc.Report(tmp_path / "o.md", [], budget_s=60, only="NVML", echo=lambda *a, **k: None)
     assert only.check("lever b2", lambda: ("", "")) is None and not only.checks
+    resumed = gpc.Report(tmp_path / "s.md", [], budget_s=60, start_at="bandwidth", echo=lambda *a, **k: None)
+    for name in ("lever b2 (bf16)", "bandwidth ~1B bf16 plain", "suite --device cuda"):
+        resumed.check(name, lambda: ("", ""))
+    assert [c.name for c in resumed.checks] == ["bandwidth ~1B bf16 plain", "suite --device cuda"]
 
 
 def test_agree_passes_within_the_tolerance_and_fails_outside_it():
