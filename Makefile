@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup chromium run test bench bench-peer screenshots check clean
+.PHONY: setup chromium run test bench bench-peer screenshots check clean gpu-wheels gpu-check
 
 setup: $(VENV)/.installed
 
@@ -68,6 +68,22 @@ bench: setup
 	$(PY) benchmarks/kernel_stream.py
 	$(PY) benchmarks/startup.py
 	$(PY) benchmarks/observer_overhead.py
+
+# The lent GPU machine (docs/gpu.md) has no network and no copy of the default model: build, here,
+# the wheels it lacks (for its Python 3.12, a torchao built for its torch 2.11) and the default
+# model's tokenizer into an ignored folder that the device call carries (`carry: [".gpu-wheels"]`).
+GPU_WHEELS ?= .gpu-wheels
+gpu-wheels: setup
+	$(PY) benchmarks/gpu_check.py --wheels $(GPU_WHEELS)
+
+# There: those wheels over the machine's own torch (--no-deps: nothing else is installed), then
+# every CUDA check, its report under $OUT. Without CUDA it says so and exits 2.
+GPU_PY ?= python3
+GPU_SITE ?= /tmp/tokentop-site
+gpu-check:
+	test -d $(GPU_WHEELS) || { echo "no $(GPU_WHEELS)/: run make gpu-wheels where there is network, and carry it"; exit 2; }
+	$(GPU_PY) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $(GPU_SITE) --find-links $(GPU_WHEELS) $(GPU_WHEELS)/*.whl
+	PYTHONPATH=$(CURDIR):$(GPU_SITE) PYTHONUNBUFFERED=1 $(GPU_PY) benchmarks/gpu_check.py --tokenizer $(GPU_WHEELS)/default-tokenizer $(GPU_ARGS)
 
 clean:
 	rm -rf $(VENV)

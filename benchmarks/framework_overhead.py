@@ -6,12 +6,13 @@ calls over a DynamicCache, tokentop's engine (eager), and the engine with the co
 It also counts the host's reads of tensor values per token (monitors/host_reads.py: on a GPU each
 is a device→host sync), on any device; on CUDA, beside them, the syncs CUDA itself reports.
 
-    .venv/bin/python benchmarks/framework_overhead.py [--device cuda] [--repeats 20]
+    .venv/bin/python benchmarks/framework_overhead.py [--device cuda] [--repeats 20] [--tokenizer DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -22,7 +23,7 @@ import torch
 NEW = 64
 
 
-def tiny_llama(folder: str):
+def tiny_llama(folder: str, tokenizer: str | None = None):
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     from tui_app.engine.models import _gguf_cache_dir, find_default_gguf, load_model
@@ -40,11 +41,15 @@ def tiny_llama(folder: str):
         eos_token_id=2,
     )
     LlamaForCausalLM(cfg).save_pretrained(folder)
-    # The engine wants a tokenizer to detokenize; ids < 256 decode with the default model's.
-    cached = _gguf_cache_dir(find_default_gguf())
-    if not (cached / "tokenizer.json").exists():
-        load_model("default", "cpu", torch.float32)
-    AutoTokenizer.from_pretrained(str(cached)).save_pretrained(folder)
+    # The engine wants a tokenizer to detokenize; ids < 256 decode with the default model's
+    # (given as a folder, or by TOKENTOP_TOKENIZER, where the model itself is absent: the GPU machine, docs/gpu.md).
+    tokenizer = tokenizer or os.environ.get("TOKENTOP_TOKENIZER")
+    if tokenizer is None:
+        cached = _gguf_cache_dir(find_default_gguf())
+        if not (cached / "tokenizer.json").exists():
+            load_model("default", "cpu", torch.float32)
+        tokenizer = str(cached)
+    AutoTokenizer.from_pretrained(tokenizer).save_pretrained(folder)
 
 
 def sync(device):
@@ -78,6 +83,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--tokenizer", default=None, help="the default model's tokenizer folder (default: its converted copy)")
     args = ap.parse_args()
     from transformers import DynamicCache
 
@@ -85,7 +91,7 @@ def main() -> int:
     from tui_app.engine.generation import Engine, EngineConfig, RunRequest
 
     folder = tempfile.mkdtemp(prefix="tiny-llama-")
-    tiny_llama(folder)
+    tiny_llama(folder, args.tokenizer)
     phases = []
     engine = Engine(
         EngineConfig(model=folder, device=args.device, dtype="fp32"),

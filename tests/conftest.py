@@ -15,9 +15,27 @@ TEST_DATA = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".pyte
 os.environ["TOKENTOP_DATA"] = TEST_DATA
 
 
-def pytest_collection_modifyitems(items):
-    """Browser tests last: they start a server and a browser, and a failure there should not hide the rest."""
+def pytest_addoption(parser):
+    parser.addoption("--device", default="cpu", help="where tests that take a device run the engine: cpu (default) or cuda[:N] (docs/gpu.md)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Browser tests last: they start a server and a browser, and a failure there should not hide the rest.
+    GPU tests skip, saying why, where torch sees no CUDA device."""
     items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+    gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if gpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            skip = pytest.mark.skip(reason=f"needs a CUDA GPU: torch {torch.__version__} sees none")
+            for item in gpu:
+                item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def device(request) -> str:
+    return request.config.getoption("--device")
 
 
 @pytest.fixture(scope="session")
@@ -26,11 +44,18 @@ def engine_events():
 
 
 @pytest.fixture(scope="session")
-def engine(engine_events):
-    """The real default model, loaded once for the whole session, in this process."""
+def engine(engine_events, device):
+    """The real default model, loaded once for the whole session, in this process, on --device."""
     from tui_app.engine.generation import Engine, EngineConfig
+    from tui_app.engine.models import ModelError, find_default_gguf, resolve_device
 
-    eng = Engine(EngineConfig(), engine_events.append)
+    if device != "cpu":
+        try:
+            resolve_device(device)
+            find_default_gguf()
+        except ModelError as exc:  # no such device, or the lent GPU machine: the GGUF does not travel there (docs/gpu.md)
+            pytest.skip(f"needs --device {device} and the default model's real weights: {exc}")
+    eng = Engine(EngineConfig(device=device), engine_events.append)
     eng.load()
     return eng
 

@@ -11,7 +11,7 @@ from tui_app.engine.generation import Engine, EngineConfig, RunRequest
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def tiny(tmp_path_factory, device):
     folder = tmp_path_factory.mktemp("tiny-llama")
     tiny_llama(str(folder))
     events = []
@@ -21,7 +21,7 @@ def tiny(tmp_path_factory):
             ev.trusted = torch._dynamo.eval_frame._is_skip_guard_eval_unsafe_stance()
         events.append(ev)
 
-    engine = Engine(EngineConfig(model=str(folder), dtype="fp32"), feed)
+    engine = Engine(EngineConfig(model=str(folder), device=device, dtype="fp32"), feed)
     engine.load()
     engine.events = events
     return engine

@@ -58,6 +58,7 @@ PALETTE = {
     "lever('spec')": "Cycle speculative decoding: off, prompt lookup, draft model",
     "lever('batch')": "Cycle the batch size: 1, 2, 4, 8",
     "preset": "Switch the prompt length preset",
+    "next_server": "Send the next run to the next attached server",
     "new_prompt": "Type a new prompt",
     "rerun": "Run the prompt again",
     "pause": "Pause or resume generation",

@@ -85,7 +85,12 @@ def quantize(model: torch.nn.Module, level: str, device: str, dtype: torch.dtype
     if level == "int8":
         config = Int8WeightOnlyConfig()
     elif device.startswith("cuda"):
-        config = Int4WeightOnlyConfig(group_size=128)
+        try:
+            from torchao.quantization.quantize_.workflows import Int4PackingFormat
+        except ImportError as exc:
+            raise LeverError(f"int4 on CUDA needs a torchao with tinygemm's packing format ({exc})") from None
+        # tinygemm's layout; the default (plain) needs the mslk package for its kernels (torchao ≥ 0.15).
+        config = Int4WeightOnlyConfig(group_size=128, int4_packing_format=Int4PackingFormat.TILE_PACKED_TO_4D)
     else:
         config = IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32))
     qmodel = copy.deepcopy(model)

@@ -1,0 +1,63 @@
+"""The CUDA path on a GPU (marked gpu: skipped, saying why, without one). Run there by
+`make gpu-check` as `pytest -m gpu --device cuda` (docs/gpu.md); the same checks' judging logic is
+tested on the CPU in test_gpu_check.py."""
+
+import pytest
+
+from benchmarks import gpu_check as gpc
+from tui_app.engine.config import RunRequest
+
+pytestmark = pytest.mark.gpu
+
+REQ = RunRequest(preset="short", max_new_tokens=16, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def cuda(device):
+    return device if device.startswith("cuda") else "cuda"
+
+
+@pytest.fixture(scope="module")
+def small_bench(tmp_path_factory, cuda):
+    """The default model's architecture and tokenizer, random weights, bf16 on the GPU."""
+    folder = gpc.random_llama(tmp_path_factory.mktemp("default-arch"), gpc.tokenizer_dir(None), cuda)
+    return gpc.Bench(folder, cuda, "bf16")
+
+
+def passes(fn) -> gpc.Check:
+    check = gpc.run_check("check", fn)
+    assert check.status == "PASS", check.line()
+    return check
+
+
+def test_torch_memory_is_the_allocators(cuda):
+    passes(lambda: gpc.check_torch_memory(cuda))
+
+
+def test_nvml_sees_this_process_as_nvidia_smi_does(cuda):
+    passes(lambda: gpc.check_nvml_process(cuda))
+
+
+def test_nvml_device_memory_is_nvidia_smis(cuda):
+    passes(lambda: gpc.check_nvml_device(cuda))
+
+
+# compile: gpu_check.py's own sync check (its compile takes a minute of the run's budget).
+@pytest.mark.parametrize("combo", [{}, {"spec": "lookup"}, {"batch": 4}], ids=["plain", "lookup", "b4"])
+def test_at_most_one_cuda_sync_per_token(small_bench, combo):
+    passes(lambda: gpc.check_syncs(small_bench, combo, REQ))
+
+
+def test_ttft_and_itl_agree_with_cuda_events(small_bench):
+    passes(lambda: gpc.check_timing(small_bench, REQ))
+
+
+@pytest.mark.parametrize("combo", [{"cache": False}, {"spec": "draft"}, {"batch": 2}], ids=["no-cache", "draft", "b2"])
+def test_a_lossless_lever_switched_mid_run_keeps_greedy_output(small_bench, combo):
+    passes(lambda: gpc.lever_check(small_bench, combo, REQ))
+
+
+@pytest.mark.parametrize("level", ["int8", "int4"])
+def test_quantization_runs_on_cuda_in_bf16(small_bench, level):
+    """torchao's int8 and tinygemm int4 (whose default packing would need the mslk package) load and decode."""
+    passes(lambda: gpc.lever_check(small_bench, {"quant": level}, REQ))
