@@ -68,7 +68,6 @@ PALETTE = {
     "screenshot": "Save a screenshot (SVG)",
     "restart": "Restart the engine",
     "help": "Show the keys and what each pane shows",
-    "next_server": "Switch to the next attached server",
 }
 NARROW_W, NARROW_H = 120, 34
 TINY_W, TINY_H = 60, 16
