@@ -1,4 +1,4 @@
-"""Command line: `tokentop` (the TUI), `run --no-tui`, `attach`, `bench`, `replay`, `report`, `leakcheck`, `serve`.
+"""Command line: `tokentop` (the TUI), `run --no-tui`, `attach`, `bench`, `replay`, `report`, `demo`, `leakcheck`, `serve`.
 
 Command-line misuse exits 2 with one line that says what is wrong and what to do.
 """
@@ -38,7 +38,7 @@ def _generation_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("generation")
     g.add_argument("--prompt", default=None, help="prompt text (default: the preset)")
     g.add_argument("--prompt-file", default=None, help="read the prompt from a file")
-    g.add_argument("--preset", default=None, choices=PRESETS, help="prompt-length preset: short, long or file")
+    g.add_argument("--preset", default=None, choices=PRESETS, help="prompt preset: short, long, story (the one prompt lookup favours) or file")
     g.add_argument("--max-new-tokens", type=int, default=128)
     g.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens")
     g.add_argument("--temperature", type=_nonneg_float, default=0.0, help="0 = greedy (default)")
@@ -116,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     from tui_app.report import add_report_args
 
     add_report_args(report)
+    demo = sub.add_parser("demo", help="a guided, captioned tour of the levers (the built-in one or a TOML script)")
+    _engine_args(demo)
+    _ui_args(demo)
+    from tui_app.demo import add_demo_args
+
+    add_demo_args(demo)
     leak = sub.add_parser("leakcheck", help="repeated runs, the memory baseline trend and a verdict (exit 1 on a suspected leak)")
     _engine_args(leak)
     leak.add_argument("--runs", type=_positive_int, default=30)
@@ -152,9 +158,10 @@ def _positive_float(text: str) -> float:
     return v
 
 
-def _tui(args, source=None) -> int:
+def _tui(args, source=None, make=None) -> int:
     if not (sys.stdin.isatty() and sys.stdout.isatty()) and not os.environ.get("TOKENTOP_FORCE_TUI"):
-        no_tui = "`tokentop attach URL --no-tui`" if args.command == "attach" else "`tokentop run --no-tui` (or `tokentop bench`)"
+        own = {"attach": "`tokentop attach URL --no-tui`", "demo": "`tokentop demo --no-tui`"}
+        no_tui = own.get(args.command, "`tokentop run --no-tui` (or `tokentop bench`)")
         print(f"tokentop: no terminal here, so no TUI; for the numbers use {no_tui}", file=sys.stderr)
         return EXIT_USAGE
     from monitors.record import RecordError
@@ -170,7 +177,7 @@ def _tui(args, source=None) -> int:
     try:
         from tui_app.app import make_app
 
-        app = make_app(args, source, recorder)
+        app = (make or make_app)(args, source, recorder)
         app.run()
     finally:
         source.close()
@@ -231,6 +238,10 @@ def main(argv: list[str] | None = None) -> int:
             from tui_app.report import report_main
 
             return report_main(args)
+        if args.command == "demo":
+            from tui_app.demo import demo_main
+
+            return demo_main(args, _tui)
         if args.command == "leakcheck":
             from tui_app.headless import leakcheck
 
