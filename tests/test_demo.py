@@ -131,6 +131,22 @@ def test_a_bad_script_is_one_line_naming_the_step_and_field(tmp_path, capsys, bo
     assert message in err and err.count("\n") == 1 and err.startswith("tokentop: ")
 
 
+def test_demo_no_tui_prints_captions_effects_and_a_refusal(tmp_path, capsys):
+    path = tmp_path / "tour.toml"
+    path.write_text(
+        '[[step]]\nlabel="a"\ncaption="plain, two tokens"\npreset="short"\ntokens=2\n'
+        '[[step]]\nlabel="b"\ncaption="compile without the cache"\nlevers={cache=false, compile=true}\ntokens=2\ncompare="a"\n'
+    )
+    record = tmp_path / "tour.jsonl"
+    assert main(["demo", str(path), "--no-tui", "--record", str(record)]) == 1  # a refused step fails the check
+    out = capsys.readouterr().out.splitlines()
+    assert "[1/2] a: plain, two tokens" in out and "[2/2] b: compile without the cache" in out
+    assert any(line.startswith("    → a: tok/s ") for line in out)
+    assert any(line.startswith("    → b: refused: compile: ") and "cache" in line for line in out)
+    assert out[-2].split()[:2] == ["a", "cache"] and out[-1].split() == ["b", "refused"]
+    assert record.stat().st_size > 0
+
+
 def test_parse_tour_needs_steps():
     with pytest.raises(TourError, match="no steps"):
         parse_tour({})

@@ -14,10 +14,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 
 from monitors.events import EngineError, LeverRefused, RunFinished, RunStarted
+from monitors.record import RecordError
 from tui_app.app import TokentopApp
 from tui_app.bench import _APPLY_ORDER, _RESET_ORDER, apply_levers
 from tui_app.headless import load_engine
-from tui_app.options import UsageError
+from tui_app.options import EXIT_USAGE, UsageError, make_recorder
 from tui_app.session import Session
 from tui_app.tour import LEVERS, TourError, TourLog, TourStep, default_tour, load_tour
 from tui_app.widgets.caption import CaptionBanner
@@ -50,7 +51,9 @@ def demo_main(args, tui) -> int:
     apps: list[DemoApp] = []
 
     def make(args, source, recorder) -> DemoApp:
-        app = DemoApp(steps, source, recorder=recorder, fps=args.fps)
+        from monitors.sampler import Sampler
+
+        app = DemoApp(steps, source, recorder=recorder, sampler=Sampler(hz=args.hz or 4.0), fps=args.fps)
         apps.append(app)
         return app
 
@@ -86,13 +89,21 @@ def run_tour(engine, session: Session, steps: list[TourStep], say=print) -> Tour
 
 
 def run_headless_tour(args, steps: list[TourStep]) -> int:
-    session = Session()
-    engine = load_engine(args, session)
-    if engine is None:
-        return 2
-    r = session.ready
-    print(f"{r.model} on {r.device} ({r.dtype}), a tour of {len(steps)} steps", flush=True)
-    log = run_tour(engine, session, steps, say=lambda line: print(line, flush=True))
+    try:
+        recorder = make_recorder(args)
+    except RecordError as exc:
+        raise UsageError(str(exc)) from None
+    session = Session(recorder=recorder)
+    try:
+        engine = load_engine(args, session)
+        if engine is None:
+            return EXIT_USAGE
+        r = session.ready
+        print(f"{r.model} on {r.device} ({r.dtype}), a tour of {len(steps)} steps", flush=True)
+        log = run_tour(engine, session, steps, say=lambda line: print(line, flush=True))
+    finally:
+        if recorder is not None:
+            recorder.close()
     return 0 if all(r.figures is not None and not r.refused for r in log.results.values()) else 1
 
 
