@@ -217,3 +217,19 @@ async def test_the_tour_keys_move_pause_and_leave_the_script(tmp_path):
         text = app.banner.text()
         assert all(line in text for line in app.tour_log.summary()) and "1.00×" in text
         await pilot.press("q")
+
+
+async def test_a_paused_tour_holds_its_step_and_goes_on_by_itself_when_resumed(tmp_path):
+    steps = parse_tour(
+        {"step": [{"label": "a", "caption": "one", "preset": "short", "tokens": 4}, {"label": "b", "caption": "two", "preset": "short", "tokens": 4}]}
+    )
+    app = DemoApp(steps, LiveSource(EngineConfig()), fps=8, out_dir=str(tmp_path))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("space")
+        await until(pilot, lambda: "a" in app.tour_log.results, "step a measured")
+        await pilot.pause(1.0)
+        assert app.step_index == 0 and "tour paused" in app.banner.text()
+        await pilot.press("space")
+        await until(pilot, lambda: app.tour_done, "the tour's end, with no key pressed")
+        assert list(app.tour_log.results) == ["a", "b"] and app.banner.text().splitlines()[0] == "tour done: 2 of 2 steps measured"
+        await pilot.press("q")

@@ -179,7 +179,7 @@ class DemoApp(TokentopApp):
         self.banner.show_table(title, self.tour_log.summary(), "← back a step · q quit")
 
     def show(self) -> None:
-        if self.tour_done:
+        if self.tour_done or self.step_index < 0:  # before the engine is ready there is no step to show
             return
         step = self.steps[self.step_index]
         keys = "→ next · ← previous · space pause"
@@ -235,6 +235,10 @@ class DemoApp(TokentopApp):
     def action_preset(self) -> None:
         self._leave_script()
         super().action_preset()
+
+    def action_new_prompt(self) -> None:
+        self._leave_script()
+        super().action_new_prompt()
 
     def _leave_script(self) -> None:
         if self.step_index >= 0 and not self.tour_done:
