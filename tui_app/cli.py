@@ -46,7 +46,7 @@ def _generation_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0)
 
 
-def _engine_args(p: argparse.ArgumentParser) -> None:
+def _model_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model")
     g.add_argument(
         "--model", default="default", help="'default' (bundled SmolLM2-135M-Instruct), a Hugging Face id in the local cache, a folder or a .gguf file"
@@ -56,6 +56,10 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--draft-model", default=None, help="draft model for speculative decoding (default: the target's own first layers)")
     g.add_argument("--draft-layers", type=_positive_int, default=4, help="layers of the self-draft (default 4)")
     g.add_argument("--threads", type=int, default=0, help="torch threads on CPU (default: cores - 1, leaving one for the UI)")
+
+
+def _engine_args(p: argparse.ArgumentParser) -> None:
+    _model_args(p)
     _generation_args(p)
     g = p.add_argument_group("prompt handling")
     g.add_argument("--truncate", choices=["none", "left"], default="none", help="left: drop the start of a prompt too long for the context")
@@ -117,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_report_args(report)
     demo = sub.add_parser("demo", help="a guided, captioned tour of the levers (the built-in one or a TOML script)")
-    _engine_args(demo)
+    _model_args(demo)  # the tour sets the levers and prompts itself: greedy, from plain
+    demo.set_defaults(temperature=0.0, top_p=1.0, seed=0, no_cache=False, compile=False, quant="off", spec="off", batch=1, debug_leak_mb=0.0)
     _ui_args(demo)
     from tui_app.demo import add_demo_args
 

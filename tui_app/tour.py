@@ -69,7 +69,7 @@ DEFAULT_TOUR = (
     _step("int8", "int8 weights: a quarter of the bytes to read per token. Watch tok/s, and perplexity in the runs table.", compare="plain", quant="int8"),
     _step("int4", "int4 weights: an eighth of the bytes; perplexity beside the speed shows what it costs.", compare="plain", quant="int4"),
     _step("compile", "compile on int4: the framework's per-step overhead gone, the same tokens.", compare="int4", quant="int4", compile=True),
-    _step("story", "a story to retell, plain: the answer repeats the prompt nearly word for word.", preset="story", compare="plain"),
+    _step("story", "a story to retell, plain: the answer repeats the prompt nearly word for word.", preset="story"),
     _step(
         "lookup",
         "prompt lookup: proposals copied from the prompt, verified in one pass. Watch the accepted tokens.",
