@@ -16,6 +16,8 @@ from textual.binding import Binding, BindingType
 from monitors.events import EngineError, LeverRefused, RunFinished, RunStarted
 from monitors.record import RecordError
 from tui_app.app import TokentopApp
+
+# bench's lever order (back to plain, then on) is one no engine refuses; the TUI sends it as commands.
 from tui_app.bench import _APPLY_ORDER, _RESET_ORDER, apply_levers
 from tui_app.headless import load_engine
 from tui_app.options import EXIT_USAGE, UsageError, make_recorder
