@@ -3,7 +3,8 @@ then rsvg-convert (Debian's librsvg2-bin). `make screenshots` runs this.
 
 The session shown: a run of the short prompt, int8 switched on mid-run, then a run with prompt
 lookup on the long (summarize-this) prompt, so every pane has something to show. The attach
-picture: the real llama.cpp server (xllamacpp) on the bundled GGUF, one stream, then four.
+picture: the real llama.cpp server (xllamacpp) on the bundled GGUF, one stream, then four. The
+demo picture: `tokentop demo`'s caption over three steps of the default tour.
 
 Then `tokentop report` pages, rendered whole by headless Chromium: one of a recorded auto-repeat
 session (int8 switched on in the first run, enough runs after it for the leak detector's verdict)
@@ -83,6 +84,28 @@ async def shoot_attach(size: tuple[int, int]) -> str:
     return png
 
 
+async def shoot_demo(size: tuple[int, int]) -> str:
+    """`tokentop demo`'s caption: three steps of the default tour, held on int4 once its effect is measured."""
+    from dataclasses import replace
+
+    from tui_app.demo import DemoApp
+    from tui_app.tour import default_tour
+
+    tour = {s.label: s for s in default_tour(tokens=48, seconds=0)}
+    steps = [tour["plain"], tour["int8"], replace(tour["int4"], seconds=600)]
+    app = DemoApp(steps, LiveSource(EngineConfig()), sampler=Sampler(hz=4), fps=8)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: "int4" in app.tour_log.results)
+        await pilot.pause(1.0)
+        name = f"tokentop-demo-{size[0]}x{size[1]}"
+        svg = app.save_screenshot(filename=name + ".svg", path=HERE)
+        await pilot.press("q")
+    png = os.path.join(HERE, name + ".png")
+    subprocess.run(["rsvg-convert", "-w", str(size[0] * 11), svg, "-o", png], check=True)
+    os.unlink(svg)
+    return png
+
+
 async def record_session(path: str, runs: int = 12) -> None:
     """An auto-repeat session of short runs, recorded: int8 is switched on in the first run (a
     re-prefill), and the rest give the leak detector the runs it needs after that preparation."""
@@ -137,6 +160,7 @@ def main() -> int:
     for size in SIZES:
         print("wrote", asyncio.run(shoot(size)))
     print("wrote", asyncio.run(shoot_attach((160, 45))))
+    print("wrote", asyncio.run(shoot_demo((160, 45))))
     with tempfile.TemporaryDirectory() as tmp:
         for png in reports(tmp):
             print("wrote", png)

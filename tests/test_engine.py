@@ -14,6 +14,7 @@ from tui_app.engine.prompts import reference_text
 N = 24
 REQ = RunRequest(preset="short", max_new_tokens=N, ignore_eos=True)
 LONG = RunRequest(preset="long", max_new_tokens=N, ignore_eos=True)
+STORY = RunRequest(preset="story", max_new_tokens=N, ignore_eos=True)  # a retelling: what prompt lookup proposes from
 
 
 def run(engine, events, req=REQ, poll=lambda: ()):
@@ -54,11 +55,11 @@ def test_greedy_output_equals_generate(plain, collect, ref_short, ref_long, leve
         assert steps[0].kind == "prefill"
 
 
-def test_speculative_steps_report_proposals_and_gain_tokens_on_a_summary(plain, collect, ref_long):
+def test_speculative_steps_report_proposals_and_gain_tokens_on_a_summary(plain, collect):
     apply_levers(plain, {"spec": "lookup"})
-    _tokens, steps, _ = run(plain, collect, LONG)
+    _tokens, steps, _ = run(plain, collect, STORY)
     verify = [s for s in steps if s.kind == "verify"]
-    assert verify, "prompt lookup found nothing to propose on a summarize-this prompt"
+    assert verify, "prompt lookup found nothing to propose on a retell-this prompt"
     assert all(0 <= s.accepted <= s.proposed and s.n_tokens == s.accepted + 1 for s in verify)
     assert sum(s.accepted for s in verify) > 0
     assert len(steps) < N  # some steps produced several tokens

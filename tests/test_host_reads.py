@@ -58,7 +58,7 @@ def test_generate_reads_each_token_and_more(engine):
     [
         ({}, "short", False),
         ({}, "short", True),
-        ({"spec": "lookup"}, "long", False),
+        ({"spec": "lookup"}, "story", False),
         ({"spec": "draft"}, "short", False),
         ({"compile": True}, "short", False),
         ({"quant": "int4", "compile": True}, "short", False),

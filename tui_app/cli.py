@@ -1,4 +1,4 @@
-"""Command line: `tokentop` (the TUI), `run --no-tui`, `attach`, `bench`, `replay`, `report`, `leakcheck`, `serve`.
+"""Command line: `tokentop` (the TUI), `run --no-tui`, `attach`, `bench`, `replay`, `report`, `demo`, `leakcheck`, `serve`.
 
 Command-line misuse exits 2 with one line that says what is wrong and what to do.
 """
@@ -22,7 +22,7 @@ def _generation_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("generation")
     g.add_argument("--prompt", default=None, help="prompt text (default: the preset)")
     g.add_argument("--prompt-file", default=None, help="read the prompt from a file")
-    g.add_argument("--preset", default=None, choices=PRESETS, help="prompt-length preset: short, long or file")
+    g.add_argument("--preset", default=None, choices=PRESETS, help="prompt preset: short, long, story (the one prompt lookup favours) or file")
     g.add_argument("--max-new-tokens", type=COUNT, default=128)
     g.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens")
     g.add_argument("--temperature", type=bounded(float, 0), default=0.0, help="0 = greedy (default)")
@@ -32,7 +32,7 @@ def _generation_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=bounded(int, 0, 2**63 - 1), default=0)
 
 
-def _engine_args(p: argparse.ArgumentParser) -> None:
+def _model_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model")
     g.add_argument(
         "--model", default="default", help="'default' (bundled SmolLM2-135M-Instruct), a Hugging Face id in the local cache, a folder or a .gguf file"
@@ -42,6 +42,10 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--draft-model", default=None, help="draft model for speculative decoding (default: the target's own first layers)")
     g.add_argument("--draft-layers", type=COUNT, default=4, help="layers of the self-draft (default 4)")
     g.add_argument("--threads", type=bounded(int, 0), default=0, help="torch threads on CPU (default 0: cores - 1, leaving one for the UI)")
+
+
+def _engine_args(p: argparse.ArgumentParser) -> None:
+    _model_args(p)
     _generation_args(p)
     g = p.add_argument_group("prompt handling")
     g.add_argument("--truncate", choices=["none", "left"], default="none", help="left: drop the start of a prompt too long for the context")
@@ -112,6 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
     from tui_app.report import add_report_args
 
     add_report_args(report)
+    demo = sub.add_parser("demo", help="a guided, captioned tour of the levers (the built-in one or a TOML script)")
+    _model_args(demo)  # the tour sets the levers and prompts itself: greedy, from plain
+    demo.set_defaults(temperature=0.0, top_p=1.0, seed=0, no_cache=False, compile=False, quant="off", spec="off", batch=1, debug_leak_mb=0.0)
+    _ui_args(demo)
+    from tui_app.demo import add_demo_args
+
+    add_demo_args(demo)
     leak = sub.add_parser("leakcheck", help="repeated runs, the memory baseline trend and a verdict (exit 1 on a suspected leak)")
     _engine_args(leak)
     leak.add_argument("--runs", type=COUNT, default=30)
@@ -146,9 +157,10 @@ def _attach_args(p: argparse.ArgumentParser) -> None:
     p.set_defaults(truncate="none", no_chat=False)
 
 
-def _tui(args, source=None) -> int:
+def _tui(args, source=None, make=None) -> int:
     if not (sys.stdin.isatty() and sys.stdout.isatty()) and not os.environ.get("TOKENTOP_FORCE_TUI"):
-        no_tui = "`tokentop attach URL --no-tui`" if args.command == "attach" else "`tokentop run --no-tui` (or `tokentop bench`)"
+        own = {"attach": "`tokentop attach URL --no-tui`", "demo": "`tokentop demo --no-tui`"}
+        no_tui = own.get(args.command, "`tokentop run --no-tui` (or `tokentop bench`)")
         print(f"tokentop: no terminal here, so no TUI; for the numbers use {no_tui}", file=sys.stderr)
         return EXIT_USAGE
     from monitors.record import RecordError
@@ -164,7 +176,7 @@ def _tui(args, source=None) -> int:
     try:
         from tui_app.app import make_app
 
-        app = make_app(args, source, recorder)
+        app = (make or make_app)(args, source, recorder)
         app.run()
     finally:
         source.close()
@@ -235,6 +247,10 @@ def main(argv: list[str] | None = None) -> int:
             from tui_app.report import report_main
 
             return report_main(args)
+        if args.command == "demo":
+            from tui_app.demo import demo_main
+
+            return demo_main(args, _tui)
         if args.command == "leakcheck":
             from tui_app.headless import leakcheck
 
