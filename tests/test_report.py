@@ -210,8 +210,10 @@ def test_a_session_report_holds_every_figure_and_the_runs_table_of_the_session(r
     assert body == [[c.cell(r) for c in COLUMNS] for r in live.rows()]
     col = {t: i for i, t in enumerate(head)}
     by_run = {row[col["run"]]: row for row in body}
-    assert set(by_run) >= {"1", "2", "2.0", "2.1"}  # the second run's two lever segments have rows of their own
-    assert by_run["2.1"][col["levers"]] == "cache int8" and by_run["2.0"][col["levers"]] == "cache"
+    # Run numbers are the shared engine's (it has run other tests' runs before): the recording's two.
+    first, second = sorted({ev.run_id for ev in events if isinstance(ev, RunStarted)})
+    assert set(by_run) >= {f"{first}", f"{second}", f"{second}.0", f"{second}.1"}  # the second run's lever segments have rows of their own
+    assert by_run[f"{second}.1"][col["levers"]] == "cache int8" and by_run[f"{second}.0"][col["levers"]] == "cache"
     for rid, want in expected_rows(events).items():
         row = by_run[str(rid)]
         assert row[col["new"]] == str(want["new"]) == "8"
@@ -228,8 +230,8 @@ def test_a_session_report_holds_every_figure_and_the_runs_table_of_the_session(r
     assert "largest difference 0 B" in captions["kv"]  # measured KV bytes equal the formula at every step
     n_samples = sum(1 for e in events if type(e).__name__ == "Sampled")
     assert n_samples >= 6 and f"from {n_samples} sampler readings" in captions["utilization"]
-    # int8 was prepared inside run 2, which starts a new baseline series: one run in it so far.
-    assert live.verdict.text() == "leak: collecting (1 runs)" and live.verdict.text() in captions["memory"]
+    # Two runs are too few for a trend (whether int8 was prepared in run 2 or by an earlier test).
+    assert live.verdict.status == "collecting" and live.verdict.text() in captions["memory"]
     for name in SESSION_FIGURES:
         w, h = png_size(tmp_path / "png" / f"{name}.png")
         assert w >= 1000 and h >= 300
