@@ -216,11 +216,18 @@ EVENT_TYPES = {
     cls.__name__: cls
     for cls in (EngineReady, Phase, RunStarted, Step, LeverChanged, LeverRefused, TorchMemory, RunFinished, Sampled, ServerSample, EngineError)
 }
+_FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in EVENT_TYPES.values()}
 Event = EngineReady | Phase | RunStarted | Step | LeverChanged | LeverRefused | TorchMemory | RunFinished | Sampled | ServerSample | EngineError
 
 
 def to_json(event: Event) -> str:
-    return json.dumps({"type": type(event).__name__, **asdict(event)}, ensure_ascii=False, separators=(",", ":"))
+    # Fields by name, not dataclasses.asdict: asdict deep-copies every list and dict, which was two
+    # thirds of the recorder's cost per event at a fast server's 2,000 chunks a second (profiled).
+    data: dict = {"type": type(event).__name__}
+    for name in _FIELDS[type(event)]:
+        value = getattr(event, name)
+        data[name] = asdict(value) if isinstance(value, Levers) else value
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
 class EventDecodeError(ValueError):

@@ -133,6 +133,7 @@ class TokentopApp(App):
         self._last_sample_t = 0
         self._table_t = 0.0
         self._wanted: dict[str, object] = {}
+        self._text: list[str] = []  # this frame's tokens, added to the text pane once per frame
         self._mode = ""
         self._phase_since: float | None = None  # when the phase in progress began, on this clock
         self.told: deque[str] = deque(maxlen=50)  # what notify() said, for tests and export
@@ -218,6 +219,7 @@ class TokentopApp(App):
         for ev in events:
             self.session.feed(ev)
             self._on_event(ev)
+        self._flush_text()
         death = self.source.death()
         if death:
             self._engine_died(death)
@@ -236,6 +238,12 @@ class TokentopApp(App):
         if not self.source.live and self.source.done and self.state != "replay finished":
             self.state = "replay finished"
 
+    def _flush_text(self) -> None:
+        """The frame's tokens into the text pane at once: a fast server sends thousands a second."""
+        if self._text:
+            self.tokens.add_text("".join(self._text))
+            self._text.clear()
+
     def _mark(self, *names: str) -> None:
         for name in names:
             self.panes[name].dirty = True
@@ -243,10 +251,12 @@ class TokentopApp(App):
     def _on_event(self, ev) -> None:
         tokens = self.tokens
         if isinstance(ev, Step):
-            if not (self.session.levers.server and ev.segment):  # a server run's first stream is the one shown
-                tokens.add_text(ev.text)
+            if ev.text and not (self.session.levers.server and ev.segment):  # a server run's first stream is the one shown
+                self._text.append(ev.text)
             self._mark("latency", "kv")
-        elif isinstance(ev, Sampled):
+            return
+        self._flush_text()  # what follows in the pane comes after the text so far
+        if isinstance(ev, Sampled):
             self._mark("memory", "util")
         elif isinstance(ev, RunStarted):
             self.running = True

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import islice
 
 from monitors.events import (
     EngineError,
@@ -209,7 +210,9 @@ class Session:
     def _mark_stall(self, ev: Step, per_token_s: float) -> None:
         """A server's token far later than its run's usual (STALL × the median of the last 32, and
         STALL_MIN_S more) is marked on the latency chart with what the server said at that moment."""
-        recent = [p.seconds for p in list(self.latency)[-32:] if p.run_id == ev.run_id and p.kind == "decode"]
+        if per_token_s < STALL_MIN_S:  # most tokens: no stall possible, and nothing to look at
+            return
+        recent = [p.seconds for p in islice(reversed(self.latency), 32) if p.run_id == ev.run_id and p.kind == "decode"]
         if len(recent) < 8:
             return
         median = sorted(recent)[len(recent) // 2]

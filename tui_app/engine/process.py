@@ -152,11 +152,15 @@ class EngineProcess:
         out: list[Event] = []
         while len(out) < limit:
             try:
-                out.append(self.events.get_nowait())
+                item = self.events.get_nowait()
             except queue.Empty:
                 break
             except (EOFError, OSError, ValueError):  # queue torn down with a dead engine
                 break
+            if isinstance(item, list):  # a server client's batch
+                out.extend(item)
+            else:
+                out.append(item)
         return out
 
     def get(self, timeout: float | None = None) -> Event | None:
