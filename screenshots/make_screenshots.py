@@ -45,13 +45,13 @@ async def until(pilot, cond, timeout=180):
 
 
 async def shoot(size: tuple[int, int]) -> str:
-    app = TokentopApp(LiveSource(EngineConfig()), RunRequest(max_new_tokens=120), sampler=Sampler(hz=4), fps=8)
+    app = TokentopApp(LiveSource(EngineConfig()), RunRequest(max_new_tokens=120, ignore_eos=True), sampler=Sampler(hz=4), fps=8)
     steps = lambda: sum(1 for p in app.session.latency)  # noqa: E731
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: steps() > 40)
         await pilot.press("w")
         await until(pilot, lambda: len(app.session.finished_ids) >= 1)
-        await pilot.press("w", "w", "s", "l")
+        await pilot.press("w", "w", "s", "l", "r")  # between runs levers wait for r
         await until(pilot, lambda: len(app.session.finished_ids) >= 2)
         await pilot.pause(1.0)
         name = f"tokentop-{size[0]}x{size[1]}"
