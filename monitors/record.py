@@ -56,7 +56,7 @@ class Recorder:
 
     @property
     def kept(self) -> bool:
-        """Whether the file holds this session's events (False once an empty one was removed)."""
+        """Whether the file holds the recorded events (False once an empty one was removed)."""
         return self._written or not self._created
 
 
