@@ -2,12 +2,12 @@
 effect measured from the Session's rows with the right sign), a script using every field, bad
 scripts refused in one line, and the tour's keys in the TUI."""
 
-import asyncio
 import math
 
 import pytest
 
 from monitors.events import RunStarted
+from tests.test_app import until
 from tui_app.cli import main
 from tui_app.demo import DemoApp, run_tour
 from tui_app.engine.config import EngineConfig
@@ -153,16 +153,6 @@ def test_parse_tour_needs_steps():
     assert set(LEVERS) <= set(default_tour()[0].levers.__dataclass_fields__)
 
 
-async def until(pilot, cond, what, timeout=120.0):
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while loop.time() < end:
-        if cond():
-            return
-        await pilot.pause(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 PILOT_TOUR = """
 [[step]]
 label = "plain"
@@ -187,19 +177,19 @@ async def test_the_tour_keys_move_pause_and_leave_the_script(tmp_path):
     path.write_text(PILOT_TOUR)
     app = DemoApp(load_tour(str(path)), LiveSource(EngineConfig()), fps=8, out_dir=str(tmp_path))
     async with app.run_test(size=(160, 45)) as pilot:
-        await until(pilot, lambda: "plain" in app.tour_log.results, "step 1 measured")
+        await until(pilot, lambda: "plain" in app.tour_log.results, timeout=120, what="step 1 measured")
         text = app.banner.text()
         assert "step 1/2: plain" in text and "watch the plain run" in text and text.splitlines()[2].startswith("plain: tok/s ")
         await pilot.pause(0.5)
         assert app.step_index == 0, "a step holds for its seconds"
 
         await pilot.press("right")
-        await until(pilot, lambda: "int8" in app.tour_log.results, "step 2 measured")
+        await until(pilot, lambda: "int8" in app.tour_log.results, timeout=120, what="step 2 measured")
         assert app.session.levers.quant == "int8" and app.banner.text().splitlines()[2].startswith("int8: ")
         assert "× plain tok/s" in app.tour_log.results["int8"].effect()
 
         await pilot.press("left")
-        await until(pilot, lambda: app.step_index == 0 and app.session.levers.quant == "off", "back to step 1")
+        await until(pilot, lambda: app.step_index == 0 and app.session.levers.quant == "off", timeout=120, what="back to step 1")
 
         await pilot.press("space")  # pauses the tour, not the generation
         assert app.tour_paused and not app.paused and "tour paused" in app.banner.text()
@@ -207,13 +197,13 @@ async def test_the_tour_keys_move_pause_and_leave_the_script(tmp_path):
         assert not app.tour_paused
 
         await pilot.press("w")  # a lever key: off the script
-        await until(pilot, lambda: app.session.levers.quant == "int8", "the lever key works")
+        await until(pilot, lambda: app.session.levers.quant == "int8", timeout=120, what="the lever key works")
         assert app.off_script and "off script" in app.banner.text()
         await pilot.press("right")
-        await until(pilot, lambda: app.step_index == 1 and not app.off_script, "→ back on the script")
+        await until(pilot, lambda: app.step_index == 1 and not app.off_script, timeout=120, what="→ back on the script")
 
         await pilot.press("right")  # past the last step: the summary table
-        await until(pilot, lambda: app.tour_done, "the tour's end")
+        await until(pilot, lambda: app.tour_done, timeout=120, what="the tour's end")
         text = app.banner.text()
         assert all(line in text for line in app.tour_log.summary()) and "1.00×" in text
         await pilot.press("q")
@@ -226,10 +216,10 @@ async def test_a_paused_tour_holds_its_step_and_goes_on_by_itself_when_resumed(t
     app = DemoApp(steps, LiveSource(EngineConfig()), fps=8, out_dir=str(tmp_path))
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("space")
-        await until(pilot, lambda: "a" in app.tour_log.results, "step a measured")
+        await until(pilot, lambda: "a" in app.tour_log.results, timeout=120, what="step a measured")
         await pilot.pause(1.0)
         assert app.step_index == 0 and "tour paused" in app.banner.text()
         await pilot.press("space")
-        await until(pilot, lambda: app.tour_done, "the tour's end, with no key pressed")
+        await until(pilot, lambda: app.tour_done, timeout=120, what="the tour's end, with no key pressed")
         assert list(app.tour_log.results) == ["a", "b"] and app.banner.text().splitlines()[0] == "tour done: 2 of 2 steps measured"
         await pilot.press("q")
