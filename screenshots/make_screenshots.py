@@ -44,6 +44,14 @@ async def until(pilot, cond, timeout=180):
     raise TimeoutError("the app did not get there in time")
 
 
+def to_png(svg: str, size: tuple[int, int]) -> str:
+    """The PNG beside a Textual SVG screenshot (11 pixels a column), the SVG removed."""
+    png = svg.removesuffix(".svg") + ".png"
+    subprocess.run(["rsvg-convert", "-w", str(size[0] * 11), svg, "-o", png], check=True)
+    os.unlink(svg)
+    return png
+
+
 async def shoot(size: tuple[int, int]) -> str:
     app = TokentopApp(LiveSource(EngineConfig()), RunRequest(max_new_tokens=120, ignore_eos=True), sampler=Sampler(hz=4), fps=8)
     steps = lambda: sum(1 for p in app.session.latency)  # noqa: E731
@@ -57,10 +65,7 @@ async def shoot(size: tuple[int, int]) -> str:
         name = f"tokentop-{size[0]}x{size[1]}"
         svg = app.save_screenshot(filename=name + ".svg", path=HERE)
         await pilot.press("q")
-    png = os.path.join(HERE, name + ".png")
-    subprocess.run(["rsvg-convert", "-w", str(size[0] * 11), svg, "-o", png], check=True)
-    os.unlink(svg)
-    return png
+    return to_png(svg, size)
 
 
 async def shoot_attach(size: tuple[int, int]) -> str:
@@ -78,10 +83,7 @@ async def shoot_attach(size: tuple[int, int]) -> str:
             await pilot.press("q")
     finally:
         server.close()
-    png = os.path.join(HERE, name + ".png")
-    subprocess.run(["rsvg-convert", "-w", str(size[0] * 11), svg, "-o", png], check=True)
-    os.unlink(svg)
-    return png
+    return to_png(svg, size)
 
 
 async def shoot_demo(size: tuple[int, int]) -> str:
@@ -100,10 +102,7 @@ async def shoot_demo(size: tuple[int, int]) -> str:
         name = f"tokentop-demo-{size[0]}x{size[1]}"
         svg = app.save_screenshot(filename=name + ".svg", path=HERE)
         await pilot.press("q")
-    png = os.path.join(HERE, name + ".png")
-    subprocess.run(["rsvg-convert", "-w", str(size[0] * 11), svg, "-o", png], check=True)
-    os.unlink(svg)
-    return png
+    return to_png(svg, size)
 
 
 async def record_session(path: str, runs: int = 12) -> None:

@@ -29,6 +29,17 @@ def client_for(url: str, **options) -> tuple[ServerClient, list]:
     return ServerClient(AttachConfig(url=url, **options), events.append), events
 
 
+async def stream_once(url: str, **options):
+    """One run of REQ on a fresh client: (RunFinished, the error lines it said)."""
+    client, events = client_for(url, **options)
+    try:
+        await client.connect()
+        fin = await client.run(REQ)
+    finally:
+        await client.aclose()
+    return fin, [e.message for e in events if isinstance(e, EngineError)]
+
+
 async def connect_error(url: str, **options) -> str:
     client, _ = client_for(url, **options)
     try:
@@ -185,43 +196,26 @@ def chunk(text: str) -> str:
 async def test_malformed_lines_are_skipped_and_said_once(misbehaving):
     url, script = misbehaving
     script += [chunk("a"), "{not json", "[1, 2]", chunk("b"), "[DONE]"]
-    client, events = client_for(url)
-    try:
-        await client.connect()
-        fin = await client.run(REQ)
-    finally:
-        await client.aclose()
+    fin, errors = await stream_once(url)
     assert fin.text == "ab" and fin.n_tokens == 2
     assert fin.server["tokens_from"] == "chunks (the server streams no running count)"
-    assert [e.message for e in events if isinstance(e, EngineError)] == ["2 stream line(s) were not JSON and were skipped"]
+    assert errors == ["2 stream line(s) were not JSON and were skipped"]
 
 
 async def test_an_error_object_mid_stream_ends_the_run_with_its_message(misbehaving):
     url, script = misbehaving
     script += [chunk("a"), json.dumps({"error": {"message": "KV cache exhausted", "code": 507}})]
-    client, events = client_for(url)
-    try:
-        await client.connect()
-        fin = await client.run(REQ)
-    finally:
-        await client.aclose()
+    fin, errors = await stream_once(url)
     assert fin.stop_reason == "error" and fin.text == "a"
-    assert [e.message for e in events if isinstance(e, EngineError)] == ["the server sent an error mid-stream: KV cache exhausted"]
+    assert errors == ["the server sent an error mid-stream: KV cache exhausted"]
 
 
 async def test_a_stalled_stream_times_out_with_the_time_waited(misbehaving):
     url, script = misbehaving
     script += [chunk("a"), 5.0, chunk("b")]
-    client, events = client_for(url, timeout_s=0.5)
-    try:
-        await client.connect()
-        fin = await client.run(REQ)
-    finally:
-        await client.aclose()
+    fin, errors = await stream_once(url, timeout_s=0.5)
     assert fin.stop_reason == "error" and fin.text == "a"
-    assert [e.message for e in events if isinstance(e, EngineError)] == [
-        f"127.0.0.1:{url.rsplit(':', 1)[1]} sent nothing for 0.5 s: the stream stalled (--timeout sets the limit)"
-    ]
+    assert errors == [f"127.0.0.1:{url.rsplit(':', 1)[1]} sent nothing for 0.5 s: the stream stalled (--timeout sets the limit)"]
 
 
 def test_discovery_finds_the_running_server(llama_server):
@@ -263,12 +257,7 @@ async def test_a_self_signed_certificate_is_refused_until_insecure(tmp_path, unu
     url = f"https://127.0.0.1:{unused_tcp_port}"
     try:
         assert "its TLS certificate is not trusted (self-signed?); pass --insecure to accept it" in await connect_error(url)
-        client, _ = client_for(url, insecure=True)
-        try:
-            await client.connect()
-            fin = await client.run(REQ)
-        finally:
-            await client.aclose()
+        fin, _ = await stream_once(url, insecure=True)
         assert fin.text == "hi"
     finally:
         await runner.cleanup()
