@@ -100,24 +100,6 @@ class ReadRate:
         return best
 
 
-def tensor_bytes(t) -> int:
-    """Storage bytes of a tensor, looking inside tensor subclasses (torchao's quantized weights)."""
-    if hasattr(t, "__tensor_flatten__"):
-        names, _ = t.__tensor_flatten__()
-        return sum(tensor_bytes(getattr(t, n)) for n in names)
-    return t.numel() * t.element_size()
-
-
-def weight_bytes(model) -> int:
-    """Weight bytes a decode step reads: each tensor once, but the embedding table only when the LM
-    head is tied to it (then the head reads all of it); otherwise one row of it per token."""
-    seen = {id(t): t for t in list(model.parameters()) + list(model.buffers())}
-    table = model.get_input_embeddings().weight
-    if getattr(model.get_output_embeddings(), "weight", None) is not table:
-        seen.pop(id(table))
-    return sum(tensor_bytes(t) for t in seen.values())
-
-
 def gguf_bytes_per_token(gguf: str, context: float) -> float:
     """What llama.cpp reads per decode step of `gguf`, counted as weight_bytes counts ours: every
     tensor as stored in the file (the embedding table only when it is also the LM head), plus its
@@ -212,6 +194,7 @@ def main() -> int:
     args = ap.parse_args()
     from tui_app import fmt
     from tui_app.bench import apply_levers
+    from tui_app.engine.bandwidth import weight_bytes
     from tui_app.engine.generation import Engine, EngineConfig, RunRequest
     from tui_app.engine.models import find_default_gguf
     from tui_app.session import Session

@@ -194,6 +194,21 @@ class Sampled:
 
 
 @dataclass
+class Bandwidth:
+    """The weights a decode step reads and this machine's rate of reading those bytes (the engine's
+    measurement: tui_app/engine/bandwidth.py), taken when the weights change and on request.
+    weight_bytes: each weight tensor a step reads, once; read_bytes: what the measurement read
+    (the weights in place, less storages under 1 MiB); read_bps: its best rate, bytes/s."""
+
+    quant: str
+    weight_bytes: int
+    read_bytes: int
+    read_bps: float
+    source: str
+    t_ns: int = field(default_factory=now_ns)
+
+
+@dataclass
 class ServerSample:
     """One scrape of an attached server's /metrics, as figures (monitors.servers): `values` by
     figure name (quantile figures as {p50, p95, p99, mean, n}), `sources` the metric each came from."""
@@ -214,10 +229,10 @@ class EngineError:
 
 EVENT_TYPES = {
     cls.__name__: cls
-    for cls in (EngineReady, Phase, RunStarted, Step, LeverChanged, LeverRefused, TorchMemory, RunFinished, Sampled, ServerSample, EngineError)
+    for cls in (EngineReady, Phase, RunStarted, Step, LeverChanged, LeverRefused, TorchMemory, RunFinished, Sampled, ServerSample, Bandwidth, EngineError)
 }
 _FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in EVENT_TYPES.values()}
-Event = EngineReady | Phase | RunStarted | Step | LeverChanged | LeverRefused | TorchMemory | RunFinished | Sampled | ServerSample | EngineError
+Event = EngineReady | Phase | RunStarted | Step | LeverChanged | LeverRefused | TorchMemory | RunFinished | Sampled | ServerSample | Bandwidth | EngineError
 
 
 def to_json(event: Event) -> str:

@@ -2,7 +2,7 @@
 
 import math
 
-from monitors.events import EngineReady, LeverChanged, Levers, Phase, RunFinished, RunStarted, Sampled, Step
+from monitors.events import Bandwidth, EngineReady, LeverChanged, Levers, Phase, RunFinished, RunStarted, Sampled, Step
 
 MS = 1_000_000
 MIB = 2**20
@@ -30,6 +30,7 @@ def session_events(runs: int = 3, tokens: int = 60) -> list:
             None,
             t_ns=t,
         ),
+        Bandwidth("off", 538060288, 511377408, 36.0e9, "a read of the fp weights in place (487.7 MiB), the best of 5", t_ns=t),
     ]
     rss = 900 * MIB
     text = "The lighthouse keeper wrote down the weather, the ships, and the small repairs. "
@@ -44,6 +45,7 @@ def session_events(runs: int = 3, tokens: int = 60) -> list:
                 seg += 1
                 levers = Levers(quant="int8")
                 out.append(LeverChanged(run, "quant", "int8", levers, seg, t_ns=t))
+                out.append(Bandwidth("int8", 135439360, 134479872, 37.8e9, "a read of the int8 weights in place (128.3 MiB), the best of 5", t_ns=t))
                 kind, dt = "reprefill", 180 * MS
             elif i == 0:
                 kind, dt = "prefill", 210 * MS

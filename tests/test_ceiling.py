@@ -3,7 +3,8 @@ working set lives, by the cache sizes sysfs reports; and a ratio to a ceiling ab
 
 import torch
 
-from benchmarks.ceiling import ReadRate, cache_levels, gguf_bytes_per_token, home, ratio_cell, weight_bytes
+from benchmarks.ceiling import ReadRate, cache_levels, gguf_bytes_per_token, home, ratio_cell
+from tui_app.engine.bandwidth import weight_bytes
 from tui_app.engine.models import find_default_gguf
 
 # GGML's block formats (ggml-common.h): weights per block, bytes per block.

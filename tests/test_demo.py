@@ -147,6 +147,27 @@ def test_demo_no_tui_prints_captions_effects_and_a_refusal(tmp_path, capsys):
     assert record.stat().st_size > 0
 
 
+def test_demo_report_is_the_tours_recording_as_a_report(tmp_path, capsys):
+    path = tmp_path / "tour.toml"
+    path.write_text('[[step]]\nlabel="a"\ncaption="plain"\ntokens=3\n[[step]]\nlabel="b"\ncaption="int8"\nlevers={quant="int8"}\ntokens=3\ncompare="a"\n')
+    report = tmp_path / "tour.html"
+    assert main(["demo", str(path), "--no-tui", "--report", str(report), "--record", str(tmp_path / "tour.jsonl")]) == 0
+    assert f"wrote {report}" in capsys.readouterr().err
+    page = report.read_text()
+    assert page.count("<svg") == 5 and "cache int8" in page  # every session figure, and the runs table's levers
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [(["--no-record"], "--report is made from the tour's recording: leave out --no-record"), ([], "--report /proc/r.html: cannot write it")],
+)
+def test_demo_report_refuses_before_the_tour(tmp_path, capsys, extra, message):
+    target = str(tmp_path / "r.html") if extra else "/proc/r.html"
+    assert main(["demo", "--no-tui", "--report", target, *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
 def test_parse_tour_needs_steps():
     with pytest.raises(TourError, match="no steps"):
         parse_tour({})

@@ -21,6 +21,7 @@ SAMPLES = [
     E.RunStarted(2, Levers(batch=4, server="vllm-a"), 0, 16, "p", "short"),
     E.RunFinished(2, 64, "max tokens", "t", None, None, None, None, None, None, "identical", prompt_tokens=42, server={"prompt_ms": 12.5}),
     E.EngineReady("m", "http://h:1", "vLLM", "server", 0, 0, 0, 0, 0, 0, 2048, 0.1, 0, server={"engine": "vLLM", "pid": None}),
+    E.Bandwidth("int4", 95004160, 94666752, 37.1e9, "a read of the int4 weights in place"),
     E.EngineError("boom", True),
 ]
 

@@ -230,6 +230,10 @@ def test_a_session_report_holds_every_figure_and_the_runs_table_of_the_session(r
     assert "largest difference 0 B" in captions["kv"]  # measured KV bytes equal the formula at every step
     n_samples = sum(1 for e in events if type(e).__name__ == "Sampled")
     assert n_samples >= 6 and f"from {n_samples} sampler readings" in captions["utilization"]
+    # the int8 switch measured the int8 weights' read; the decode steps after it are drawn against it
+    bw = next(e for e in events if type(e).__name__ == "Bandwidth")
+    assert bw.quant == "int8" and "mem bw%: the bytes decode steps read" in captions["utilization"]
+    assert f"({bw.read_bps / 1e9:.1f} GB/s when last measured)" in captions["utilization"]
     # Two runs are too few for a trend (whether int8 was prepared in run 2 or by an earlier test).
     assert live.verdict.status == "collecting" and live.verdict.text() in captions["memory"]
     for name in SESSION_FIGURES:

@@ -64,6 +64,7 @@ PALETTE = {
     "pause": "Pause or resume generation",
     "auto": "Switch auto-repeat on or off",
     "next_view": "Show the next chart (small terminals)",
+    "probe": "Measure the memory read rate again",
     "export": "Export the session as JSON",
     "screenshot": "Save a screenshot (SVG)",
     "restart": "Restart the engine",
@@ -95,6 +96,7 @@ class TokentopApp(App):
         Binding("space", "pause", "pause"),
         Binding("a", "auto", "auto"),
         Binding("v", "next_view", "view", show=False),
+        Binding("m", "probe", "measure mem bw", show=False),
         Binding("e", "export", "export"),
         Binding("ctrl+s", "screenshot", "screenshot", show=False),
         Binding("R", "restart", "restart", show=False),
@@ -367,6 +369,13 @@ class TokentopApp(App):
         self.source.send("lever", name, value)
         if not self.running:  # answered now; the engine's LeverChanged or LeverRefused follows
             self.state = f"{name} → {short_value(value)} for the next run (r starts it)"
+
+    def action_probe(self) -> None:
+        if not self.source.live or (self.session.ready is not None and self.session.ready.server):
+            self._refuse("bandwidth", "tokentop measures the memory read rate of its own engine only (not a replay's or a server's)")
+            return
+        self.source.send("probe")
+        self.state = "measuring the memory read rate" + (" at the next token" if self.running else "")
 
     def _batch_sizes(self) -> tuple[int, ...]:
         """Batch sizes, or on a server the numbers of concurrent streams it is asked for."""

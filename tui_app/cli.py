@@ -11,7 +11,7 @@ import sys
 
 from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES
 from tui_app.engine.prompts import PRESETS
-from tui_app.options import EXIT_USAGE, UsageError, bounded, engine_config, make_recorder, quiet_libraries, run_request
+from tui_app.options import EXIT_USAGE, UsageError, bounded, default_record_path, engine_config, make_recorder, quiet_libraries, run_request
 
 COUNT = bounded(int, 1)  # runs, tokens, layers: one or more
 FPS = bounded(float, 1, 60, why="redraws per second")
@@ -202,6 +202,36 @@ def _leave_if_stuck(code: int) -> None:
         os._exit(code)
 
 
+def _demo(args) -> int:
+    """The tour, then with --report its recording as a report: checked first, so a tour is never
+    given without the report it was asked for."""
+    from tui_app.demo import demo_main
+
+    if args.report:
+        if args.no_record:
+            raise UsageError("--report is made from the tour's recording: leave out --no-record")
+        existed = os.path.exists(args.report)
+        try:
+            with open(args.report, "a"):
+                pass
+        except OSError as exc:
+            raise UsageError(f"--report {args.report}: cannot write it ({exc.strerror or exc})") from None
+        if not existed:
+            os.remove(args.report)
+        args.record = args.record or default_record_path()
+    code = demo_main(args, _tui)
+    if args.report and os.path.exists(args.record):
+        from tui_app.report import ReportError, build, write_html
+
+        try:
+            write_html(build(args.record), args.report)
+        except ReportError as exc:
+            print(f"tokentop: {exc}", file=sys.stderr)
+            return code or EXIT_USAGE
+        print(f"wrote {args.report}", file=sys.stderr)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
@@ -248,9 +278,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return report_main(args)
         if args.command == "demo":
-            from tui_app.demo import demo_main
-
-            return demo_main(args, _tui)
+            return _demo(args)
         if args.command == "leakcheck":
             from tui_app.headless import leakcheck
 

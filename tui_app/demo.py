@@ -33,6 +33,7 @@ def add_demo_args(p) -> None:
     p.add_argument("--no-tui", action="store_true", help="print each step's caption and measured effect instead of drawing the TUI")
     p.add_argument("--tokens", type=bounded(int, 1), default=None, help="new tokens per run in every step (default: each step's own)")
     p.add_argument("--hold", type=bounded(float, 0), default=None, help="seconds each step's effect stays on screen (default: each step's own)")
+    p.add_argument("--report", metavar="FILE", default=None, help="after the tour, write its recording as a report (HTML, as `tokentop report` writes)")
 
 
 def tour_steps(args) -> list[TourStep]:

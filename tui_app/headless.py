@@ -114,6 +114,14 @@ def run_headless(args) -> int:
             rows = [row for row in session.rows() if row.run_id == fin.run_id]
             for row in rows:
                 print(row_line(row), flush=True)
+            read = session.read_rate()
+            if read is not None:
+                bw = session.bandwidth
+                print(
+                    f"  memory: the last {plural(len(session.reads), 'decode step')} read {read[0] / 1e9:.1f} GB/s, {read[1]:.2f} of {bw.source} "
+                    f"({bw.read_bps / 1e9:.1f} GB/s)",
+                    flush=True,
+                )
         if session.verdict and args.runs > 1:
             print(session.verdict.text())
         return 0

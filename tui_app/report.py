@@ -347,6 +347,9 @@ def util_figure(session, phases=()) -> Figure:
         if any(not math.isnan(y) for y in ys):
             ax.plot(ts, ys, lw=1.2, color=PALETTE[k], label=label)
             drawn += 1
+    reads = list(session.mem_read)[-len(samples) :] if samples else []
+    if any(r is not None for r in reads):
+        ax.plot(ts, [math.nan if r is None else r * 100 for r in reads], lw=1.2, color=PALETTE[4], label="mem bw%")
     _run_ends(ax, session, t0, phases)
     if not samples:
         ax.text(0.5, 0.5, "no sampler readings in this recording", ha="center", va="center", transform=ax.transAxes)
@@ -356,8 +359,16 @@ def util_figure(session, phases=()) -> Figure:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     gpu = next((s.gpu_reason for s in reversed(samples) if s.gpu_reason), "")
-    caption = f"CPU use of the engine process (100% = one core), the UI process and the whole system, from {len(samples)} sampler readings." + (
-        f" GPU: {gpu}." if gpu else ""
+    bw = session.bandwidth
+    caption = (
+        f"CPU use of the engine process (100% = one core), the UI process and the whole system, from {len(samples)} sampler readings."
+        + (f" GPU: {gpu}." if gpu else "")
+        + (
+            f" mem bw%: the bytes decode steps read (the weights once a step, the KV cache at its length) per second, as a % of {bw.source} "
+            f"({bw.read_bps / 1e9:.1f} GB/s when last measured)."
+            if bw is not None and any(r is not None for r in reads)
+            else ""
+        )
     )
     return Figure("utilization", "Utilization", fig, caption)
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 
 from monitors.events import (
+    Bandwidth,
     EngineError,
     EngineReady,
     Event,
@@ -31,6 +32,8 @@ from monitors.timing import RunRecord, RunTimer, TimingStats, mean
 
 HISTORY = 4000
 STALL, STALL_MIN_S = 4.0, 0.02  # a server token this much later than its run's median is a stall
+READ_WINDOW = 32  # decode steps behind the live memory read rate: half a second at the default model's pace
+READ_FRESH_NS = 1_000_000_000  # a sample this long after the last decode step shows no read rate
 # Phases that legitimately raise the memory baseline (new weights, graphs, a draft model).
 PREPARATION_PHASES = ("load", "quantize", "compile", "draft")
 
@@ -104,6 +107,9 @@ class Session:
     torch_mem: deque = field(init=False)
     samples: deque = field(init=False)
     server: deque = field(init=False)  # ServerSample: an attached server's own figures
+    bandwidth: Bandwidth | None = None  # the current weights' bytes and the measured rate of reading them
+    reads: deque = field(default_factory=lambda: deque(maxlen=READ_WINDOW))  # (bytes read, dt_ns, t_ns) of recent decode steps
+    mem_read: deque = field(init=False)  # per sample: the read rate's fraction of the measured one, or None
     servers: dict = field(default_factory=dict)  # label → EngineReady of each attached server, in attach order
     finished_ids: deque = field(default_factory=lambda: deque(maxlen=1000))
     current: RunRecord | None = None
@@ -115,7 +121,7 @@ class Session:
     listeners: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        for name in ("latency", "kv", "torch_mem", "samples", "server"):
+        for name in ("latency", "kv", "torch_mem", "samples", "server", "mem_read"):
             setattr(self, name, deque(maxlen=self.history))
 
     def feed(self, ev: Event) -> None:
@@ -125,12 +131,15 @@ class Session:
             self._step(ev)
         elif isinstance(ev, Sampled):
             self.samples.append(ev)
+            now = self.read_rate() if self.reads and ev.t_ns - self.reads[-1][2] < READ_FRESH_NS else None
+            self.mem_read.append(now[1] if now else None)
         elif isinstance(ev, ServerSample):
             self.server.append(ev)
             if ev.error:
                 self.say(ev.error, error=True)
         elif isinstance(ev, RunStarted):
             self.levers = ev.levers
+            self.reads.clear()
             self.current = self.timer.started(ev)
             self.markers.append(Marker(self.token_count, ev.t_ns, f"run {ev.run_id}"))
         elif isinstance(ev, RunFinished):
@@ -143,6 +152,7 @@ class Session:
                 self.gpu_verdict = self.gpu_leak.add(ev.gpu_baseline)
         elif isinstance(ev, LeverChanged):
             self.levers = ev.levers
+            self.reads.clear()  # other weights or another step: the rate starts again
             if ev.run_id is not None:
                 self.timer.lever_changed(ev.run_id, ev.segment, ev.levers)
                 self.markers.append(Marker(self.token_count, ev.t_ns, f"{ev.lever}={short_value(ev.value)}"))
@@ -166,6 +176,9 @@ class Session:
             if ev.server:
                 self.servers[ev.server.get("label", ev.source)] = ev
             self.phase = None
+        elif isinstance(ev, Bandwidth):
+            self.bandwidth = ev
+            self.reads.clear()
         elif isinstance(ev, TorchMemory):
             self.torch_mem.append(ev)
         elif isinstance(ev, EngineError):
@@ -198,6 +211,8 @@ class Session:
             per = ev.dt_ns / 1e9 / max(ev.n_tokens, 1)
             if self.levers.server:
                 self._mark_stall(ev, per)
+            elif self.bandwidth is not None:
+                self.reads.append((self.bandwidth.weight_bytes + ev.kv_bytes, ev.dt_ns, ev.t_ns))
             for k in range(ev.n_tokens):
                 self.latency.append(TokenPoint(self.token_count + k, per, ev.kind, ev.run_id))
         self.token_count += ev.n_tokens
@@ -206,6 +221,21 @@ class Session:
             r = self.ready
             formula = kv_formula_bytes(r.kv_bytes_per_elem, self.levers.batch, ev.seq_len, r.n_layers, r.kv_heads, r.head_dim) if ev.kv_bytes else 0
             self.kv.append(KVPoint(ev.seq_len, ev.kv_bytes, formula, ev.kv_alloc_bytes, ev.run_id))
+
+    def read_rate(self) -> tuple[float, float] | None:
+        """(bytes/s, fraction of the measured read rate) that the last READ_WINDOW decode steps read
+        memory at: each step reads the current weights once (Bandwidth.weight_bytes) and the KV
+        cache at its length (Step.kv_bytes, every sequence of the batch), over the steps' own
+        intervals (Step.dt_ns, the loop between steps included). A draft model's own reads are not
+        counted; a step without the cache re-reads the context through attention, so it reads
+        at compute speed, and shows so. None before a measurement or a decode step."""
+        if self.bandwidth is None or not self.reads:
+            return None
+        ns = sum(dt for _, dt, _ in self.reads)
+        if ns <= 0:
+            return None
+        rate = sum(b for b, _, _ in self.reads) / ns * 1e9
+        return rate, rate / self.bandwidth.read_bps if self.bandwidth.read_bps > 0 else math.nan
 
     def _mark_stall(self, ev: Step, per_token_s: float) -> None:
         """A server's token far later than its run's usual (STALL × the median of the last 32, and

@@ -113,6 +113,8 @@ class Engine(LeverControl, QualityChecks):
         )
         self.ready = ready
         freeze()
+        if self.levers.quant == "off":  # the weights a first run reads: measured before the engine says it is ready (and idle)
+            self.probe_if_due()
         self.emit(ready)
         initial, self.levers = self.levers, Levers()
         for name in ("quant", "compile", "cache", "spec", "batch"):
@@ -223,6 +225,8 @@ class Engine(LeverControl, QualityChecks):
             elif kind == "resume" and paused_at is not None:
                 self._phase_done("pause", "resumed", time.perf_counter() - paused_at)
                 paused_at = None
+            elif kind == "probe":
+                self.request_probe()
             elif kind in ("stop", "shutdown"):
                 if kind == "shutdown":
                     self.pending.append(cmd)
@@ -289,6 +293,7 @@ class Engine(LeverControl, QualityChecks):
                     if lev.compile:
                         self._prepare_compile(len(tokens[0]) + max_new - len(out_ids))
                         lev = self.levers
+                self.probe_if_due()  # asked for during the run: a phase of its own, outside the step's interval
                 if len(tokens[0]) >= self.context_len:
                     stop_reason = "context full"
                     break

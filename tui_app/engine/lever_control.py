@@ -15,9 +15,9 @@ from dataclasses import replace
 
 import torch
 
-from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES, LeverChanged, LeverRefused, Levers, Phase
+from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES, Bandwidth, LeverChanged, LeverRefused, Levers, Phase
+from tui_app.engine import bandwidth, pages
 from tui_app.engine import levers as lv
-from tui_app.engine import pages
 from tui_app.engine.lean import use_own_attention
 from tui_app.engine.speculative import DraftProposer
 
@@ -35,10 +35,29 @@ class LeverControl:
         self._trusting = False  # dynamo's stance: only differentiating guards (see _compiled_fn)
         self._draft: DraftProposer | None = None
         self._phase_ns = 0  # every finished phase's time: a run's step intervals leave out those inside it
+        self._probe_due = True  # the weights moved or changed: their read rate is to be measured again
 
     def _phase_done(self, name: str, detail: str, seconds: float) -> None:
         self._phase_ns += round(seconds * 1e9)
         self.emit(Phase(name, detail, True, seconds))
+
+    def request_probe(self) -> None:
+        self._probe_due = True
+
+    def probe_if_due(self) -> None:
+        """Measure the read of the current weights (bandwidth.py) where they changed or moved, or
+        on request, as a phase of its own: outside any run's timing, and never inside another
+        phase (whose seconds would then count it twice)."""
+        if not self._probe_due:
+            return
+        self._probe_due = False
+        t0 = time.perf_counter()
+        model = self._variants[self.levers.quant]
+        nbytes, rate = bandwidth.read_rate(model)
+        weights = "fp" if self.levers.quant == "off" else self.levers.quant
+        source = f"a read of the {weights} weights in place ({nbytes / 2**20:.1f} MiB), the best of {bandwidth.REPEATS}"
+        self.emit(Bandwidth(self.levers.quant, bandwidth.weight_bytes(model), nbytes, rate, source))
+        self._phase_done("bandwidth", f"{source}: {rate / 1e9:.1f} GB/s", time.perf_counter() - t0)
 
     def _refuse(self, lever: str, value, reason: str) -> bool:
         self.emit(LeverRefused(lever, value, reason))
@@ -102,7 +121,9 @@ class LeverControl:
         except lv.LeverError as exc:
             return self._refuse(name, value, str(exc))
         self.levers = replace(self.levers, **{name: value})
+        self._probe_due = self._probe_due or name == "quant"
         self.emit(LeverChanged(run_id, name, value, self.levers, segment))
+        self.probe_if_due()
         return True
 
     def _variant(self, level: str) -> torch.nn.Module:
@@ -150,6 +171,7 @@ class LeverControl:
             _stream_gemv_on_cpu(inductor, on=weights > CACHE_BYTES)
             if level == "off" and weights > CACHE_BYTES:  # quantized variants' pools are there already
                 pages.adopt(model)  # the step streams these weights: on huge pages (pages.py)
+                self._probe_due = True
             # With the static cache's mask, transformers copies each grouped K/V head out to
             # every query head it serves before attention (1.2 MB per layer and token for the
             # default model's 3 KV heads), unless SDPA is told to group them itself: measured,
@@ -213,6 +235,7 @@ class LeverControl:
         freeze()
         how = "one C++ op (decode_step)" if getattr(self._lean_step(model), "fused", None) is not None else "torch.compile"
         self._phase_done("compile", f"batch {batch}, {self.levers.quant}: {how}", time.perf_counter() - t0)
+        self.probe_if_due()  # the fp weights moved onto huge pages (pages.adopt)
 
     def _prepare_compile(self, needed: int) -> None:
         """Compile for this shape now (its own phase); if inductor fails, the run goes on uncompiled."""

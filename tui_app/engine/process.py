@@ -96,6 +96,9 @@ def _engine_main(config: EngineConfig, commands: mp.Queue, events: mp.Queue, log
             engine.run(cmd[1], poll)
         elif kind == "lever":
             engine.set_lever(cmd[1], cmd[2])
+        elif kind == "probe":
+            engine.request_probe()
+        engine.probe_if_due()
         # "stop" with no run in flight has nothing to stop.
 
 

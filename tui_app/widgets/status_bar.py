@@ -55,6 +55,11 @@ class StatusBar(Static):
             items.append(((f"TTFT {fmt.ms(st.ttft_s, 0)}",), 4, bold, None))
             items.append(((f"ITL p50 {fmt.ms(st.itl.p50)}", f"ITL {fmt.ms(st.itl.p50)}"), 2, bold, None))
             items.append(((f"{fmt.num(st.decode_tps)} tok/s",), 0, bold, None))  # the headline number: stays
+        read = session.read_rate()
+        if read is not None:
+            rate, frac = read
+            ceiling = session.bandwidth.read_bps / 1e9
+            items.append(((f"mem bw {frac:.2f} ({rate / 1e9:.1f} of {ceiling:.1f} GB/s)", f"mem bw {frac:.2f}"), 4, bold, None))
         width = self.content_size.width or 10_000  # before the first layout: everything
         shown = fmt.fit([(v, p) for v, p, _, _ in items], width, sep=" ")
         t = Text()

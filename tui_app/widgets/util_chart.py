@@ -1,4 +1,5 @@
-"""Utilization: CPU % of the engine process and of the system, GPU SM %; power in the subtitle."""
+"""Utilization: CPU % of the engine process and of the system, GPU SM %, and decode's memory read
+rate as a % of the measured read of the same bytes (Session.read_rate); power in the subtitle."""
 
 from __future__ import annotations
 
@@ -23,13 +24,18 @@ class UtilChart(Chart):
         has_gpu = any(x.gpu_sm is not None for x in samples)
         if has_gpu:
             names.append(("GPU SM%", [x.gpu_sm for x in samples]))
+        reads = list(s.mem_read)[-len(samples) :]
+        if any(r is not None for r in reads):
+            names.append(("mem bw%", [None if r is None else r * 100 for r in reads]))
         series = [v for _, v in names]
         hi = max([100.0] + [v for ser in series for v in ser if v is not None]) * 1.05
         plot(canvas, series, 0.0, hi, x_hi=canvas.px_w - 1)
         last = samples[-1]
         power = ((f"power {last.gpu_power_w:.0f} W",), 1) if last.gpu_power_w is not None else ((f"GPU: {last.gpu_reason or 'n/a'}", "GPU: n/a"), 3)
+        read = s.read_rate()
+        bw = [] if read is None else [((f"mem bw {read[1]:.2f} of {s.bandwidth.read_bps / 1e9:.1f} GB/s", f"mem bw {read[1]:.2f}"), 1)]
         self.set_titles(
             [(("utilization",), 0)],
-            [((f"{watched} {last.engine_cpu or 0:.0f}%",), 0), ((f"UI {last.app_cpu or 0:.0f}%",), 2), ((f"system {last.sys_cpu or 0:.0f}%",), 1), power],
+            [((f"{watched} {last.engine_cpu or 0:.0f}%",), 0), ((f"UI {last.app_cpu or 0:.0f}%",), 2), ((f"system {last.sys_cpu or 0:.0f}%",), 1), *bw, power],
         )
         return self.compose_text(canvas, 0.0, hi, lambda v: f"{v:.0f}%", [(n, i) for i, (n, _) in enumerate(names)])
