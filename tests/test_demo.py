@@ -244,3 +244,47 @@ async def test_a_paused_tour_holds_its_step_and_goes_on_by_itself_when_resumed(t
         await until(pilot, lambda: app.tour_done, timeout=120, what="the tour's end, with no key pressed")
         assert list(app.tour_log.results) == ["a", "b"] and app.banner.text().splitlines()[0] == "tour done: 2 of 2 steps measured"
         await pilot.press("q")
+
+
+def test_the_server_tour_headless_on_two_real_servers(llama_server, capsys):
+    """`attach A B --demo --no-tui`: prompt length, streams, then the second server, each measured
+    from its rows: the long prompt's TTFT above the short one's, the last step's run on server B."""
+    from tests.llama_server import LlamaServer
+
+    other = LlamaServer("--ctx", "2048")
+    try:
+        assert main(["attach", llama_server.url, other.url, "--label", "A", "--label", "B", "--demo", "--no-tui", "--no-record"]) == 0
+    finally:
+        other.close()
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "a tour of 4 steps on 2 servers" in lines
+    long_effect = next(line for line in lines if line.startswith("    → long prompt: TTFT "))
+    assert float(long_effect.split("TTFT ")[1].split("×")[0]) > 1
+    table = lines[lines.index("") + 1 :]
+    rows = {line.split()[0]: line for line in table[1:]}
+    assert rows["one"].split()[2:4] == ["A", "c1"] and rows["4"].split()[2:4] == ["A", "c4"]
+    assert rows["server"].split()[2:4] == ["B", "c1"]
+
+
+async def test_the_server_tour_in_the_tui_sends_streams_and_servers(llama_server, tmp_path):
+    from dataclasses import replace
+
+    from tests.llama_server import LlamaServer
+    from tui_app.attach.client import AttachConfig
+    from tui_app.sources import AttachSource
+    from tui_app.tour import server_tour
+
+    other = LlamaServer("--ctx", "2048")
+    steps = [replace(s, seconds=0.0) for s in server_tour(2, tokens=6)]
+    source = AttachSource([AttachConfig(url=llama_server.url, label="A"), AttachConfig(url=other.url, label="B")])
+    app = DemoApp(steps, source, fps=8, out_dir=str(tmp_path))
+    try:
+        async with app.run_test(size=(160, 45)) as pilot:
+            await until(pilot, lambda: app.tour_done, timeout=180, what="the server tour's end")
+            assert list(app.tour_log.results) == [s.label for s in steps]
+            assert [app.tour_log.results[s.label].figures.levers for s in steps] == ["A c1", "A c1", "A c4", "B c1"]
+            assert "step 4/4" not in app.banner.text() and "tour done: 4 of 4 steps measured" in app.banner.text()
+            await pilot.press("q")
+    finally:
+        other.close()

@@ -4,6 +4,7 @@ TUI or (--no-tui) each run's numbers."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 
@@ -75,12 +76,17 @@ def attach_main(args, tui) -> int:
     configs = attach_configs(args, choose_urls(args))
     if args.no_tui:
         return asyncio.run(_headless(args, configs, request))
+    return tui(args, attach_source(configs))
+
+
+def attach_source(configs):
+    """The TUI's source for these servers: their client in a process of its own, logging to the cache folder."""
     from tui_app.engine.models import cache_root
     from tui_app.sources import AttachSource
 
     log_dir = cache_root()
     log_dir.mkdir(parents=True, exist_ok=True)
-    return tui(args, AttachSource(configs, str(log_dir / "attach.log")))
+    return AttachSource(configs, str(log_dir / "attach.log"))
 
 
 def server_line(fin: RunFinished, sample: ServerSample | None) -> str:
@@ -98,17 +104,19 @@ def server_line(fin: RunFinished, sample: ServerSample | None) -> str:
     return "  server: " + "; ".join(parts)
 
 
-async def _headless(args, configs, request) -> int:
+@contextlib.asynccontextmanager
+async def connected(args, configs):
+    """(servers, session) for a headless command: the servers connected and said, their metrics
+    scraped, every event into a recording Session; all closed however the command ends.
+    UsageError where the recording or a server cannot be had."""
     from monitors.record import RecordError
     from tui_app.attach.client import AttachError, Servers
-    from tui_app.headless import row_line
     from tui_app.session import Session
 
     try:
         recorder = make_recorder(args)
     except RecordError as exc:
-        print(f"tokentop: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(str(exc)) from None
     session = Session(recorder=recorder)
 
     def tell(ev) -> None:
@@ -122,13 +130,27 @@ async def _headless(args, configs, request) -> int:
         try:
             await servers.connect()
         except AttachError as exc:
-            print(f"tokentop: {exc}", file=sys.stderr)
-            return EXIT_USAGE
+            raise UsageError(str(exc)) from None
         for c in servers.clients:
             where = f"pid {c.pid}" if c.pid else "not on this host"
             print(f"{c.engine.name} server at {c.root} ({where}) as {c.levers.server!r}: model {c.model}, metrics {c.metrics_url}", flush=True)
         metrics = [asyncio.create_task(c.metrics_loop()) for c in servers.clients]
         await asyncio.sleep(0)
+        yield servers, session
+    finally:
+        for task in metrics:
+            task.cancel()
+        await asyncio.gather(*metrics, return_exceptions=True)
+        await servers.aclose()
+        if recorder is not None:
+            recorder.close()
+            print(f"recorded to {recorder.path}", file=sys.stderr)
+
+
+async def _headless(args, configs, request) -> int:
+    from tui_app.headless import row_line
+
+    async with connected(args, configs) as (servers, session):
         failed = False
         for _ in range(args.runs):
             for i, c in enumerate(servers.clients):  # ABAB…: the servers take turns on the same requests
@@ -151,11 +173,3 @@ async def _headless(args, configs, request) -> int:
         if session.verdict and args.runs > 1 and len(servers.clients) == 1:
             print(session.verdict.text().replace("leak:", "server leak:"))
         return 1 if failed else 0
-    finally:
-        for task in metrics:
-            task.cancel()
-        await asyncio.gather(*metrics, return_exceptions=True)
-        await servers.aclose()
-        if recorder is not None:
-            recorder.close()
-            print(f"recorded to {recorder.path}", file=sys.stderr)

@@ -154,6 +154,7 @@ def _attach_args(p: argparse.ArgumentParser) -> None:
     _generation_args(p)
     p.add_argument("--no-tui", action="store_true", help="print each run's numbers instead of drawing the TUI")
     p.add_argument("--runs", type=COUNT, default=1, help="with --no-tui: how many runs")
+    p.add_argument("--demo", action="store_true", help="a captioned tour: prompt length, concurrent streams, each server in turn (docs/demo.md)")
     p.set_defaults(truncate="none", no_chat=False)
 
 
@@ -269,6 +270,10 @@ def main(argv: list[str] | None = None) -> int:
             from tui_app.replay import replay_main
 
             return replay_main(args)
+        if args.command == "attach" and args.demo:
+            from tui_app.demo import attach_demo
+
+            return attach_demo(args, _tui)
         if args.command == "attach":
             from tui_app.attached import attach_main
 

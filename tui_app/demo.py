@@ -8,6 +8,7 @@ commands the keys send, and every key still works. `space` pauses the tour (not 
 
 from __future__ import annotations
 
+import asyncio
 from typing import ClassVar
 
 from textual.app import ComposeResult
@@ -22,7 +23,7 @@ from tui_app.bench import _APPLY_ORDER, _RESET_ORDER, apply_levers
 from tui_app.headless import load_engine
 from tui_app.options import EXIT_USAGE, UsageError, bounded, make_recorder
 from tui_app.session import Session
-from tui_app.tour import LEVERS, TourError, TourLog, TourStep, default_tour, load_tour
+from tui_app.tour import LEVERS, TourError, TourLog, TourStep, default_tour, load_tour, server_tour
 from tui_app.widgets.caption import CaptionBanner
 
 FINISHED = ("eos", "max tokens")  # a stopped or failed run is not a measurement of its step
@@ -51,6 +52,21 @@ def demo_main(args, tui) -> int:
     steps = tour_steps(args)  # a bad script is refused before any model loads
     if args.no_tui:
         return run_headless_tour(args, steps)
+    return _tui_tour(args, steps, tui)
+
+
+def attach_demo(args, tui) -> int:
+    """`tokentop attach URL [URL ...] --demo`: the server tour (tour.server_tour) on those servers."""
+    from tui_app.attached import attach_configs, attach_source, choose_urls
+
+    configs = attach_configs(args, choose_urls(args))
+    steps = server_tour(len(configs))
+    if args.no_tui:
+        return asyncio.run(_headless_server_tour(args, configs, steps))
+    return _tui_tour(args, steps, tui, attach_source(configs))
+
+
+def _tui_tour(args, steps: list[TourStep], tui, source=None) -> int:
     apps: list[DemoApp] = []
 
     def make(args, source, recorder) -> DemoApp:
@@ -60,7 +76,7 @@ def demo_main(args, tui) -> int:
         apps.append(app)
         return app
 
-    code = tui(args, make=make)
+    code = tui(args, source, make=make)
     if apps and apps[0].tour_log.results:
         print("\n".join(apps[0].tour_log.summary()))
     return code
@@ -89,6 +105,40 @@ def run_tour(engine, session: Session, steps: list[TourStep], say=print) -> Tour
     for line in log.summary():
         say(line)
     return log
+
+
+async def run_server_tour(servers, session: Session, steps: list[TourStep], say=print) -> TourLog:
+    """Each step's streams and server set on the attached servers, its runs, its measured effect; then the summary."""
+    log = TourLog(steps)
+    refused: list[str] = []
+    session.listeners.append(lambda ev: refused.append(f"{ev.lever}: {ev.reason}") if isinstance(ev, LeverRefused) else None)
+    for i, step in enumerate(steps, 1):
+        say(f"[{i}/{len(steps)}] {step.label}: {step.caption}")
+        refused.clear()
+        servers.set_lever("batch", step.levers.batch)
+        if len(servers.clients) > 1:
+            servers.set_lever("server", step.server)
+        run_ids: list[int] = []
+        for _ in range(step.runs if not refused else 0):
+            fin = await servers.run(step.request())
+            if fin is None or fin.stop_reason not in FINISHED:
+                say(f"    run failed: {fin.stop_reason if fin else 'no run'}")
+                continue
+            run_ids.append(fin.run_id)
+        say("    → " + log.record(session, step, run_ids, refused).effect())
+    say("")
+    for line in log.summary():
+        say(line)
+    return log
+
+
+async def _headless_server_tour(args, configs, steps: list[TourStep]) -> int:
+    from tui_app.attached import connected
+
+    async with connected(args, configs) as (servers, session):
+        print(f"a tour of {len(steps)} steps on {len(configs)} server{'s' if len(configs) > 1 else ''}", flush=True)
+        log = await run_server_tour(servers, session, steps, say=lambda line: print(line, flush=True))
+    return 0 if all(r.figures is not None and not r.refused for r in log.results.values()) else 1
 
 
 def run_headless_tour(args, steps: list[TourStep]) -> int:
@@ -162,8 +212,13 @@ class DemoApp(TokentopApp):
         self.step_done = self.off_script = self.tour_done = False
         if self.running:
             self.source.send("stop")
-        for name, value in (*_RESET_ORDER, *((name, getattr(step.levers, name)) for name in _APPLY_ORDER)):
-            self.source.send("lever", name, value)
+        if step.server:  # attached to servers: the client's levers only
+            self.source.send("lever", "batch", step.levers.batch)
+            if any(s.server > 1 for s in self.steps):
+                self.source.send("lever", "server", step.server)
+        else:
+            for name, value in (*_RESET_ORDER, *((name, getattr(step.levers, name)) for name in _APPLY_ORDER)):
+                self.source.send("lever", name, value)
         self.request = step.request()
         self._run()
         self.show()
@@ -187,7 +242,8 @@ class DemoApp(TokentopApp):
         step = self.steps[self.step_index]
         keys = "→ next · ← previous · space pause"
         note = "off script: → resumes the tour" if self.off_script else "tour paused: space resumes" if self.tour_paused else keys
-        title = f"step {self.step_index + 1}/{len(self.steps)}: {step.label} [{step.levers.label()}, {(step.prompt and 'own prompt') or step.preset}]"
+        levers = f"server {step.server}, {step.levers.batch} stream{'s' if step.levers.batch > 1 else ''}" if step.server else step.levers.label()
+        title = f"step {self.step_index + 1}/{len(self.steps)}: {step.label} [{levers}, {(step.prompt and 'own prompt') or step.preset}]"
         self.banner.show(title, step.caption, self.last_effect, note)
 
     def _on_event(self, ev) -> None:

@@ -43,6 +43,7 @@ class TourStep:
     seconds: float = 0.0  # in the TUI, how long the measured effect stays up before the next step
     compare: str | None = None  # an earlier step's label
     watch: tuple[str, ...] = ("tok/s",)
+    server: int = 0  # attached to servers: which one the step's runs go to (1 = the first URL); 0 for the engine
 
     def request(self) -> RunRequest:
         # ignore_eos: every run of a step decodes the same number of tokens, so steps compare like for like.
@@ -80,6 +81,37 @@ DEFAULT_TOUR = (
     ),
     _step("batch4", "batch 4: four sequences per step; throughput up, each token's latency up too.", compare="cache", watch=("tok/s", "itl"), batch=4),
 )
+
+
+def server_tour(servers: int, tokens: int | None = None, seconds: float | None = None) -> list[TourStep]:
+    """The tour on attached servers, with the levers a client has: prompt length, concurrent
+    streams, and which server (each after the first on the first's prompt, for the comparison)."""
+
+    def step(label, caption, preset="short", compare=None, watch=("tok/s",), streams=1, server=1) -> TourStep:
+        return TourStep(label, caption, Levers(batch=streams), preset, None, DEFAULT_TOKENS, 1, 4.0, compare, watch, server)
+
+    steps = [
+        step("one stream", "one request at a time: TTFT is the server's prefill of the prompt, ITL its decode step. Watch tok/s in the status bar."),
+        step(
+            "long prompt",
+            "a long prompt: the server's prefill grows with it (TTFT up), and each step attends over more context.",
+            preset="long",
+            compare="one stream",
+            watch=("ttft", "itl"),
+        ),
+        step(
+            "4 streams",
+            "four requests at once, batched into each of the server's steps: each stream's ITL rises; the total rate rises where the server is memory-bound.",
+            compare="one stream",
+            watch=("tok/s", "itl"),
+            streams=4,
+        ),
+    ]
+    steps += [
+        step(f"server {i}", f"the same prompt on server {i}: its own settings, on the same charts.", compare="one stream", watch=("tok/s", "ttft"), server=i)
+        for i in range(2, servers + 1)
+    ]
+    return [_override(s, tokens, seconds) for s in steps]
 
 
 def default_tour(tokens: int | None = None, seconds: float | None = None) -> list[TourStep]:
@@ -281,17 +313,19 @@ class TourLog:
         """Every measured step's numbers and ×baseline (the first step's tok/s), as table lines."""
         done = [self.results[s.label] for s in self.steps if s.label in self.results]
         base = next((r.figures for r in done if r.figures is not None), None)
-        head = f"{'step':<10} {'levers':<22} {'prompt':>6} {'tok/s':>7} {'×base':>6} {'TTFT':>8} {'ITL p50':>8} {'accept':>7} {'ppl':>6}"
+        w = max([10, *(len(r.step.label) for r in done)])
+        lw = max([22, *(len(r.figures.levers) for r in done if r.figures is not None)])
+        head = f"{'step':<{w}} {'levers':<{lw}} {'prompt':>6} {'tok/s':>7} {'×base':>6} {'TTFT':>8} {'ITL p50':>8} {'accept':>7} {'ppl':>6}"
         lines = [head]
         for r in done:
             f = r.figures
             if f is None:
-                lines.append(f"{r.step.label:<10} {'refused' if r.refused else 'no finished run'}")
+                lines.append(f"{r.step.label:<{w}} {'refused' if r.refused else 'no finished run'}")
                 continue
             x = ratio(f.tok_s, base.tok_s) if base else math.nan
             ppl = f"{f.perplexity:.2f}" if f.perplexity is not None else "–"
             lines.append(
-                f"{r.step.label:<10} {f.levers:<22} {f.prompt_tokens:>6} {fmt.num(f.tok_s):>7} {fmt.num(x, 2) + '×':>6} "
+                f"{r.step.label:<{w}} {f.levers:<{lw}} {f.prompt_tokens:>6} {fmt.num(f.tok_s):>7} {fmt.num(x, 2) + '×':>6} "
                 f"{fmt.ms(f.ttft_s):>8} {fmt.ms(f.itl_s):>8} {fmt.pct(f.accept):>7} {ppl:>6}"
             )
         return lines

@@ -592,6 +592,8 @@ class Servers:
     def set_lever(self, name: str, value) -> None:
         if name == "server":
             labels = [c.levers.server for c in self.clients]
+            if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= len(labels):
+                value = labels[value - 1]  # a tour names a server by its place among the URLs
             if value not in labels:
                 self.emit(LeverRefused(name, value, "t moves between attached servers: attach to two or more (tokentop attach URL_A URL_B)"))
                 return
