@@ -29,7 +29,6 @@ from monitors.events import Step
 from monitors.record import read_recording
 from monitors.timing import percentile
 
-
 SPIN_NS = 200_000  # a sleep overshoots by 89 µs (p50) to 160 µs (p99) on this VM, measured
 
 

@@ -80,3 +80,36 @@ def test_a_model_that_cannot_load_is_a_fatal_event_not_a_traceback():
         assert p.exit_info().exitcode == 0
     finally:
         p.shutdown()
+
+
+NICE_SCRIPT = """
+import os, sys, time
+sys.path.insert(0, {repo!r})
+from tui_app.engine import process
+
+
+def idle(config, commands, events, log_path):
+    time.sleep(30)
+
+
+if __name__ == "__main__":
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    process.yield_to_children()
+    process.yield_to_children()  # once a process
+    child = process.EngineProcess(None, target=idle).start()
+    import psutil
+    print(before, os.getpriority(os.PRIO_PROCESS, 0), psutil.Process(child.pid).nice())
+    child.proc.kill()
+"""
+
+
+def test_the_ui_steps_back_and_the_processes_it_starts_keep_their_priority(tmp_path):
+    """The UI's threads at nice +5, once; an engine started afterwards (a restart) at the nice the UI had."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "nice.py"
+    script.write_text(NICE_SCRIPT.format(repo=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    before, ui, child = map(int, out.stdout.split())
+    assert ui == min(before + 5, 19) and child == before

@@ -35,6 +35,7 @@ from monitors.events import (
 )
 from monitors.system import trim_heap
 from tui_app import fmt
+from tui_app.engine.process import yield_to_children
 from tui_app.screens.confirm import ConfirmScreen
 from tui_app.screens.help import HelpScreen
 from tui_app.screens.prompt import PromptScreen
@@ -172,6 +173,7 @@ class TokentopApp(App):
         if self.sampler is not None:
             self.sampler.watch("engine", self.source.pid)
             self.sampler.start()
+        yield_to_children()
         self.set_interval(1.0 / self.fps, self.tick)
         self._apply_size()
         for sig in (signal.SIGTERM, signal.SIGHUP):

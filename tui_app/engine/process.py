@@ -14,11 +14,40 @@ import os
 import queue
 import signal
 import sys
+import threading
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from monitors.events import EngineError, Event
 from tui_app.engine.config import EngineConfig, RunRequest
+
+UI_NICE = 5  # how far the UI steps back from the processes it measures (yield_to_children)
+
+# Every child (the engine, a server's client) starts from this thread, made at import, before the UI
+# lowers its threads' priority: a child inherits the nice value of the thread that starts it.
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokentop-spawn")
+_SPAWNER_TID = _SPAWNER.submit(threading.get_native_id).result()
+_yielded = False
+
+
+def yield_to_children() -> None:
+    """Lower every thread of this (the UI's) process but the spawner by UI_NICE. Where the engine
+    or the attach client wants the core the UI is drawing on, the kernel then hands it over: a
+    chunk's arrival, or a token's step, is not delayed by a frame. benchmarks/chunk_rate.py at
+    2,000 chunks/s, 2026-11-23, one run each: lag p99 1.24 → 0.28 ms, UI 10.4 → 9.5 % of a core.
+    Where threads cannot be reniced one by one (not Linux), nothing changes. Once a process."""
+    global _yielded
+    if _yielded:
+        return
+    _yielded = True
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+        for tid in tids:
+            if tid != _SPAWNER_TID:
+                os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + UI_NICE)
+    except OSError:
+        pass
 
 
 @dataclass
@@ -123,7 +152,7 @@ class EngineProcess:
         saved = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
         try:
-            self.proc.start()
+            _SPAWNER.submit(self.proc.start).result()
         finally:
             sys.stdout, sys.stderr = saved
         return self
