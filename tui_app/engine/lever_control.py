@@ -189,7 +189,16 @@ class LeverControl:
             def step(ids, cache, position_ids):
                 return model(input_ids=ids, past_key_values=cache, position_ids=position_ids, use_cache=True, logits_to_keep=1).logits
 
-        compiled = torch.compile(step, mode=mode, dynamic=False)
+        # A sliding-window layer of transformers' static cache (Gemma 3's) keeps its length as a
+        # Python int that the mask reads, so a graph specialized on it would be one graph per
+        # position: there the changing int becomes a symbol after its first change.
+        from transformers import StaticCache
+
+        layers = [getattr(t, "is_sliding", False) for t in StaticCache(config=model.config, max_cache_len=1).layers]
+        compiled = torch.compile(step, mode=mode, dynamic=None if any(layers) else False)
+        # Which layer's length names the cache's bucket: a full-attention one (a sliding layer's
+        # is the window's wherever the bucket is longer), or any where all of them slide alike.
+        full = layers.index(False) if False in layers else 0
 
         def call(ids, cache, position_ids):
             # Once this shape is warm (_warm_compile ran it), dynamo's guards only pick among
@@ -198,11 +207,25 @@ class LeverControl:
             # A shape not yet warm takes the full check, so a new shape still recompiles.
             # The stance is process-wide; it is switched only when it changes (a context
             # manager per step cost a third of the gain), and back at each run's end.
-            trusted = (level, ids.shape[0], cache.layers[0].max_cache_len) in self._warm
+            key = (level, ids.shape[0], cache.layers[full].max_cache_len)
+            trusted = key in self._warm
             if trusted != self._trusting:
                 torch.compiler.set_stance("default", skip_guard_eval_unsafe=trusted)
                 self._trusting = trusted
-            return compiled(ids, cache, position_ids)
+            try:
+                return compiled(ids, cache, position_ids)
+            except RuntimeError as exc:
+                if not trusted or "skip_guard_eval_unsafe" not in str(exc):
+                    raise
+            # A state the warm-up did not reach (a sliding window filling up): this shape's guards
+            # are checked from now on, and its new graph is compiled as a phase of its own.
+            self._warm.discard(key)
+            self._stop_trusting()
+            t0 = time.perf_counter()
+            self.emit(Phase("compile", f"recompiling the decode step at a state the warm-up did not reach ({level}, batch {ids.shape[0]})", False))
+            logits = compiled(ids, cache, position_ids)
+            self._phase_done("compile", f"batch {ids.shape[0]}, {level}: recompiled", time.perf_counter() - t0)
+            return logits
 
         self._compiled[level] = call
         return call
