@@ -161,6 +161,11 @@ async def test_replay_shows_the_recorded_runs_and_refuses_levers():
         await pilot.press("w")
         await pilot.pause(0.1)
         assert any("replay" in n for n in notes(app))
+        await pilot.press("m")  # the memory read rate is measured by a live engine only
+        await pilot.pause(0.1)
+        assert any("memory read rate of its own engine only" in n for n in notes(app))
+        # the recording's own measurement still draws the figure: the int8 run's last decode steps
+        assert app.session.bandwidth.quant == "int8" and app.session.read_rate() is not None
 
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -328,7 +333,8 @@ async def test_a_phase_in_progress_shows_its_elapsed_time():
     from monitors.events import Phase
 
     events = session_events(runs=1, tokens=4)
-    events.insert(3, Phase("compile", "compiling the decode step (static cache 256, batch 1, off)", False))  # before the first step
+    first_step = next(i for i, e in enumerate(events) if type(e).__name__ == "Step")
+    events.insert(first_step, Phase("compile", "compiling the decode step (static cache 256, batch 1, off)", False))
     app = TokentopApp(ReplaySource(events, speed=0, step_mode=True), None)  # held at that step
     async with app.run_test(size=APP_SIZE) as pilot:
         await until(pilot, lambda: "compiling the decode step" in status_text(app), what="the phase shown")
@@ -372,7 +378,8 @@ async def test_no_title_legend_status_or_key_is_cut(size):
         for state in ("replay finished", "compile: compiling the decode step (static cache 256, batch 1, off); a first compile takes a minute or more… 12 s"):
             app.status.show(app.session, state, "long", True)  # the longest line: a long state, auto on
             status = str(app.status.render())
-            assert len(status) <= app.status.content_size.width and status.rstrip().endswith("tok/s"), status
+            # the headline unit whole, and the memory read rate after it when it fits
+            assert len(status) <= app.status.content_size.width and re.search(r"tok/s( mem bw [\d.]+( \([\d.]+ of [\d.]+ GB/s\))?)?$", status.rstrip()), status
             assert "│ compile" in status or "│ replay" in status, status
         keys = str(app.key_bar.render()).rstrip()
         assert len(keys) <= size[0] and "? help" in keys and "q quit" in keys

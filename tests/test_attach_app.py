@@ -33,6 +33,9 @@ async def test_attached_app_streams_shows_the_server_and_refuses_its_levers(llam
         await pilot.press("space")
         await until(pilot, lambda: any("cannot be paused" in n for n in notes(app)), what="pause refused")
         assert app.state != "paused"
+        await pilot.press("m")
+        await until(pilot, lambda: any("not a replay's or a server's" in n for n in notes(app)), what="m refused")
+        assert app.session.read_rate() is None and "mem bw" not in status_text(app)
 
         await pilot.press("b")
         await until(pilot, lambda: app.session.levers.batch == 2, what="concurrency 2")

@@ -2,6 +2,8 @@
 against the same figure computed here from a real run's recorded events and the weights' bytes by
 formula; the measurement it is a fraction of; and when it is taken."""
 
+import itertools
+
 import pytest
 import torch
 
@@ -37,7 +39,7 @@ def test_the_read_rate_shown_is_the_recorded_steps_bytes_over_their_intervals(pl
     assert len(probes) == 1  # the weights changed once: measured once, before the run
     probe, formula = probes[0], int8_bytes(plain)
     assert probe.quant == "int8" and probe.weight_bytes == formula
-    assert 0.98 * formula <= probe.read_bytes <= formula  # only storages under 1 MiB left out
+    assert 0.98 * formula <= probe.read_bytes <= formula + 64 * 200  # runs under 1 MiB left out, alignment padding in
     assert probe.read_bps > 0
     assert events.index(probe) < next(i for i, e in enumerate(events) if isinstance(e, RunStarted))
 
@@ -68,20 +70,36 @@ def test_a_measurement_asked_for_in_a_run_is_a_phase_outside_the_steps_intervals
     assert first.dt_ns == first.t_ns - started.t_ns - round(phase.seconds * 1e9)  # TTFT leaves the measurement out
 
 
-def test_spans_are_each_storage_once_and_a_pool_whole(plain):
-    """fp32: one storage per tensor of at least 1 MiB; int4: the packed pools, each one span."""
-    fp = bandwidth.spans(plain.model)
-    big = [t for t in bandwidth._read_tensors(plain.model) if t.numel() * t.element_size() >= bandwidth.MIN_SPAN]
-    assert len(fp) == len(big)
-    assert sum(v.numel() * 8 for v in fp) == sum(t.numel() * t.element_size() // 8 * 8 for t in big)
-    apply_levers(plain, {"quant": "int4"})
-    q = plain._variants["int4"]
-    pools = {getattr(m, name).untyped_storage().data_ptr() for m in q.modules() for name in getattr(m, "pooled", {})}
-    views = bandwidth.spans(q)
-    assert {v.untyped_storage().data_ptr() for v in views} <= pools and len(views) <= len(pools)  # each pool one span
-    assert sum(v.numel() * 8 for v in views) >= 0.98 * bandwidth.weight_bytes(q)
-    nbytes, rate = bandwidth.read_rate(q, repeats=2)
-    assert nbytes == sum(v.numel() * 8 for v in views) and rate > 0
+def covered(view, tensors) -> bool:
+    """Every byte of `view` is a byte of one of `tensors`, or padding of under 64 bytes between two."""
+    lo, hi = view.data_ptr(), view.data_ptr() + view.numel() * 8
+    pos = lo
+    for a, b in sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in tensors):
+        if b <= pos or a >= hi:
+            continue
+        if a > pos + 64:
+            return False
+        pos = max(pos, b)
+    return pos >= hi
+
+
+@pytest.mark.parametrize("level", ["off", "int8", "int4"])
+def test_spans_read_only_the_weights_a_step_reads_and_nearly_all_of_them(plain, level):
+    """Whatever the layout (per-tensor storages, the pools, the fp model moved onto huge pages by an
+    earlier compile): the views are disjoint, lie on the read tensors, and hold at least 94 % of
+    their bytes (only runs under 1 MiB are left out)."""
+    if level != "off":
+        apply_levers(plain, {"quant": level})
+    model = plain._variants[level]
+    tensors = [p for t in bandwidth._read_tensors(model) for p in bandwidth._plain(t)]
+    views = bandwidth.spans(model)
+    ranges = sorted((v.data_ptr(), v.data_ptr() + v.numel() * 8) for v in views)
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(ranges))
+    assert all(covered(v, tensors) for v in views)
+    nbytes = sum(v.numel() * 8 for v in views)
+    assert 0.94 * bandwidth.weight_bytes(model) <= nbytes <= bandwidth.weight_bytes(model) + 64 * len(tensors)
+    read, rate = bandwidth.read_rate(model, repeats=2)
+    assert read == nbytes and rate > 0
 
 
 def test_the_session_counts_decode_steps_of_the_current_weights_only():

@@ -228,14 +228,15 @@ class Session:
         cache at its length (Step.kv_bytes, every sequence of the batch), over the steps' own
         intervals (Step.dt_ns, the loop between steps included). A draft model's own reads are not
         counted; a step without the cache re-reads the context through attention, so it reads
-        at compute speed, and shows so. None before a measurement or a decode step."""
-        if self.bandwidth is None or not self.reads:
+        at compute speed, and shows so. None before a measurement or a decode step, or where the
+        measurement had nothing to read (every weight under 1 MiB)."""
+        if self.bandwidth is None or self.bandwidth.read_bps <= 0 or not self.reads:  # <= 0: nothing to read (a tiny model)
             return None
         ns = sum(dt for _, dt, _ in self.reads)
         if ns <= 0:
             return None
         rate = sum(b for b, _, _ in self.reads) / ns * 1e9
-        return rate, rate / self.bandwidth.read_bps if self.bandwidth.read_bps > 0 else math.nan
+        return rate, rate / self.bandwidth.read_bps
 
     def _mark_stall(self, ev: Step, per_token_s: float) -> None:
         """A server's token far later than its run's usual (STALL × the median of the last 32, and

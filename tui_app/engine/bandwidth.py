@@ -5,10 +5,11 @@ Decode reads every weight once per token, so its speed is the speed of memory: t
 The reference is a read of the weights themselves, in place: the same bytes, on the same pages
 (huge or not, pages.py), in whichever cache level holds them, with the engine's threads; a
 separate array of the same size would be on other pages and, held beside the weights, double the
-engine's memory for as long as it lived. Each storage of at least MIN_SPAN bytes is summed as
-int64 (integer adds: no denormal slow path whatever the bytes are); smaller ones (norms, biases)
-are a fraction of a percent of the bytes but a Python call each, which would make the read look
-slower than memory is. Measured on the default model (2026-11-23, one thread): in place 37.8 /
+engine's memory for as long as it lived. Each run of weights lying one after another (a pool
+of packed weights, the fp model moved onto huge pages, or one tensor) of at least MIN_SPAN bytes
+is summed as int64 (integer adds: no denormal slow path whatever the bytes are); smaller ones
+(norms, biases) are a fraction of a percent of the bytes but a Python call each, which would make
+the read look slower than memory is. Measured on the default model (2026-11-23, one thread): in place 37.8 /
 37.1 / 36.0 GB/s for int8 / int4 / fp32, a separate array of the same size 37.8 / 38.7 / 38.5.
 """
 
@@ -19,6 +20,7 @@ import time
 import torch
 
 MIN_SPAN = 1 << 20
+ALIGN = 64  # pages.adopt starts each weight on a multiple of this
 REPEATS = 5
 
 
@@ -52,8 +54,10 @@ def weight_bytes(model) -> int:
 
 
 def spans(model, min_bytes: int = MIN_SPAN) -> list[torch.Tensor]:
-    """int64 views of the memory the read tensors lie in: one per storage (a pool of packed
-    weights is one), from its first tensor's start to its last's end, of at least `min_bytes`."""
+    """int64 views of the memory the read tensors lie in: each run of tensors that lie one after
+    another in one storage (a pool of packed weights, the fp weights moved onto huge pages) is one
+    view, if it has at least `min_bytes`. Other tensors in the same storage (the fp model's, beside
+    a quantized variant's norms) are not read."""
     by_storage: dict[int, list[torch.Tensor]] = {}
     for t in _read_tensors(model):
         for p in _plain(t):
@@ -62,13 +66,19 @@ def spans(model, min_bytes: int = MIN_SPAN) -> list[torch.Tensor]:
     out = []
     for parts in by_storage.values():
         storage = parts[0].untyped_storage()
-        lo = min(p.data_ptr() for p in parts)
-        hi = max(p.data_ptr() + p.numel() * p.element_size() for p in parts)
-        n = (hi - lo) // 8 * 8
-        if n >= min_bytes:
-            whole = torch.empty(0, dtype=torch.uint8, device=parts[0].device).set_(storage)
-            start = lo - storage.data_ptr()
-            out.append(whole[start : start + n].view(torch.int64))
+        base = storage.data_ptr()
+        whole = torch.empty(0, dtype=torch.uint8, device=parts[0].device).set_(storage)
+        runs: list[list[int]] = []
+        for lo, hi in sorted((p.data_ptr(), p.data_ptr() + p.numel() * p.element_size()) for p in parts):
+            if runs and lo <= runs[-1][1] + ALIGN:  # next to the run (or in its alignment padding)
+                runs[-1][1] = max(runs[-1][1], hi)
+            else:
+                runs.append([lo, hi])
+        for lo, hi in runs:
+            start = lo - base + (base - lo) % 8  # an int64 view starts on a multiple of 8
+            n = (hi - base - start) // 8 * 8
+            if n >= min_bytes:
+                out.append(whole[start : start + n].view(torch.int64))
     return out
 
 
