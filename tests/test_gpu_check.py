@@ -172,7 +172,8 @@ def test_host_reads_per_token_off_cuda(small_bench, combo):
 def test_the_bandwidth_figure_is_weights_times_tokens_over_a_copy(small_folder):
     check = gpc.run_check("bandwidth", lambda: gpc.check_bandwidth(small_folder, "cpu", {}, "fp32", 16 * 2**20))
     assert check.status == "PASS", check.line()
-    shape = r"([\d.]+) GB/s = ([\d.]+)% of the copy \(([\d.]+) tok/s × ([\d.]+) GB of weights\); the app's mem bw ([\d.]+) of its in-place read \(([\d.]+) GB/s\)"
+    shape = r"([\d.]+) GB/s = ([\d.]+)% of the copy \(([\d.]+) tok/s × ([\d.]+) GB of weights\)"
+    shape += r"; the app's mem bw ([\d.]+) of its in-place read \(([\d.]+) GB/s\)"
     achieved, share, tps, weights, live, read = (float(x) for x in re.fullmatch(shape, check.figure).groups())
     assert 0 < live <= 1.1 and read > 0  # the app's own figure, beside the check's
     peak = float(re.match(r"device-to-device copy ([\d.]+) GB/s", check.reference).group(1))
