@@ -34,6 +34,7 @@ HISTORY = 4000
 STALL, STALL_MIN_S = 4.0, 0.02  # a server token this much later than its run's median is a stall
 READ_WINDOW = 32  # decode steps behind the live memory read rate: half a second at the default model's pace
 READ_FRESH_NS = 1_000_000_000  # a sample this long after the last decode step shows no read rate
+RAN_TO_END = ("max tokens", "eos", "context full")
 # Phases that legitimately raise the memory baseline (new weights, graphs, a draft model).
 PREPARATION_PHASES = ("load", "quantize", "compile", "draft")
 
@@ -146,9 +147,12 @@ class Session:
             self.timer.finished(ev)
             self.finished_ids.append(ev.run_id)
             self.run_marks.append(ev.t_ns)
-            if ev.baseline_rss is not None:  # a remote server's memory may be unknown
+            # The trend takes runs that ran to their end: a stopped or failed run's baseline is
+            # taken wherever it was cut (under random keys, up to 110 MB above its neighbours).
+            # A remote server's memory may be unknown.
+            if ev.stop_reason in RAN_TO_END and ev.baseline_rss is not None:
                 self.verdict = self.leak.add(ev.baseline_rss)
-            if ev.gpu_baseline is not None:
+            if ev.stop_reason in RAN_TO_END and ev.gpu_baseline is not None:
                 self.gpu_verdict = self.gpu_leak.add(ev.gpu_baseline)
         elif isinstance(ev, LeverChanged):
             self.levers = ev.levers
