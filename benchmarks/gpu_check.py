@@ -602,6 +602,7 @@ def check_bandwidth(folder: Path, device: str, levers: dict, dtype: str = "bf16"
     """Decode reads every weight once per token: weight bytes × tokens/s is the bandwidth achieved."""
     from monitors.events import Step
     from tui_app.bench import apply_levers
+    from tui_app.engine import bandwidth
     from tui_app.engine.config import RunRequest
     from tui_app.session import Session
 
@@ -616,7 +617,7 @@ def check_bandwidth(folder: Path, device: str, levers: dict, dtype: str = "bf16"
     _, events = bench.run(req)
     decode = [e for e in events if isinstance(e, Step) and e.kind == "decode"]
     tps = sum(e.n_tokens for e in decode) / (sum(e.dt_ns for e in decode) / 1e9)
-    weights = bench.engine.weight_bytes
+    weights = bandwidth.weight_bytes(bench.engine._variants[bench.engine.levers.quant])  # as the app counts them
     achieved = weights * tps
     session = Session()  # the app's `mem bw`, as the status line shows it
     for ev in warm + events:

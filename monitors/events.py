@@ -198,7 +198,7 @@ class Bandwidth:
     """The weights a decode step reads and this machine's rate of reading those bytes (the engine's
     measurement: tui_app/engine/bandwidth.py), taken when the weights change and on request.
     weight_bytes: each weight tensor a step reads, once; read_bytes: what the measurement read
-    (the weights in place, less storages under 1 MiB); read_bps: its best rate, bytes/s."""
+    (the weights in place, less runs of them under 1 MiB); read_bps: its best rate, bytes/s."""
 
     quant: str
     weight_bytes: int

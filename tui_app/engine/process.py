@@ -24,11 +24,19 @@ from tui_app.engine.config import EngineConfig, RunRequest
 
 UI_NICE = 5  # how far the UI steps back from the processes it measures (yield_to_children)
 
-# Every child (the engine, a server's client) starts from this thread, made at import, before the UI
-# lowers its threads' priority: a child inherits the nice value of the thread that starts it.
-_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokentop-spawn")
-_SPAWNER_TID = _SPAWNER.submit(threading.get_native_id).result()
+_spawner_pool: tuple[ThreadPoolExecutor, int] | None = None  # made on first need (yield_to_children)
 _yielded = False
+
+
+def _spawner() -> tuple[ThreadPoolExecutor, int]:
+    """The thread every child (the engine, a server's client) starts from, and its id: made before
+    the UI lowers its threads' priority, since a child inherits the nice value of the thread that
+    starts it. Only a process that starts children makes one."""
+    global _spawner_pool
+    if _spawner_pool is None:
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokentop-spawn")
+        _spawner_pool = pool, pool.submit(threading.get_native_id).result()
+    return _spawner_pool
 
 
 def yield_to_children() -> None:
@@ -41,10 +49,11 @@ def yield_to_children() -> None:
     if _yielded:
         return
     _yielded = True
+    _, spawner_tid = _spawner()
     try:
         tids = [int(t) for t in os.listdir("/proc/self/task")]
         for tid in tids:
-            if tid != _SPAWNER_TID:
+            if tid != spawner_tid:
                 os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + UI_NICE)
     except OSError:
         pass
@@ -152,7 +161,7 @@ class EngineProcess:
         saved = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
         try:
-            _SPAWNER.submit(self.proc.start).result()
+            _spawner()[0].submit(self.proc.start).result()
         finally:
             sys.stdout, sys.stderr = saved
         return self
