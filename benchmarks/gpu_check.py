@@ -374,6 +374,41 @@ def lever_check(bench: Bench, combo: dict, req) -> tuple[str, str]:
     return f"switched at step {SWITCH_AT}: {figure}", reference
 
 
+def check_device_leak(bench: Bench, combo: dict, req, runs: int, leak_mb: float = 0.0) -> tuple[str, str]:
+    """The app's leak detector on the device's memory (Session.device_leaks) over `runs` runs with
+    `combo` set: quiet on clean runs; with `leak_mb` kept on the device each run (--debug-leak-mb),
+    suspected within `runs`."""
+    from monitors.events import Phase, RunFinished
+    from tui_app.bench import apply_levers
+    from tui_app.session import DEVICE_BASELINES, Session
+
+    apply_levers(bench.engine, combo)
+    session = Session()
+    bench.engine.cfg.debug_leak_mb = leak_mb
+    try:
+        for _ in range(runs):
+            for ev in bench.run(req)[1]:
+                if isinstance(ev, RunFinished | Phase):
+                    session.feed(ev)
+    finally:
+        bench.engine.cfg.debug_leak_mb = 0.0
+        bench.engine._leak.clear()
+        apply_levers(bench.engine, {})
+    verdicts = session.device_verdicts
+    missing = [name for name, _ in DEVICE_BASELINES if name not in verdicts]
+    if missing:
+        raise Failed(f"no baseline from {', '.join(missing)}")
+    figure = "; ".join(f"{name} {v.status} {v.mb_per_run:+.2f} MB/run [{v.low:.2f}, {v.high:.2f}]" for name, v in verdicts.items())
+    suspected = [name for name, v in verdicts.items() if v.status == "suspected"]
+    if leak_mb:
+        if not suspected:
+            raise Failed(f"a {leak_mb:g} MB/run device leak not caught in {runs} runs", figure)
+        return figure, f"{leak_mb:g} MB kept on the device per run, {runs} runs: caught"
+    if suspected:
+        raise Failed(f"{runs} clean runs called a leak in {', '.join(suspected)}", figure)
+    return figure, f"{runs} clean runs: no leak"
+
+
 # ---------------------------------------------------------------- checks that need CUDA
 
 
@@ -773,6 +808,10 @@ def run_all(report: Report, device: str, tok: Path, work: Path, small_overrides:
     for dtype in ("bf16", "fp16"):
         for name, combo in singles:
             report.check(f"lever {name} ({dtype})", lambda c=combo, d=dtype: lever_check(bench(d), c, req))
+    short = RunRequest(preset="short", max_new_tokens=8, ignore_eos=True)
+    for name, combo in (("plain", {}), ("compile", {"compile": True})):
+        report.check(f"GPU leak: 100 clean runs, {name} (bf16)", lambda c=combo: check_device_leak(bench("bf16"), c, short, 100))
+    report.check("GPU leak: 1 MB/run kept on the device, 20 runs (bf16)", lambda: check_device_leak(bench("bf16"), {}, short, 20, leak_mb=1.0))
     report.check("bandwidth ~1B bf16 plain", lambda: check_bandwidth(model("llama-1b", BIG), device, {}))
     report.check("bandwidth ~1B bf16 compile", lambda: check_bandwidth(model("llama-1b", BIG), device, {"compile": True}))
     report.check("framework overhead on CUDA", lambda: check_framework_overhead(report, tok, min(240, report.left_s())))

@@ -170,6 +170,10 @@ class RunFinished:
     t_ns: int = field(default_factory=now_ns)
     prompt_tokens: int | None = None  # a server's own count, known only when its stream ends
     server: dict | None = None  # a server run: its own timings and counts (attach/client.py)
+    # On CUDA, the device baseline beside gpu_baseline (torch allocated): torch reserved and
+    # NVML's count of the engine process, which holds the CUDA context and graph pools too.
+    gpu_reserved: int | None = None
+    gpu_proc_mem: int | None = None
 
 
 @dataclass

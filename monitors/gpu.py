@@ -106,9 +106,7 @@ class NvmlReader:
             mem = self._field(s, nv.nvmlDeviceGetMemoryInfo, h)
             if mem is not None:
                 s.mem_used, s.mem_total = int(mem.used), int(mem.total)
-            procs = self._field(s, nv.nvmlDeviceGetComputeRunningProcesses, h)
-            if procs is not None:
-                s.proc_mem = sum(int(p.usedGpuMemory or 0) for p in procs if p.pid in pids)
+            s.proc_mem = self._proc_mem(s, h, pids)
             power = self._field(s, nv.nvmlDeviceGetPowerUsage, h)
             s.power_w = power / 1000.0 if power is not None else None
             s.temp_c = self._field(s, nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
@@ -116,6 +114,25 @@ class NvmlReader:
             s.mem_clock_mhz = self._field(s, nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
             gpus.append(s)
         return GpuReading(True, "", gpus)
+
+    def _proc_mem(self, sample: GpuSample, handle, pids) -> int | None:
+        procs = self._field(sample, self.nvml.nvmlDeviceGetComputeRunningProcesses, handle)
+        return None if procs is None else sum(int(p.usedGpuMemory or 0) for p in procs if p.pid in pids)
+
+    def process_memory(self, pids: set[int] | frozenset[int]) -> int | None:
+        """What these processes hold on every GPU, by the driver's count (context, allocator pools and
+        all): the engine's device baseline after a run. None where NVML cannot tell."""
+        if not self.ok:
+            return None
+        found = []
+        for i in range(self.count):
+            if i in self.lost:
+                continue
+            s = GpuSample(i)
+            with contextlib.suppress(Exception):  # a GPU lost since the last reading: the others still count
+                found.append(self._proc_mem(s, self.nvml.nvmlDeviceGetHandleByIndex(i), pids))
+        vals = [v for v in found if v is not None]
+        return sum(vals) if vals else None
 
     def close(self) -> None:
         if self.ok:

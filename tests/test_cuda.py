@@ -61,3 +61,12 @@ def test_a_lossless_lever_switched_mid_run_keeps_greedy_output(small_bench, comb
 def test_quantization_runs_on_cuda_in_bf16(small_bench, level):
     """torchao's int8 and tinygemm int4 (whose default packing would need the mslk package) load and decode."""
     passes(lambda: gpc.lever_check(small_bench, {"quant": level}, REQ))
+
+
+def test_a_1_mb_per_run_device_leak_is_caught_within_20_runs(small_bench):
+    check = passes(lambda: gpc.check_device_leak(small_bench, {}, REQ, 20, leak_mb=1.0))
+    assert "torch allocated suspected" in check.figure, check.line()
+
+
+def test_clean_runs_leave_the_device_baselines_flat(small_bench):
+    passes(lambda: gpc.check_device_leak(small_bench, {}, REQ, 30))

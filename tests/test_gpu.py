@@ -23,6 +23,16 @@ def test_readings_of_every_device():
     assert g0.proc_mem == 0 and g1.proc_mem == 3 * 2**30  # only our pids count
 
 
+def test_process_memory_sums_the_pids_over_every_device_and_says_none_when_nvml_cannot_tell():
+    nv = FakeNVML(n=3, procs={0: [(1234, 5 * 2**20)], 2: [(1234, 7 * 2**20), (999, 2**30)]})
+    reader = NvmlReader(nv)
+    assert reader.process_memory({1234}) == 12 * 2**20
+    nv.lost.add(2)  # a GPU lost since: the others still count
+    assert reader.process_memory({1234}) == 5 * 2**20
+    assert NvmlReader(FakeNVML(n=1, unsupported={"procs"})).process_memory({1234}) is None
+    assert NvmlReader(FakeNVML(init_error=NVML_ERROR_DRIVER_NOT_LOADED)).process_memory({1234}) is None
+
+
 @pytest.mark.parametrize(
     "code,needle",
     [

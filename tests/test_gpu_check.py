@@ -169,6 +169,15 @@ def test_host_reads_per_token_off_cuda(small_bench, combo):
     assert check.figure.endswith("host reads/token, no CUDA here") and float(check.figure.split()[0]) <= 1
 
 
+def test_the_device_leak_check_runs_the_apps_detector_and_off_cuda_has_no_device_baseline(small_bench):
+    """The CPU half: the runs, the lever and the debug leak set and put back; the device sources are
+    CUDA's, so here the check fails naming them (test_cuda.py runs it on a GPU)."""
+    req = RunRequest(preset="short", max_new_tokens=2, ignore_eos=True)
+    check = gpc.run_check("leak", lambda: gpc.check_device_leak(small_bench, {"batch": 2}, req, 3, leak_mb=1.0))
+    assert check.status == "FAIL" and check.reason == "no baseline from torch allocated, torch reserved, NVML process", check.line()
+    assert small_bench.engine.levers == Levers() and small_bench.engine.cfg.debug_leak_mb == 0 and small_bench.engine._leak == []
+
+
 def test_the_bandwidth_figure_is_weights_times_tokens_over_a_copy(small_folder):
     check = gpc.run_check("bandwidth", lambda: gpc.check_bandwidth(small_folder, "cpu", {}, "fp32", 16 * 2**20))
     assert check.status == "PASS", check.line()

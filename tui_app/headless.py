@@ -13,7 +13,7 @@ from monitors.text import plural
 from tui_app import fmt
 from tui_app.charts import text_plot
 from tui_app.options import EXIT_USAGE, engine_config, make_recorder, run_request
-from tui_app.session import Row, Session
+from tui_app.session import DEVICE_BASELINES, Row, Session
 
 MB = 1024 * 1024
 
@@ -124,6 +124,8 @@ def run_headless(args) -> int:
                 )
         if session.verdict and args.runs > 1:
             print(session.verdict.text())
+            if session.device_verdicts:
+                print(session.device_leak_text())
         return 0
     finally:
         if recorder is not None:
@@ -147,16 +149,25 @@ def leakcheck(args) -> int:
     if engine is None:
         return EXIT_USAGE
     req = run_request(args)
-    baselines: list[float] = []
+    baselines: dict[str, list[float]] = {"engine RSS": []}  # and on CUDA each device source (session.DEVICE_BASELINES)
     for i in range(args.runs):
         fin = engine.run(req)
         if not isinstance(fin, RunFinished):
             print("tokentop: run failed", file=sys.stderr)
             return EXIT_USAGE
-        baselines.append(fin.baseline_rss / MB)
-        print(f"\rrun {i + 1}/{args.runs}  baseline {baselines[-1]:.1f} MiB  {session.verdict.text()}", end="", file=sys.stderr, flush=True)
+        baselines["engine RSS"].append(fin.baseline_rss / MB)
+        for name, attr in DEVICE_BASELINES:
+            if getattr(fin, attr) is not None:
+                baselines.setdefault(name, []).append(getattr(fin, attr) / MB)
+        device = f"  {session.device_leak_text()}" if session.device_verdicts else ""
+        line = f"run {i + 1}/{args.runs}  baseline {baselines['engine RSS'][-1]:.1f} MiB  {session.verdict.text()}{device}"
+        print(f"\r{line}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
-    print(text_plot(baselines, width=min(60, max(10, len(baselines))), height=8, title="engine RSS baseline after each run (MiB)"))
-    verdict = session.verdict
-    print(verdict.text())
-    return 1 if verdict.status == "suspected" else 0
+    for name, ys in baselines.items():
+        print(text_plot(ys, width=min(60, max(10, len(ys))), height=8, title=f"{name} baseline after each run (MiB)"))
+    print(session.verdict.text())
+    suspected = session.verdict.status == "suspected"
+    if session.device_verdicts:
+        print(session.device_leak_text())
+        suspected |= session.device_leak()[1].status == "suspected"
+    return 1 if suspected else 0

@@ -131,6 +131,8 @@ def session_meta(session, events) -> list[tuple[str, str]]:
     meta += [("runs", str(len(session.timer.runs))), ("events", str(len(events))), ("span", f"{fmt.num(span)} s")]
     if session.verdict is not None:
         meta.append(("engine memory", session.verdict.text()))
+    if session.device_verdicts:
+        meta.append(("device memory", session.device_leak_text()))
     if session.fatal:
         meta.append(("engine error", session.fatal))
     return meta
@@ -325,7 +327,7 @@ def memory_figure(session, phases=()) -> Figure:
     trend_ax.grid(alpha=0.3)
     trend_ax.legend(fontsize=8, loc="best")
     text = verdict.text() if verdict is not None else "leak: no finished run"
-    gpu = f"; GPU: {session.gpu_verdict.text()}" if session.gpu_verdict is not None else ""
+    gpu = f"; {session.device_leak_text()}" if session.device_verdicts else ""
     caption = (
         "Above: memory of the engine and UI processes over time, run ends dotted, preparation phases shaded. "
         f"Below: the engine's baseline (its memory once a run has ended), run by run, and the leak detector's fit over the runs after its warm-up: {text}{gpu}."

@@ -37,6 +37,9 @@ READ_FRESH_NS = 1_000_000_000  # a sample this long after the last decode step s
 RAN_TO_END = ("max tokens", "eos", "context full")
 # Phases that legitimately raise the memory baseline (new weights, graphs, a draft model).
 PREPARATION_PHASES = ("load", "quantize", "compile", "draft")
+# The device memory a run leaves behind, by source (RunFinished's fields): a tensor kept by
+# mistake shows in the allocator's figures; a CUDA-graph pool or a context's growth only in NVML's.
+DEVICE_BASELINES = (("torch allocated", "gpu_baseline"), ("torch reserved", "gpu_reserved"), ("NVML process", "gpu_proc_mem"))
 
 
 @dataclass
@@ -99,7 +102,7 @@ class Session:
     phase: Phase | None = None
     timer: RunTimer = field(default_factory=RunTimer)
     leak: LeakDetector = field(default_factory=LeakDetector)
-    gpu_leak: LeakDetector = field(default_factory=LeakDetector)
+    device_leaks: dict = field(default_factory=lambda: {name: LeakDetector() for name, _ in DEVICE_BASELINES})
     latency: deque = field(init=False)
     kv: deque = field(init=False)
     markers: deque = field(default_factory=lambda: deque(maxlen=200))
@@ -115,7 +118,7 @@ class Session:
     finished_ids: deque = field(default_factory=lambda: deque(maxlen=1000))
     current: RunRecord | None = None
     verdict: LeakVerdict | None = None
-    gpu_verdict: LeakVerdict | None = None
+    device_verdicts: dict = field(default_factory=dict)  # source name → LeakVerdict, for the sources a run reported
     token_count: int = 0
     fatal: str | None = None
     died: dict = field(default_factory=dict)  # run id → why it never finished
@@ -152,8 +155,9 @@ class Session:
             # A remote server's memory may be unknown.
             if ev.stop_reason in RAN_TO_END and ev.baseline_rss is not None:
                 self.verdict = self.leak.add(ev.baseline_rss)
-            if ev.stop_reason in RAN_TO_END and ev.gpu_baseline is not None:
-                self.gpu_verdict = self.gpu_leak.add(ev.gpu_baseline)
+            for name, attr in DEVICE_BASELINES:
+                if ev.stop_reason in RAN_TO_END and getattr(ev, attr) is not None:
+                    self.device_verdicts[name] = self.device_leaks[name].add(getattr(ev, attr))
         elif isinstance(ev, LeverChanged):
             self.levers = ev.levers
             self.reads.clear()  # other weights or another step: the rate starts again
@@ -171,8 +175,10 @@ class Session:
             self.timer.phase(ev)
             if ev.done and ev.name in PREPARATION_PHASES:
                 self.leak.reset()
-                self.gpu_leak.reset()
-                self.verdict = self.gpu_verdict = None
+                for detector in self.device_leaks.values():
+                    detector.reset()
+                self.verdict = None
+                self.device_verdicts.clear()
             if ev.done:
                 self.say(f"{ev.name}: {ev.detail} ({ev.seconds:.1f} s)")
         elif isinstance(ev, EngineReady):
@@ -225,6 +231,20 @@ class Session:
             r = self.ready
             formula = kv_formula_bytes(r.kv_bytes_per_elem, self.levers.batch, ev.seq_len, r.n_layers, r.kv_heads, r.head_dim) if ev.kv_bytes else 0
             self.kv.append(KVPoint(ev.seq_len, ev.kv_bytes, formula, ev.kv_alloc_bytes, ev.run_id))
+
+    def device_leak(self) -> tuple[str, LeakVerdict] | None:
+        """The device-memory source nearest a leak: a suspected one first, else the highest lower
+        bound of a slope. None off CUDA (no run reported device memory)."""
+        if not self.device_verdicts:
+            return None
+        return max(self.device_verdicts.items(), key=lambda kv: (kv[1].status == "suspected", -math.inf if math.isnan(kv[1].low) else kv[1].low))
+
+    def device_leak_text(self) -> str | None:
+        found = self.device_leak()
+        if found is None:
+            return None
+        name, verdict = found
+        return f"GPU {verdict.text()}" + ("" if verdict.status == "collecting" else f" in {name}")
 
     def read_rate(self) -> tuple[float, float] | None:
         """(bytes/s, fraction of the measured read rate) that the last READ_WINDOW decode steps read

@@ -12,6 +12,7 @@ quality.py (the plain greedy reference and perplexity each run is checked agains
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import time
@@ -19,6 +20,7 @@ import time
 import torch
 
 from monitors.events import EngineError, EngineReady, Levers, Phase, RunFinished, RunStarted, Step, now_ns
+from monitors.gpu import NvmlReader
 from monitors.kvcache import measure_cache
 from monitors.system import PeakRss, rss_bytes, trim_heap
 from monitors.text import plural
@@ -55,7 +57,7 @@ class Engine(LeverControl, QualityChecks):
         self._init_quality()
         self.pending: list[tuple] = []
         self._lean: dict[int, LeanDecode | None] = {}  # per weight variant (id of the module)
-        self._leak: list[bytearray] = []
+        self._leak: list = []  # --debug-leak-mb's blocks, never freed
         self._run_id = config.first_run_id - 1  # a restarted engine continues the session's numbering
 
     # ---------------------------------------------------------------- loading
@@ -436,13 +438,15 @@ class Engine(LeverControl, QualityChecks):
         # A run whose levers changed midway is compared, but never becomes the reference.
         plain = lev.is_plain() and not mixed and stop_reason in ("max tokens", "eos")
         if self.cfg.debug_leak_mb > 0:
-            self._leak.append(bytearray(b"\x01" * int(self.cfg.debug_leak_mb * MB)))
+            self._leak.append(self._debug_leak(int(self.cfg.debug_leak_mb * MB)))
         gc.collect()
         trim_heap()
-        torch_peak = gpu_base = None
+        torch_peak = gpu_base = gpu_reserved = gpu_proc = None
         if self.device.startswith("cuda"):
             torch_peak = int(torch.cuda.max_memory_allocated(self.device))
             gpu_base = int(torch.cuda.memory_allocated(self.device))
+            gpu_reserved = int(torch.cuda.memory_reserved(self.device))
+            gpu_proc = self._nvml.process_memory({os.getpid()})
         first_diff, note = self._compare(prompt_ids, out_ids, req.ignore_eos, plain)
         ev = RunFinished(
             run_id,
@@ -456,9 +460,23 @@ class Engine(LeverControl, QualityChecks):
             self.perplexity(lev.quant),
             first_diff,
             note,
+            gpu_reserved=gpu_reserved,
+            gpu_proc_mem=gpu_proc,
         )
         self.emit(ev)
         return ev
+
+    def _debug_leak(self, nbytes: int):
+        """Memory kept on the engine's device, where a real leak of this engine would be."""
+        if self.device.startswith("cuda"):
+            return torch.ones(nbytes, dtype=torch.uint8, device=self.device)
+        return bytearray(b"\x01" * nbytes)
+
+    @functools.cached_property
+    def _nvml(self) -> NvmlReader:
+        # The driver's count of this process's device memory: the CUDA context and every pool,
+        # CUDA graphs' private ones too, which the allocator's figures leave out.
+        return NvmlReader()
 
 
 class _MemoryWatch:

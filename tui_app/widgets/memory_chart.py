@@ -20,6 +20,9 @@ class MemoryChart(Chart):
         samples = list(s.samples)[-canvas.px_w :]
         verdict = s.verdict.text() if s.verdict else "leak: collecting (0 runs)"
         title = [((f"memory — {verdict}", f"memory — {verdict.split(' (')[0]}", "memory"), 0)]
+        device = s.device_leak_text()
+        if device is not None:
+            title.append(((device, device.split(" (")[0]), 1))
         self.set_titles(title)
         if not samples:
             return Text("waiting for samples…", style="dim")
