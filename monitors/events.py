@@ -195,6 +195,9 @@ class Sampled:
     gpu_proc_mem: int | None = None
     gpu_power_w: float | None = None
     gpu_reason: str = ""
+    gpu_mem_util: float | None = None  # NVML's % of time device memory was read or written, mean over GPUs
+    gpu_sm_clock_mhz: int | None = None  # the highest SM clock among the GPUs
+    gpus: list | None = None  # every GPU of the machine, each monitors.gpu.GpuSample as a dict
 
 
 @dataclass

@@ -9,7 +9,7 @@ import os
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from monitors.events import Sampled, now_ns
 from monitors.gpu import GpuReading, NvmlReader
@@ -109,6 +109,8 @@ def to_event(s: Sample) -> Sampled:
         sys_mem_total=s.system.mem_total,
         swap_used=s.system.swap_used,
     )
+    if s.gpu.gpus:
+        ev.gpus = [asdict(g) for g in s.gpu.gpus]
     gpus = [g for g in s.gpu.gpus if not g.reason or g.mem_used is not None]
     if not s.gpu.available or not gpus:
         ev.gpu_reason = s.gpu.reason or next((g.reason for g in s.gpu.gpus if g.reason), "n/a")
@@ -120,6 +122,10 @@ def to_event(s: Sample) -> Sampled:
 
     sm = [g.sm_util for g in gpus if g.sm_util is not None]
     ev.gpu_sm = sum(sm) / len(sm) if sm else None
+    mem = [g.mem_util for g in gpus if g.mem_util is not None]
+    ev.gpu_mem_util = sum(mem) / len(mem) if mem else None
+    clocks = [g.sm_clock_mhz for g in gpus if g.sm_clock_mhz is not None]
+    ev.gpu_sm_clock_mhz = max(clocks) if clocks else None
     ev.gpu_mem_used, ev.gpu_mem_total = total("mem_used"), total("mem_total")
     ev.gpu_proc_mem, ev.gpu_power_w = total("proc_mem"), total("power_w")
     ev.gpu_reason = next((g.reason for g in s.gpu.gpus if g.reason), "")

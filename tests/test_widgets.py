@@ -1,5 +1,6 @@
 """The panes drawn by our own code: what they show must equal what a plain computation gives."""
 
+import os
 import random
 
 from rich.text import Text
@@ -156,3 +157,40 @@ def test_fit_shortens_then_drops_the_least_important_whole_items():
     assert fit(items, 55, sep=" ") == ["k:cache", "compile: building the decode step", None, "18.8 tok/s"]
     assert fit(items, 41, sep=" ") == ["k:cache", "compile: building the…", None, "18.8 tok/s"]
     assert fit(items, 5, sep=" ") == ["k:cache", None, None, "18.8 tok/s"]  # priority 0 stays, even over width
+
+
+async def test_every_gpu_of_the_machine_is_listed_with_its_figures():
+    """Two GPUs through the sampler (NVML stood in for: no GPU here), the second lost: the util pane
+    lists each one's SM %, clock and power, the memory pane each one's memory, as NVML read them."""
+    from monitors.gpu import NvmlReader
+    from monitors.sampler import Sampler, to_event
+    from tests.fake_nvml import FakeNVML
+    from tui_app.session import Session
+    from tui_app.widgets.memory_chart import MemoryChart
+    from tui_app.widgets.util_chart import UtilChart
+
+    nv = FakeNVML(n=2, procs={0: [(os.getpid(), 700 * 2**20)]})  # the sampler watches this process
+    sampler = Sampler(gpu=NvmlReader(nv))
+    session = Session()
+    session.feed(to_event(sampler.sample_once()))
+    nv.lost.add(1)
+    session.feed(to_event(sampler.sample_once()))
+    sampler.stop()
+    last = session.samples[-1]
+    assert [g["index"] for g in last.gpus] == [0, 1] and last.gpu_mem_util == 20.0 and last.gpu_sm_clock_mhz == 1980
+    util, memory = UtilChart(session), MemoryChart(session)
+
+    class Two(App):
+        def compose(self):
+            yield util
+            yield memory
+
+    async with Two().run_test(size=(200, 30)) as pilot:
+        await pilot.pause()
+        for chart in (util, memory):
+            chart.redraw(force=True)
+        legend = " ".join(strip.text for strip in util._strips)
+        assert "GPU SM%" in legend and "GPU mem%" in legend
+        assert "GPU0 40% 1980 MHz 250 W" in str(util.border_subtitle) and "GPU0 40% 1980 MHz 250 W  n/a: GPU 1 (GPU is lost)" in str(util.border_subtitle)
+        assert "GPU0 engine 700 MiB, device 1.0/80 GiB" in str(memory.border_subtitle)
+        assert str(memory.border_subtitle).endswith("n/a: GPU 1 (GPU is lost)")

@@ -344,14 +344,15 @@ def util_figure(session, phases=()) -> Figure:
     samples = list(session.samples)
     ts = [(s.t_ns - t0) / 1e9 for s in samples]
     drawn = 0
-    for k, (attr, label) in enumerate((("engine_cpu", "engine CPU%"), ("sys_cpu", "system CPU%"), ("app_cpu", "UI CPU%"), ("gpu_sm", "GPU SM%"))):
+    series = (("engine_cpu", "engine CPU%"), ("sys_cpu", "system CPU%"), ("app_cpu", "UI CPU%"), ("gpu_sm", "GPU SM%"), ("gpu_mem_util", "GPU mem%"))
+    for k, (attr, label) in enumerate(series):
         ys = [getattr(s, attr) if getattr(s, attr) is not None else math.nan for s in samples]
         if any(not math.isnan(y) for y in ys):
             ax.plot(ts, ys, lw=1.2, color=PALETTE[k], label=label)
             drawn += 1
     reads = list(session.mem_read)[-len(samples) :] if samples else []
     if any(r is not None for r in reads):
-        ax.plot(ts, [math.nan if r is None else r * 100 for r in reads], lw=1.2, color=PALETTE[4], label="mem bw%")
+        ax.plot(ts, [math.nan if r is None else r * 100 for r in reads], lw=1.2, color=PALETTE[5], label="mem bw%")
     _run_ends(ax, session, t0, phases)
     if not samples:
         ax.text(0.5, 0.5, "no sampler readings in this recording", ha="center", va="center", transform=ax.transAxes)
@@ -361,10 +362,12 @@ def util_figure(session, phases=()) -> Figure:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     gpu = next((s.gpu_reason for s in reversed(samples) if s.gpu_reason), "")
+    busy = any(s.gpu_mem_util is not None for s in samples)
     bw = session.bandwidth
     caption = (
         f"CPU use of the engine process (100% = one core), the UI process and the whole system, from {len(samples)} sampler readings."
         + (f" GPU: {gpu}." if gpu else "")
+        + (" GPU mem%: NVML's share of time the device memory was read or written, not a share of its bandwidth." if busy else "")
         + (
             f" mem bw%: the bytes decode steps read (the weights once a step, the KV cache at its length) per second, as a % of {bw.source} "
             f"({bw.read_bps / 1e9:.1f} GB/s when last measured)."

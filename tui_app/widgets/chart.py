@@ -86,3 +86,8 @@ class Chart(LinePane):
         room = max(self.size.width - 6, 0)  # the corners, the rule before the title and a space each side
         self.border_title = "  ".join(t for t in fmt.fit(list(title), room) if t is not None)
         self.border_subtitle = "  ".join(t for t in fmt.fit(list(subtitle), room) if t is not None)
+
+
+def gpu_unread(name: str, reason: str) -> str:
+    """A GPU NVML could not read, and why (a lost GPU's reason names it already)."""
+    return reason if reason.startswith("n/a: GPU") else f"{name} {reason or 'n/a'}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from tui_app.charts import Canvas, bounds, plot
-from tui_app.widgets.chart import Chart
+from tui_app.widgets.chart import Chart, gpu_unread
 
 MIB = 2**20
 
@@ -49,7 +49,10 @@ class MemoryChart(Chart):
             if t0 <= t <= t1:
                 canvas.vline(round((t - t0) / (t1 - t0) * (canvas.px_w - 1)), 5)
         last = samples[-1]
-        gpu = [((f"GPU: {last.gpu_reason}", "GPU: n/a"), 2)] if last.gpu_mem_used is None else []
+        if last.gpus and last.gpu_mem_used is not None:
+            gpu = [_gpu_memory(g, len(last.gpus)) for g in last.gpus]
+        else:
+            gpu = [((f"GPU: {last.gpu_reason}", "GPU: n/a"), 2)] if last.gpu_mem_used is None else []
         self.set_titles(
             title,
             [((f"{watched.split()[0]} {_mib(last.engine_rss)}",), 0), ((f"UI {_mib(last.app_rss)}",), 1), *gpu],
@@ -60,3 +63,13 @@ class MemoryChart(Chart):
 def _mib(n: int | None) -> str:
     """Whole MiB, or "–" where the process is not seen (a server on another host)."""
     return "–" if n is None else f"{n / MIB:.0f} MiB"
+
+
+def _gpu_memory(g: dict, count: int) -> tuple[tuple[str, ...], int]:
+    """One GPU of the machine: the engine's memory on it (NVML's per-process count) and the device's."""
+    name = f"GPU{g['index']}" if count > 1 else "GPU"
+    if g["mem_used"] is None:
+        return (gpu_unread(name, g["reason"]), f"{name} n/a"), 3
+    gib = f"{g['mem_used'] / 2**30:.1f}/{g['mem_total'] / 2**30:.0f} GiB"
+    full = f"{name} engine {_mib(g['proc_mem'])}, device {gib}" if g["proc_mem"] is not None else f"{name} {gib}"
+    return (full, f"{name} {gib}"), 2 if g["index"] == 0 else 3
