@@ -65,7 +65,13 @@ CARRIED = (
     "httpx-sse",
     "gguf",
     "pytest-asyncio",
+    # The machine has transformers 5.17; the one tested here runs there too (its own requirements,
+    # huggingface-hub, tokenizers and safetensors, are there at versions it takes; regex may be older).
+    "transformers",
+    "regex",
 )
+# tmux's libraries that a CUDA image may lack (libc, libm, libtinfo and libresolv it has).
+TMUX_LIBS = ("libevent_core-2.1", "libutempter")
 # The release built against the lent machine's torch 2.11 (torchao's compatibility table).
 TORCHAO = "torchao==0.17.0"
 CARRY_LIMIT = 64 * 2**20
@@ -679,6 +685,67 @@ def check_bandwidth(folder: Path, device: str, levers: dict, dtype: str = "bf16"
     return figure, reference
 
 
+def check_tui(folder: Path, device: str, out: Path, size: tuple[int, int] = (160, 45)) -> tuple[str, str]:
+    """The app itself on the GPU (Textual's test driver, the engine in its own process as always):
+    a run, then int8 switched on and a second run; its panes must show the GPU's own figures, and
+    its screen is saved as an SVG beside the report."""
+    import asyncio
+
+    from monitors.sampler import Sampler
+    from tui_app.app import TokentopApp
+    from tui_app.engine.config import EngineConfig, RunRequest
+    from tui_app.sources import LiveSource
+
+    async def drive() -> tuple[TokentopApp, Path, dict[str, str]]:
+        source = LiveSource(EngineConfig(model=str(folder), device=device, dtype="bf16"))
+        app = TokentopApp(source, RunRequest(max_new_tokens=200, ignore_eos=True), sampler=Sampler(hz=4), fps=8)
+        async with app.run_test(size=size) as pilot:
+            for runs, keys in ((1, ("w", "r")), (2, ())):
+                for _ in range(1800):
+                    if len(app.session.finished_ids) >= runs or app.session.fatal:
+                        break
+                    await pilot.pause(0.1)
+                if app.session.fatal or len(app.session.finished_ids) < runs:
+                    raise Failed(f"run {runs} never finished: {app.session.fatal or 'timed out after 180 s'}")
+                await pilot.press(*keys)
+            await pilot.pause(1.0)
+            svg = Path(app.save_screenshot(filename=f"tokentop-gpu-{size[0]}x{size[1]}.svg", path=str(out)))
+            shown = {"util": str(app.query_one("UtilChart").border_subtitle), "memory": str(app.query_one("MemoryChart").border_subtitle)}
+            await pilot.press("q")
+        return app, svg, shown
+
+    app, svg, shown = asyncio.run(drive())
+    last = app.session.samples[-1]
+    wanted = {"util": ("GPU", "MHz", " W"), "memory": ("GPU", "engine", "device")}
+    missing = [f"{pane}: {w!r}" for pane, words in wanted.items() for w in words if w not in shown[pane]]
+    figure = f"{shown['util']} | {shown['memory']}"
+    if last.gpus is None or last.gpu_proc_mem in (None, 0) or not app.session.torch_mem:
+        raise Failed("the panes lack the GPU's figures (NVML per GPU, the engine's process memory, torch's allocator)", figure)
+    if missing:
+        raise Failed(f"not shown: {', '.join(missing)}", figure)
+    return one_line(figure, 400), f"the panes after two runs, NVML and torch's figures present; screen in {svg.name}"
+
+
+def check_observer_overhead(report: Report, folder: Path, timeout: float, device: str = "cuda", rounds: int = 3, tokens: int = 256) -> tuple[str, str]:
+    """benchmarks/observer_overhead.py on the GPU: the full TUI drawing in a real (tmux) terminal."""
+    if shutil.which("tmux") is None:
+        raise Skip("no tmux here (make gpu-wheels carries one in .gpu-wheels/bin)")
+    cmd = [sys.executable, "benchmarks/observer_overhead.py", "--model", str(folder), "--device", device, "--dtype", "bf16"]
+    cmd += ["--rounds", str(rounds), "--runs", "3", "--tokens", str(tokens)]
+    rc, out = run_logged(report, f"observer overhead on {device}", cmd, timeout)
+    if rc:
+        raise Failed(f"exited {rc} (log in the report)")
+    ratio = re.search(r"\| ratio TUI ÷ alone[^|]*\| ([\d.]+) \(([\d.]+)–([\d.]+)\)", out)
+    cpu = re.search(r"\| UI process CPU[^|]*\| ([\d.]+) \|", out)
+    if ratio is None or cpu is None:
+        raise Failed("no result table in its output (log in the report)")
+    figure = f"TUI ÷ alone {ratio.group(1)} ({ratio.group(2)}–{ratio.group(3)}), UI CPU {cpu.group(1)} % of a core"
+    reference = "the same engine process without the UI, interleaved rounds; targets ≥ 0.97 and ≤ 10 %"
+    if float(ratio.group(1)) < 0.97 or float(cpu.group(1)) > 10:
+        raise Failed("outside the target", figure, reference)
+    return figure, reference
+
+
 def make_model(folder: Path, tok: Path, device: str, overrides: dict | None = None) -> tuple[str, str]:
     random_llama(folder, tok, device, overrides)
     gb = sum(f.stat().st_size for f in folder.glob("*.safetensors")) / 1e9
@@ -815,6 +882,8 @@ def run_all(report: Report, device: str, tok: Path, work: Path, small_overrides:
     report.check("bandwidth ~1B bf16 plain", lambda: check_bandwidth(model("llama-1b", BIG), device, {}))
     report.check("bandwidth ~1B bf16 compile", lambda: check_bandwidth(model("llama-1b", BIG), device, {"compile": True}))
     report.check("framework overhead on CUDA", lambda: check_framework_overhead(report, tok, min(240, report.left_s())))
+    report.check("TUI on the GPU: panes and a screenshot", lambda: check_tui(model("default-arch", small_overrides), device, report.path.parent))
+    report.check("observer overhead, TUI in tmux", lambda: check_observer_overhead(report, model("default-arch", small_overrides), min(300, report.left_s())))
     report.check(
         "suite --device cuda",
         lambda: check_pytest(report, "suite --device cuda", ["--device", "cuda", "-m", "not vllm and not browser and not gpu"], min(240, report.left_s())),
@@ -822,6 +891,32 @@ def run_all(report: Report, device: str, tok: Path, work: Path, small_overrides:
     for dtype in ("bf16", "fp16"):
         for name, combo in pairs:
             report.check(f"lever {name} ({dtype})", lambda c=combo, d=dtype: lever_check(bench(d), c, req))
+
+
+def carry_tmux(dest: Path) -> None:
+    """This machine's tmux and the libraries the lent machine's image lacks for it, behind a
+    wrapper in dest/bin: the observer-overhead check draws the TUI in a real terminal."""
+    found = shutil.which("tmux")
+    if found is None:
+        print("tmux: not on this machine, not carried (the observer-overhead check will say SKIP)")
+        return
+    folder = dest / "tmux"
+    folder.mkdir(exist_ok=True)
+    shutil.copy2(found, folder / "tmux")
+    libs = subprocess.run(["ldd", found], capture_output=True, text=True, check=True).stdout
+    for name in TMUX_LIBS:
+        path = re.search(rf"{re.escape(name)}\S* => (\S+)", libs)
+        if path:
+            shutil.copy2(path.group(1), folder / Path(path.group(1)).name)
+    wrapper = dest / "bin" / "tmux"
+    wrapper.parent.mkdir(exist_ok=True)
+    script = [
+        "#!/bin/sh",
+        'here="$(dirname "$(readlink -f "$0")")/../tmux"',
+        'LD_LIBRARY_PATH="$here${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$here/tmux" "$@"',
+    ]
+    wrapper.write_text("\n".join(script) + "\n")
+    wrapper.chmod(0o755)
 
 
 def build_wheels(dest: Path, python_version: str = "3.12") -> int:
@@ -838,6 +933,7 @@ def build_wheels(dest: Path, python_version: str = "3.12") -> int:
     cmd += platforms
     subprocess.run([*cmd, "-d", str(dest), TORCHAO, *pins], check=True)
     save_tokenizer(dest / TOKENIZER)
+    carry_tmux(dest)
     size = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
     print(f"{dest}: {len(list(dest.glob('*.whl')))} wheels and the tokenizer, {size / MiB:.1f} MiB of the {CARRY_LIMIT // MiB} MiB that travel")
     return 0 if size <= CARRY_LIMIT else 1

@@ -10,7 +10,7 @@ drift on the machine, which swings by a third within minutes, hits both halves o
 Rates are wall-clock from the event stream (monitors/timing.py), so the observer's costs that
 land between steps (queue traffic, the engine waiting on its emits) count.
 
-    .venv/bin/python benchmarks/observer_overhead.py [--runs 3] [--rounds 5] [--tokens 64]
+    .venv/bin/python benchmarks/observer_overhead.py [--runs 3] [--rounds 5] [--tokens 64] [--model M --device cuda --dtype bf16]
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ def decode_tps(events, skip_first: int = 1) -> list[float]:
     return [r.total.decode_tps for r in runs[skip_first:]]
 
 
-def engine_alone(runs: int, tokens: int) -> list[float]:
+def engine_alone(runs: int, tokens: int, engine: dict) -> list[float]:
     from tui_app.engine.generation import EngineConfig, RunRequest
     from tui_app.engine.process import EngineProcess
 
-    proc = EngineProcess(EngineConfig()).start()
+    proc = EngineProcess(EngineConfig(**engine)).start()
     events = []
     try:
         req = RunRequest(max_new_tokens=tokens, ignore_eos=True)
@@ -60,9 +60,10 @@ def engine_alone(runs: int, tokens: int) -> list[float]:
     return decode_tps(events)
 
 
-def with_tui(runs: int, tokens: int, fps: float) -> tuple[list[float], float]:
+def with_tui(runs: int, tokens: int, fps: float, engine: dict) -> tuple[list[float], float]:
     rec = tempfile.mktemp(suffix=".jsonl", prefix="tokentop-bench-")
-    app = TmuxApp("tt-observer", ["--auto", "--ignore-eos", "--max-new-tokens", str(tokens), "--record", rec, "--fps", str(fps)])
+    args = ["--auto", "--ignore-eos", "--max-new-tokens", str(tokens), "--record", rec, "--fps", str(fps)]
+    app = TmuxApp("tt-observer", args + [arg for key, value in engine.items() for arg in (f"--{key}", value)])
     try:
         app.wait_for(lambda s: "run 1 done" in s or "run 2" in s, timeout=180)
         ui = psutil.Process(app.pid())
@@ -84,11 +85,15 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5, help="engine-alone / TUI pairs (at least 5 for a median with a range)")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--fps", type=float, default=4.0)  # the app's default
+    ap.add_argument("--model", default=None, help="default: the bundled model")
+    ap.add_argument("--device", default=None, help="default: the app's (cpu where there is no GPU)")
+    ap.add_argument("--dtype", default=None)
     args = ap.parse_args()
+    engine = {key: getattr(args, key) for key in ("model", "device", "dtype") if getattr(args, key) is not None}
     alone, tui, cpus, ratios = [], [], [], []
     for r in range(args.rounds):
-        a = engine_alone(args.runs, args.tokens)
-        t, cpu = with_tui(args.runs, args.tokens, args.fps)
+        a = engine_alone(args.runs, args.tokens, engine)
+        t, cpu = with_tui(args.runs, args.tokens, args.fps, engine)
         ratios.append(statistics.median(t) / statistics.median(a))
         print(
             f"round {r + 1}: engine alone {statistics.median(a):.2f} tok/s, with TUI {statistics.median(t):.2f} tok/s (× {ratios[-1]:.3f}), UI CPU {cpu:.1f} %",
@@ -98,9 +103,8 @@ def main() -> int:
         tui += t
         cpus.append(cpu)
     ma, mt = statistics.median(alone), statistics.median(tui)
-    print(
-        f"\ndefault model, {args.tokens} tokens/run, {args.rounds} rounds of {args.runs} runs each, TUI at 160×45, {args.fps:g} fps, {os.cpu_count()} cores\n"
-    )
+    where = (args.model or "default model") + (f" on {args.device}" if args.device else "")
+    print(f"\n{where}, {args.tokens} tokens/run, {args.rounds} rounds of {args.runs} runs each, TUI at 160×45, {args.fps:g} fps, {os.cpu_count()} cores\n")
     print("| measure | value | target |\n|---|---|---|")
     print(f"| decode tok/s, engine alone (median) | {ma:.2f} | |")
     print(f"| decode tok/s, with the TUI (median) | {mt:.2f} | |")

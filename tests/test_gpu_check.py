@@ -3,6 +3,7 @@ the mid-run lever switch on a small random-weight Llama on the CPU (the half of 
 needs no CUDA). The checks themselves run on a lent GPU (docs/gpu.md)."""
 
 import re
+import subprocess
 
 import pytest
 import torch
@@ -117,6 +118,16 @@ def test_the_carried_tokenizer_holds_no_weights(tmp_path):
     assert sum(f.stat().st_size for f in folder.iterdir()) < 8 * 2**20
 
 
+def test_the_carried_tmux_runs_from_its_own_folder_with_its_libraries(tmp_path):
+    gpc.carry_tmux(tmp_path)
+    assert {f.name for f in (tmp_path / "tmux").iterdir()} == {"tmux", "libevent_core-2.1.so.7", "libutempter.so.0"}
+    # With the system's library folders out of reach of a plain lookup of these two, the wrapper still finds them.
+    done = subprocess.run([str(tmp_path / "bin" / "tmux"), "-V"], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0 and done.stdout.startswith("tmux "), done.stderr
+    ldd = subprocess.run(["ldd", str(tmp_path / "tmux" / "tmux")], capture_output=True, text=True, env={"LD_LIBRARY_PATH": str(tmp_path / "tmux")}).stdout
+    assert str(tmp_path / "tmux" / "libevent_core-2.1.so.7") in ldd
+
+
 @pytest.fixture(scope="module")
 def small_folder(tmp_path_factory):
     """The default model's tokenizer on a small Llama of its config, random weights."""
@@ -176,6 +187,27 @@ def test_the_device_leak_check_runs_the_apps_detector_and_off_cuda_has_no_device
     check = gpc.run_check("leak", lambda: gpc.check_device_leak(small_bench, {"batch": 2}, req, 3, leak_mb=1.0))
     assert check.status == "FAIL" and check.reason == "no baseline from torch allocated, torch reserved, NVML process", check.line()
     assert small_bench.engine.levers == Levers() and small_bench.engine.cfg.debug_leak_mb == 0 and small_bench.engine._leak == []
+
+
+def test_the_tui_check_drives_the_app_and_saves_its_screen(small_folder, tmp_path):
+    """The CPU half: two runs with int8 switched on between them, the screen saved; without a GPU
+    the panes have no GPU figures, and the check says so."""
+    check = gpc.run_check("tui", lambda: gpc.check_tui(small_folder, "cpu", tmp_path, size=(120, 36)))
+    assert check.status == "FAIL" and check.reason.startswith("the panes lack the GPU's figures"), check.line()
+    util, memory = check.figure.split(" | ")  # the two panes' subtitles, as drawn
+    assert util.startswith("engine ") and memory.startswith("engine ")
+    svg = (tmp_path / "tokentop-gpu-120x36.svg").read_text()
+    assert "int8" in svg and "</svg>" in svg
+
+
+def test_the_observer_check_reads_the_benchmarks_table(small_folder, tmp_path):
+    """The benchmark itself on the CPU (the TUI in tmux, the small model): its ratio and UI CPU read
+    back into the row, judged against the targets."""
+    report = gpc.Report(tmp_path / "r.md", [], budget_s=300, echo=lambda line, flush: None)
+    check = gpc.run_check("observer", lambda: gpc.check_observer_overhead(report, small_folder, 240, device="cpu", rounds=1, tokens=32))
+    assert re.fullmatch(r"TUI ÷ alone [\d.]+ \([\d.]+–[\d.]+\), UI CPU [\d.]+ % of a core", check.figure), check.line()
+    assert check.status == "PASS" or check.reason == "outside the target", check.line()  # speed is the benchmark's to say
+    assert "observer overhead on cpu" in report.markdown()  # the benchmark's log beside the report
 
 
 def test_the_bandwidth_figure_is_weights_times_tokens_over_a_copy(small_folder):
