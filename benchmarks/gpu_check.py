@@ -299,11 +299,11 @@ def random_llama(folder: Path, tok: Path, device: str, overrides: dict | None = 
 class Bench:
     """An engine on a model folder in one dtype, its events kept, levers set per run."""
 
-    def __init__(self, folder: Path, device: str, dtype: str):
+    def __init__(self, folder: Path, device: str, dtype: str, **config):
         from tui_app.engine.generation import Engine, EngineConfig
 
         self.events: list = []
-        self.engine = Engine(EngineConfig(model=str(folder), device=device, dtype=dtype), self.events.append)
+        self.engine = Engine(EngineConfig(model=str(folder), device=device, dtype=dtype, **config), self.events.append)
         self.engine.load()
         self.dtype = dtype
         self._plain: dict[tuple, list[int]] = {}
@@ -641,7 +641,6 @@ def copy_bandwidth(device: str, nbytes: int = 2**30, repeats: int = 20) -> float
 
 def check_bandwidth(folder: Path, device: str, levers: dict, dtype: str = "bf16", copy_bytes: int = 2**30) -> tuple[str, str]:
     """Decode reads every weight once per token: weight bytes × tokens/s is the bandwidth achieved."""
-    from monitors.events import Step
     from tui_app.bench import apply_levers
     from tui_app.engine import bandwidth
     from tui_app.engine.config import RunRequest
@@ -656,8 +655,7 @@ def check_bandwidth(folder: Path, device: str, levers: dict, dtype: str = "bf16"
     bench.run(req)
     warm = list(bench.events)
     _, events = bench.run(req)
-    decode = [e for e in events if isinstance(e, Step) and e.kind == "decode"]
-    tps = sum(e.n_tokens for e in decode) / (sum(e.dt_ns for e in decode) / 1e9)
+    tps = _decode_tps(events)
     weights = bandwidth.weight_bytes(bench.engine._variants[bench.engine.levers.quant])  # as the app counts them
     achieved = weights * tps
     session = Session()  # the app's `mem bw`, as the status line shows it
@@ -683,6 +681,46 @@ def check_bandwidth(folder: Path, device: str, levers: dict, dtype: str = "bf16"
     if live is not None and live[1] > 1.1:
         raise Failed("the app's mem bw is above its own reference: the probe is wrong on this device", figure, reference)
     return figure, reference
+
+
+def check_device_map(folder: Path, device: str, limits: dict, dtype: str = "bf16") -> tuple[str, str]:
+    """--device-map auto with `limits` (accelerate's max_memory) small enough that the model is
+    placed over two devices (or offloaded to disk): the same greedy tokens as the model on one,
+    every weight byte placed once, and the allocator's figures summed over the GPUs it uses."""
+    import torch
+
+    from monitors.events import Step, TorchMemory
+    from tui_app import fmt
+    from tui_app.engine.config import RunRequest
+
+    req = RunRequest(preset="short", max_new_tokens=16, ignore_eos=True)
+    one = Bench(folder, device, dtype)
+    plain, events = one.run(req)
+    one_tps = _decode_tps(events)
+    placed = Bench(folder, device, dtype, device_map="auto", max_memory=limits)
+    ready = placed.engine.ready
+    if not placed.engine.split:
+        raise Failed(f"not split: {ready.placement}", reference=f"max_memory {limits}")
+    if sum(ready.placement.values()) != ready.weight_bytes:
+        raise Failed(f"placed {sum(ready.placement.values())} bytes of {ready.weight_bytes}", fmt.where(ready))
+    tokens, events = placed.run(req)
+    if device.startswith("cuda") and not any(isinstance(e, TorchMemory) for e in events):
+        raise Failed("no allocator figures from the placed model", fmt.where(ready))
+    i = first_difference(plain, tokens)
+    gap, scale = (None, 0.0) if i is None or i >= min(len(plain), len(tokens)) else one.logit_gap(req, plain, i, tokens[i])
+    tolerance = near_tie_tolerance(torch.finfo(one.engine.dtype).eps, scale)
+    figure, reference = judge_greedy(plain, tokens, True, (lambda _: gap) if gap is not None else None, tolerance)
+    del one, placed
+    gc.collect()
+    decode = sum(1 for e in events if isinstance(e, Step))
+    return f"{fmt.where(ready)}: {figure}, {_decode_tps(events):.1f} tok/s ({decode} steps)", f"{reference} on {device} alone, {one_tps:.1f} tok/s"
+
+
+def _decode_tps(events) -> float:
+    from monitors.events import Step
+
+    decode = [e for e in events if isinstance(e, Step) and e.kind == "decode"]
+    return sum(e.n_tokens for e in decode) / max(sum(e.dt_ns for e in decode) / 1e9, 1e-9)
 
 
 def check_tui(folder: Path, device: str, out: Path, size: tuple[int, int] = (160, 45)) -> tuple[str, str]:
@@ -882,6 +920,8 @@ def run_all(report: Report, device: str, tok: Path, work: Path, small_overrides:
     report.check("bandwidth ~1B bf16 plain", lambda: check_bandwidth(model("llama-1b", BIG), device, {}))
     report.check("bandwidth ~1B bf16 compile", lambda: check_bandwidth(model("llama-1b", BIG), device, {"compile": True}))
     report.check("framework overhead on CUDA", lambda: check_framework_overhead(report, tok, min(240, report.left_s())))
+    gpu = int(device.split(":")[1])
+    report.check("--device-map auto: ~1B over the GPU and CPU", lambda: check_device_map(model("llama-1b", BIG), device, {gpu: "1GiB", "cpu": "64GiB"}))
     report.check("TUI on the GPU: panes and a screenshot", lambda: check_tui(model("default-arch", small_overrides), device, report.path.parent))
     report.check("observer overhead, TUI in tmux", lambda: check_observer_overhead(report, model("default-arch", small_overrides), min(300, report.left_s())))
     report.check(

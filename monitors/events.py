@@ -72,6 +72,7 @@ class EngineReady:
     # Attached to a server: {"engine", "url", "metrics_url", "metrics" (why none, or ""), "kv_note", "pid"}.
     server: dict | None = None
     t_ns: int = field(default_factory=now_ns)
+    placement: dict | None = None  # --device-map: weight bytes per device ("cuda:0", "cpu", "disk")
 
 
 @dataclass

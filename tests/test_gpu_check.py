@@ -210,6 +210,17 @@ def test_the_observer_check_reads_the_benchmarks_table(small_folder, tmp_path):
     assert "observer overhead on cpu" in report.markdown()  # the benchmark's log beside the report
 
 
+def test_the_device_map_check_places_the_model_over_two_devices_and_compares_greedy(small_folder):
+    """The CPU half: the small model's weights offloaded to disk (the GPU and CPU on a lent GPU;
+    the real default model over CPU and disk in test_device_map.py)."""
+    check = gpc.run_check("device map", lambda: gpc.check_device_map(small_folder, "cpu", {"cpu": "8MiB"}, "fp32"))
+    assert check.status == "PASS", check.line()
+    assert re.fullmatch(r"disk 12.4 MiB: same 16 tokens, [\d.]+ tok/s \(16 steps\)", check.figure), check.figure
+    assert re.fullmatch(r"plain greedy, 16 tokens on cpu alone, [\d.]+ tok/s", check.reference), check.reference
+    refused = gpc.run_check("device map", lambda: gpc.check_device_map(small_folder, "cpu", {"cpu": "1GiB"}, "fp32"))
+    assert refused.status == "FAIL" and refused.reason.startswith("not split: {'cpu': "), refused.line()
+
+
 def test_the_bandwidth_figure_is_weights_times_tokens_over_a_copy(small_folder):
     check = gpc.run_check("bandwidth", lambda: gpc.check_bandwidth(small_folder, "cpu", {}, "fp32", 16 * 2**20))
     assert check.status == "PASS", check.line()

@@ -194,3 +194,19 @@ async def test_every_gpu_of_the_machine_is_listed_with_its_figures():
         assert "GPU0 40% 1980 MHz 250 W" in str(util.border_subtitle) and "GPU0 40% 1980 MHz 250 W  n/a: GPU 1 (GPU is lost)" in str(util.border_subtitle)
         assert "GPU0 engine 700 MiB, device 1.0/80 GiB" in str(memory.border_subtitle)
         assert str(memory.border_subtitle).endswith("n/a: GPU 1 (GPU is lost)")
+
+
+async def test_the_memory_pane_says_where_device_map_placed_the_weights():
+    from dataclasses import replace
+
+    from monitors.events import EngineReady
+    from tui_app.widgets.memory_chart import MemoryChart
+
+    events = session_events(runs=1, tokens=8)
+    ready = next(e for e in events if isinstance(e, EngineReady))
+    events[events.index(ready)] = replace(ready, placement={"cuda:0": 3 * 2**30, "cpu": 512 * 2**20})
+    chart = MemoryChart(fold(events))
+    async with One(chart).run_test(size=(160, 14)) as pilot:
+        await pilot.pause()
+        chart.redraw(force=True)
+        assert "weights cuda:0 3.0 GiB + cpu 512.0 MiB" in str(chart.border_subtitle)

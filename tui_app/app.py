@@ -301,8 +301,8 @@ class TokentopApp(App):
                 self.sub_title = f"{ev.model} · {ev.device} · {ev.server['url']}"
                 self._follow_server()
             else:
-                self.state = f"{ev.model} on {ev.device} ({ev.dtype}) ready in {ev.load_s:.1f} s"
-                self.sub_title = f"{ev.model} · {ev.device} · {ev.dtype}"
+                self.state = f"{ev.model} on {fmt.where(ev)} ({ev.dtype}) ready in {ev.load_s:.1f} s"
+                self.sub_title = f"{ev.model} · {fmt.where(ev)} · {ev.dtype}"
             if self.source.live and self.request is not None and not self.running:  # compared servers: one ready each
                 self.start_run()
         elif isinstance(ev, EngineError):

@@ -249,6 +249,7 @@ def environment(engine) -> dict:
     return {
         "model": r.model,
         "device": r.device,
+        "placement": r.placement,
         "dtype": r.dtype,
         "threads": r.threads,
         "quant_impl": r.quant_impl,

@@ -10,8 +10,19 @@ import os
 import sys
 
 from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES
+from tui_app.engine.config import DEVICE_MAPS
 from tui_app.engine.prompts import PRESETS
-from tui_app.options import EXIT_USAGE, UsageError, bounded, default_record_path, engine_config, make_recorder, quiet_libraries, run_request
+from tui_app.options import (
+    EXIT_USAGE,
+    UsageError,
+    bounded,
+    default_record_path,
+    engine_config,
+    make_recorder,
+    max_memory,
+    quiet_libraries,
+    run_request,
+)
 
 COUNT = bounded(int, 1)  # runs, tokens, layers: one or more
 FPS = bounded(float, 1, 60, why="redraws per second")
@@ -39,6 +50,13 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     g.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
+    g.add_argument(
+        "--device-map",
+        default=None,
+        choices=DEVICE_MAPS,
+        help="place the model's layers over every GPU, then CPU, then disk (accelerate), for a model larger than one GPU",
+    )
+    g.add_argument("--max-memory", type=max_memory, default=None, metavar="DEV=SIZE,...", help="with --device-map: each device's share, e.g. 0=20GiB,cpu=64GiB")
     g.add_argument("--draft-model", default=None, help="draft model for speculative decoding (default: the target's own first layers)")
     g.add_argument("--draft-layers", type=COUNT, default=4, help="layers of the self-draft (default 4)")
     g.add_argument("--threads", type=bounded(int, 0), default=0, help="torch threads on CPU (default 0: cores - 1, leaving one for the UI)")

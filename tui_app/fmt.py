@@ -33,6 +33,13 @@ def nbytes(n: float | None) -> str:
     return ""
 
 
+def where(ready) -> str:
+    """The engine's device, or where --device-map placed the weights: "cuda:0 1.2 GiB + cpu 800.0 MiB"."""
+    if not ready.placement:
+        return ready.device
+    return " + ".join(f"{device} {nbytes(n)}" for device, n in ready.placement.items())
+
+
 def pct(x: float | None) -> str:
     return "–" if _bad(x) else f"{x * 100:.0f}%"
 

@@ -97,7 +97,7 @@ def run_headless(args) -> int:
             return EXIT_USAGE
         r = session.ready
         print(
-            f"{r.model} on {r.device} ({r.dtype}, {plural(r.threads, 'thread')}): {r.n_params / 1e6:.0f}M params, "
+            f"{r.model} on {fmt.where(r)} ({r.dtype}, {plural(r.threads, 'thread')}): {r.n_params / 1e6:.0f}M params, "
             f"{fmt.nbytes(r.weight_bytes)} weights, loaded from {r.source} in {r.load_s:.1f} s",
             flush=True,
         )

@@ -46,6 +46,27 @@ def bounded(kind: type = int, lo: float | None = None, hi: float | None = None, 
     return parse
 
 
+def max_memory(text: str) -> dict:
+    """--max-memory: `DEVICE=SIZE,...` (cuda:0 or 0, cpu, disk; 20GiB, 500MB) as accelerate's
+    max_memory, checked here so a typo is one line, not a traceback from the loader."""
+    from accelerate.utils import convert_file_size_to_int
+
+    limits: dict = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        device, _, size = part.partition("=")
+        device = device.strip().removeprefix("cuda:")
+        if not size or not (device.isdigit() or device in ("cpu", "disk")):
+            raise argparse.ArgumentTypeError(f"expected DEVICE=SIZE items such as cuda:0=20GiB,cpu=64GiB, got {part!r}")
+        try:
+            convert_file_size_to_int(size.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{size.strip()!r} is not a size such as 20GiB or 500MB") from None
+        limits[int(device) if device.isdigit() else device] = size.strip()
+    if not limits:
+        raise argparse.ArgumentTypeError("expected DEVICE=SIZE items such as cuda:0=20GiB,cpu=64GiB")
+    return limits
+
+
 def levers_from(args) -> Levers:
     return Levers(cache=not args.no_cache, compile=args.compile, quant=args.quant, spec=args.spec, batch=args.batch)
 
@@ -65,6 +86,8 @@ def engine_config(args):
         seed=args.seed,
         levers=levers_from(args),
         debug_leak_mb=args.debug_leak_mb,
+        device_map=args.device_map,
+        max_memory=args.max_memory,
     )
 
 
@@ -118,11 +141,11 @@ def make_recorder(args):
 def quiet_libraries() -> None:
     """Before torch, torchao and transformers load: no library chatter on a headless command's
     output (torchao's optional kernels that this machine cannot load, torch's pytree deprecations,
-    transformers' weight-loading bar). --verbose keeps them; the engine's own lines always show.
+    transformers' weight-loading bar, accelerate's offload notice). --verbose keeps them; the engine's own lines always show.
     Set in the environment too, so a spawned engine process inherits it (its log stays readable)."""
     import logging
 
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    for name in ("torchao", "torch.utils._pytree", "transformers"):
+    for name in ("torchao", "torch.utils._pytree", "transformers", "accelerate"):
         logging.getLogger(name).setLevel(logging.ERROR)

@@ -125,7 +125,7 @@ def session_meta(session, events) -> list[tuple[str, str]]:
     if r is not None:
         meta += [
             ("model", f"{r.model} ({r.n_params / 1e6:.0f}M params, {fmt.nbytes(r.weight_bytes)} weights)"),
-            ("device", f"{r.device}, {r.dtype}, {r.threads} threads"),
+            ("device", f"{fmt.where(r)}, {r.dtype}, {r.threads} threads"),
         ]
     span = (events[-1].t_ns - events[0].t_ns) / 1e9
     meta += [("runs", str(len(session.timer.runs))), ("events", str(len(events))), ("span", f"{fmt.num(span)} s")]

@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 
 from monitors.events import Levers
 
+# accelerate's strategies for --device-map: fill the GPUs in order (auto, sequential) or evenly.
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+
 
 @dataclass
 class EngineConfig:
@@ -22,6 +25,8 @@ class EngineConfig:
     levers: Levers = field(default_factory=Levers)
     first_run_id: int = 1  # a restarted engine continues the session's numbering
     debug_leak_mb: float = 0.0  # debug only: keep this much memory per run, to prove the leak detector
+    device_map: str | None = None  # accelerate's placement over the GPUs, CPU and disk (DEVICE_MAPS)
+    max_memory: dict | None = None  # its per-device limits, accelerate's form: {0: "20GiB", "cpu": "64GiB"}
 
 
 @dataclass

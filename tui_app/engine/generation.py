@@ -29,7 +29,7 @@ from tui_app.engine import levers as lv
 from tui_app.engine.config import EngineConfig, RunRequest
 from tui_app.engine.lean import LeanDecode
 from tui_app.engine.lever_control import MB, LeverControl, freeze
-from tui_app.engine.models import ModelError, load_model, resolve_device, resolve_dtype
+from tui_app.engine.models import ModelError, load_model, placement, resolve_device, resolve_dtype
 from tui_app.engine.prompts import preset_prompt
 from tui_app.engine.quality import QualityChecks
 from tui_app.engine.speculative import DraftProposer, accept_greedy, lookup_proposals
@@ -70,8 +70,17 @@ class Engine(LeverControl, QualityChecks):
         if self.device == "cpu":
             torch.set_num_threads(self.threads)
         self.emit(Phase("load", f"loading {cfg.model}", False))
-        loaded = load_model(cfg.model, self.device, self.dtype, progress=lambda m: self.emit(Phase("load", m, False)))
+        progress = lambda m: self.emit(Phase("load", m, False))  # noqa: E731
+        loaded = load_model(cfg.model, self.device, self.dtype, progress, device_map=cfg.device_map, max_memory=cfg.max_memory)
         self.model, self.tok, self.model_name = loaded.model, loaded.tokenizer, loaded.name
+        self.placement = placement(self.model)
+        # accelerate's hooks move activations between devices, or weights in from disk
+        self.split = len(self.placement) > 1 or "disk" in self.placement
+        self.gpus = tuple(d for d in self.placement if d.startswith("cuda"))
+        if cfg.device_map:  # inputs, sampling and timing go where accelerate put the embeddings
+            embed = self.model.get_input_embeddings().weight
+            self.device = "cpu" if embed.is_meta else str(embed.device)
+            self._gen = torch.Generator(self.device)
         self.model.generation_config.pad_token_id = self.tok.pad_token_id or self.tok.eos_token_id
         from transformers import DynamicCache
 
@@ -87,7 +96,7 @@ class Engine(LeverControl, QualityChecks):
         self.context_len = int(getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", 2048))
         self.eos_ids = self._eos_ids()
         params = list(self.model.parameters())
-        seen = {p.data_ptr(): p for p in params}  # tied weights counted once
+        seen = {id(p) if p.is_meta else p.data_ptr(): p for p in params}  # tied weights once; offloaded ones have no storage here
         self.n_params = sum(p.numel() for p in seen.values())
         self.weight_bytes = sum(p.numel() * p.element_size() for p in seen.values())
         if cfg.draft_model:
@@ -112,6 +121,7 @@ class Engine(LeverControl, QualityChecks):
             load_s=loaded.load_s,
             threads=self.threads,
             quant_impl=lv.quant_impl(self.device, self.dtype),
+            placement=self.placement if cfg.device_map else None,
         )
         self.ready = ready
         freeze()
@@ -182,7 +192,8 @@ class Engine(LeverControl, QualityChecks):
     def _lean_step(self, model) -> LeanDecode | None:
         key = id(model)
         if key not in self._lean:
-            self._lean[key] = LeanDecode(model) if LeanDecode.supports(model) else None
+            # Split over devices, the model's own forward: its outermost hook brings the logits back.
+            self._lean[key] = LeanDecode(model) if LeanDecode.supports(model) and not self.split else None
         return self._lean[key]
 
     def _pick(self, logits: torch.Tensor) -> torch.Tensor:
@@ -269,7 +280,7 @@ class Engine(LeverControl, QualityChecks):
         tokens: list[list[int]] = [list(ids_list) for _ in range(self.levers.batch)]
         started = RunStarted(run_id, self.levers, len(ids_list), max_new, text, req.preset if req.prompt is None else "custom")
         self.emit(started)
-        memory = _MemoryWatch(self.device, self.emit)
+        memory = _MemoryWatch(self.device, self.emit, self.gpus)
         # A step's interval runs from the previous emission (RunStarted's for the first) to its own,
         # less the phases (pause, compile, quantize) between: everything the loop does per token
         # counts, as a reader of the events sees it, and TTFT + the intervals = end-to-end.
@@ -442,10 +453,9 @@ class Engine(LeverControl, QualityChecks):
         gc.collect()
         trim_heap()
         torch_peak = gpu_base = gpu_reserved = gpu_proc = None
-        if self.device.startswith("cuda"):
-            torch_peak = int(torch.cuda.max_memory_allocated(self.device))
-            gpu_base = int(torch.cuda.memory_allocated(self.device))
-            gpu_reserved = int(torch.cuda.memory_reserved(self.device))
+        mem = read_torch_memory(self.device, self.gpus)
+        if mem is not None:
+            torch_peak, gpu_base, gpu_reserved = mem.peak, mem.allocated, mem.reserved
             gpu_proc = self._nvml.process_memory({os.getpid()})
         first_diff, note = self._compare(prompt_ids, out_ids, req.ignore_eos, plain)
         ev = RunFinished(
@@ -483,8 +493,8 @@ class _MemoryWatch:
     """A run's peak RSS (the kernel's high-water mark, restarted here: monitors.system.PeakRss), and
     on CUDA torch's memory, emitted at 4 Hz."""
 
-    def __init__(self, device: str, emit):
-        self.device, self.emit = device, emit
+    def __init__(self, device: str, emit, gpus: tuple[str, ...] = ()):
+        self.device, self.emit, self.gpus = device, emit, gpus
         self.cuda = device.startswith("cuda")
         self._peak = PeakRss()
         self._peak.reset()
@@ -497,7 +507,7 @@ class _MemoryWatch:
     def tick(self, now: int) -> None:
         if self.cuda and now - self.last_mem > 250_000_000:
             self.last_mem = now
-            mem = read_torch_memory(self.device)
+            mem = read_torch_memory(self.device, self.gpus)
             if mem:
                 self.emit(mem)
 

@@ -24,6 +24,7 @@ from tui_app.engine.speculative import DraftProposer
 MB = 1024 * 1024
 MAX_GEMV_ROWS = 2  # measured: see _stream_gemv_on_cpu
 CACHE_BYTES = 32 * MB  # a last-level cache (this CPU's L3): weights beyond it stream from memory
+SPLIT = "the model is placed over several devices (--device-map)"
 
 
 class LeverControl:
@@ -42,13 +43,16 @@ class LeverControl:
         self.emit(Phase(name, detail, True, seconds))
 
     def request_probe(self) -> None:
+        if self.split:
+            self._refuse("probe", "mem bw", SPLIT)
+            return
         self._probe_due = True
 
     def probe_if_due(self) -> None:
         """Measure the read of the current weights (bandwidth.py) where they changed or moved, or
         on request, as a phase of its own: outside any run's timing, and never inside another
         phase (whose seconds would then count it twice)."""
-        if not self._probe_due:
+        if not self._probe_due or self.split:
             return
         self._probe_due = False
         t0 = time.perf_counter()
@@ -66,6 +70,8 @@ class LeverControl:
     def check_lever(self, name: str, value, levers: Levers | None = None) -> str | None:
         """The reason this lever value cannot be applied now, or None."""
         lev = levers or self.levers
+        if self.split and (name in ("quant", "compile") or (name, value) == ("spec", "draft")) and value not in ("off", False):
+            return f"{SPLIT}; this lever needs the whole model on one device"
         if name == "quant":
             if value not in QUANT_LEVELS:
                 return f"quantization must be one of {', '.join(QUANT_LEVELS)}"

@@ -151,9 +151,10 @@ def converted_default() -> Path:
     return folder
 
 
-def load_model(spec: str, device: str, dtype, progress=lambda msg: None, option: str = "--model") -> Loaded:
-    """Load model + tokenizer on `device` in `dtype`; raises ModelError with an actionable message
-    naming `option`, the command-line option that gave `spec` (--model or --draft-model)."""
+def load_model(spec: str, device: str, dtype, progress=lambda msg: None, option: str = "--model", device_map: str | None = None, max_memory=None) -> Loaded:
+    """Load model + tokenizer on `device` in `dtype`, or placed by accelerate's `device_map` over
+    the GPUs, CPU and disk; raises ModelError with an actionable message naming `option`, the
+    command-line option that gave `spec` (--model or --draft-model)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     t0 = time.perf_counter()
@@ -172,7 +173,10 @@ def load_model(spec: str, device: str, dtype, progress=lambda msg: None, option:
             spec_path, source = str(folder), "converted-cache"
         else:
             model, tok = _convert_gguf(gguf, folder, progress)
-            return Loaded(model.to(device=device, dtype=dtype).eval(), tok, name, "gguf", time.perf_counter() - t0)
+            if device_map is None or not _is_complete_copy(folder):  # placed from the saved copy, else here
+                return Loaded(model.to(device=device, dtype=dtype).eval(), tok, name, "gguf", time.perf_counter() - t0)
+            del model
+            spec_path, source = str(folder), "gguf"
     else:
         path = Path(spec).expanduser()
         name = path.name if path.exists() else spec
@@ -186,10 +190,13 @@ def load_model(spec: str, device: str, dtype, progress=lambda msg: None, option:
             raise ModelError(f"{option} {spec}: no such file or folder")
         else:
             spec_path, source = spec, "hf-cache"
-    progress(f"loading {name} from {source}")
+    progress(f"loading {name} from {source}" + (f", placed by device_map={device_map}" if device_map else ""))
+    # A copy of max_memory: transformers rewrites the sizes in the dict it is given.
+    offload = str(cache_root() / "offload")
+    placed = {} if device_map is None else {"device_map": device_map, "max_memory": dict(max_memory or {}) or None, "offload_folder": offload}
     try:
         tok = AutoTokenizer.from_pretrained(spec_path, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(spec_path, dtype=dtype, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(spec_path, dtype=dtype, local_files_only=True, **placed)
     except (OSError, ValueError) as exc:
         if source == "hf-cache":
             raise ModelError(
@@ -197,4 +204,22 @@ def load_model(spec: str, device: str, dtype, progress=lambda msg: None, option:
                 f"On a machine with network run `hf download {spec}`, or pass a local folder or .gguf file"
             ) from None
         raise ModelError(f"{option} {spec}: cannot load ({type(exc).__name__}: {str(exc)[:200]})") from None
-    return Loaded(model.to(device).eval(), tok, name, source, time.perf_counter() - t0)
+    return Loaded((model if device_map else model.to(device)).eval(), tok, name, source, time.perf_counter() - t0)
+
+
+def placement(model) -> dict[str, int]:
+    """Weight bytes per device where accelerate placed the model ({"cuda:0": …, "cpu": …, "disk": …}),
+    from its hf_device_map; a model on one device: {device: its bytes}."""
+    import torch
+
+    where = getattr(model, "hf_device_map", None) or {"": next(model.parameters()).device}
+    modules = dict(model.named_modules())
+    counted: set[int] = set()
+    found: dict[str, int] = {}
+    for name, device in where.items():
+        label = f"cuda:{device}" if isinstance(device, int) else str(torch.device(device)) if device != "disk" else "disk"
+        for p in modules[name].parameters():
+            if id(p) not in counted:  # tied weights once
+                counted.add(id(p))
+                found[label] = found.get(label, 0) + p.numel() * p.element_size()
+    return found

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from tui_app import fmt
 from tui_app.charts import Canvas, bounds, plot
 from tui_app.widgets.chart import Chart, gpu_unread
 
@@ -53,6 +54,8 @@ class MemoryChart(Chart):
             gpu = [_gpu_memory(g, len(last.gpus)) for g in last.gpus]
         else:
             gpu = [((f"GPU: {last.gpu_reason}", "GPU: n/a"), 2)] if last.gpu_mem_used is None else []
+        if s.ready is not None and s.ready.placement:  # --device-map: where the weights are
+            gpu.insert(0, ((f"weights {fmt.where(s.ready)}", "weights placed"), 1))
         self.set_titles(
             title,
             [((f"{watched.split()[0]} {_mib(last.engine_rss)}",), 0), ((f"UI {_mib(last.app_rss)}",), 1), *gpu],
