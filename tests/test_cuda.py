@@ -18,10 +18,14 @@ def cuda(device):
 
 
 @pytest.fixture(scope="module")
-def small_bench(tmp_path_factory, cuda):
-    """The default model's architecture and tokenizer, random weights, bf16 on the GPU."""
-    folder = gpc.random_llama(tmp_path_factory.mktemp("default-arch"), gpc.tokenizer_dir(None), cuda)
-    return gpc.Bench(folder, cuda, "bf16")
+def default_arch(tmp_path_factory, cuda):
+    """The default model's architecture and tokenizer, random weights, saved in bf16."""
+    return gpc.random_llama(tmp_path_factory.mktemp("default-arch"), gpc.tokenizer_dir(None), cuda)
+
+
+@pytest.fixture(scope="module")
+def small_bench(default_arch, cuda):
+    return gpc.Bench(default_arch, cuda, "bf16")
 
 
 def passes(fn) -> gpc.Check:
@@ -70,3 +74,9 @@ def test_a_1_mb_per_run_device_leak_is_caught_within_20_runs(small_bench):
 
 def test_clean_runs_leave_the_device_baselines_flat(small_bench):
     passes(lambda: gpc.check_device_leak(small_bench, {}, REQ, 30))
+
+
+def test_device_map_places_the_model_over_the_gpu_and_the_cpu(default_arch, cuda):
+    """Half of its ~270 MB of weights allowed on the GPU: the rest on the CPU, the same greedy tokens."""
+    check = passes(lambda: gpc.check_device_map(default_arch, cuda, {int(cuda.split(":")[1]) if ":" in cuda else 0: "150MiB", "cpu": "8GiB"}))
+    assert " + cpu " in check.figure, check.line()
