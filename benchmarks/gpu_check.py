@@ -920,8 +920,8 @@ def run_all(report: Report, device: str, tok: Path, work: Path, small_overrides:
     report.check("bandwidth ~1B bf16 plain", lambda: check_bandwidth(model("llama-1b", BIG), device, {}))
     report.check("bandwidth ~1B bf16 compile", lambda: check_bandwidth(model("llama-1b", BIG), device, {"compile": True}))
     report.check("framework overhead on CUDA", lambda: check_framework_overhead(report, tok, min(240, report.left_s())))
-    gpu = int(device.split(":")[1])
-    report.check("--device-map auto: ~1B over the GPU and CPU", lambda: check_device_map(model("llama-1b", BIG), device, {gpu: "1GiB", "cpu": "64GiB"}))
+    limits = {int(device.partition(":")[2] or 0): "1GiB", "cpu": "64GiB"}
+    report.check("--device-map auto: ~1B over the GPU and CPU", lambda: check_device_map(model("llama-1b", BIG), device, limits))
     report.check("TUI on the GPU: panes and a screenshot", lambda: check_tui(model("default-arch", small_overrides), device, report.path.parent))
     report.check("observer overhead, TUI in tmux", lambda: check_observer_overhead(report, model("default-arch", small_overrides), min(300, report.left_s())))
     report.check(

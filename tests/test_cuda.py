@@ -78,5 +78,5 @@ def test_clean_runs_leave_the_device_baselines_flat(small_bench):
 
 def test_device_map_places_the_model_over_the_gpu_and_the_cpu(default_arch, cuda):
     """Half of its ~270 MB of weights allowed on the GPU: the rest on the CPU, the same greedy tokens."""
-    check = passes(lambda: gpc.check_device_map(default_arch, cuda, {int(cuda.split(":")[1]) if ":" in cuda else 0: "150MiB", "cpu": "8GiB"}))
+    check = passes(lambda: gpc.check_device_map(default_arch, cuda, {int(cuda.partition(":")[2] or 0): "150MiB", "cpu": "8GiB"}))
     assert " + cpu " in check.figure, check.line()
