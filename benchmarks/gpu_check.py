@@ -712,8 +712,8 @@ def check_device_map(folder: Path, device: str, limits: dict, dtype: str = "bf16
     figure, reference = judge_greedy(plain, tokens, True, (lambda _: gap) if gap is not None else None, tolerance)
     del one, placed
     gc.collect()
-    decode = sum(1 for e in events if isinstance(e, Step))
-    return f"{fmt.where(ready)}: {figure}, {_decode_tps(events):.1f} tok/s ({decode} steps)", f"{reference} on {device} alone, {one_tps:.1f} tok/s"
+    steps = sum(1 for e in events if isinstance(e, Step))
+    return f"{fmt.where(ready)}: {figure}, {_decode_tps(events):.1f} tok/s ({steps} steps)", f"{reference} on {device} alone, {one_tps:.1f} tok/s"
 
 
 def _decode_tps(events) -> float:

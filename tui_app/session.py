@@ -153,11 +153,12 @@ class Session:
             # The trend takes runs that ran to their end: a stopped or failed run's baseline is
             # taken wherever it was cut (under random keys, up to 110 MB above its neighbours).
             # A remote server's memory may be unknown.
-            if ev.stop_reason in RAN_TO_END and ev.baseline_rss is not None:
-                self.verdict = self.leak.add(ev.baseline_rss)
-            for name, attr in DEVICE_BASELINES:
-                if ev.stop_reason in RAN_TO_END and getattr(ev, attr) is not None:
-                    self.device_verdicts[name] = self.device_leaks[name].add(getattr(ev, attr))
+            if ev.stop_reason in RAN_TO_END:
+                if ev.baseline_rss is not None:
+                    self.verdict = self.leak.add(ev.baseline_rss)
+                for name, attr in DEVICE_BASELINES:
+                    if getattr(ev, attr) is not None:
+                        self.device_verdicts[name] = self.device_leaks[name].add(getattr(ev, attr))
         elif isinstance(ev, LeverChanged):
             self.levers = ev.levers
             self.reads.clear()  # other weights or another step: the rate starts again
