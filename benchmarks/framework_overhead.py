@@ -20,6 +20,8 @@ import time
 
 import torch
 
+from tui_app.engine.models import cache_kwarg
+
 NEW = 64
 
 
@@ -111,7 +113,7 @@ def main() -> int:
             cache = DynamicCache(config=model.config)
             x = ids
             for _ in range(NEW):
-                x = model(input_ids=x, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+                x = model(input_ids=x, **{cache_kwarg(type(model)): cache}, use_cache=True).logits[:, -1:].argmax(-1)
 
     req = RunRequest(prompt_ids=[1], max_new_tokens=NEW, ignore_eos=True)
 

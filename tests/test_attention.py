@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from tui_app.engine import native
 from tui_app.engine.lean import LeanDecode, use_own_attention
+from tui_app.engine.models import cache_kwarg
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -82,7 +83,7 @@ def test_the_models_static_step_reads_the_filled_slots_and_gives_sdpas_logits(en
         lean.own_attention = own
         cache = StaticCache(config=model.config, max_cache_len=256)
         with torch.inference_mode():
-            model(input_ids=ids, past_key_values=cache, position_ids=torch.arange(n)[None], use_cache=True)
+            model(input_ids=ids, **{cache_kwarg(type(model)): cache}, position_ids=torch.arange(n)[None], use_cache=True)
             with torch.profiler.profile() as prof:
                 step = lean.static_step(torch.tensor([[42]]), cache, torch.tensor([[n]]))
         calls = sum(e.name == "tokentop::decode_attention" for e in prof.events())

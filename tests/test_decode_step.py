@@ -7,6 +7,7 @@ from transformers import StaticCache
 
 from tui_app.engine import native
 from tui_app.engine.lean import LeanDecode
+from tui_app.engine.models import cache_kwarg
 
 PROMPT = torch.tensor([[1, 504, 3, 88, 1200, 77, 9, 451, 2, 33]])
 STEPS = 16
@@ -23,7 +24,7 @@ def _decode(model, lean: LeanDecode, fused: tuple | None, batch: int):
     cache = StaticCache(config=model.config, max_cache_len=64)
     ids = PROMPT.expand(batch, -1)
     with torch.inference_mode():
-        logits = model(input_ids=ids, past_key_values=cache, position_ids=torch.arange(ids.shape[1])[None], use_cache=True).logits
+        logits = model(input_ids=ids, **{cache_kwarg(type(model)): cache}, position_ids=torch.arange(ids.shape[1])[None], use_cache=True).logits
         tok = logits[:, -1:].argmax(-1)
         tokens, per_step = [], []
         for i in range(STEPS):
@@ -63,7 +64,7 @@ def test_the_fused_step_refuses_a_full_cache_and_unknown_tokens(engine):
     assert lean.use_fused_step()
     cache = StaticCache(config=model.config, max_cache_len=PROMPT.shape[1])
     with torch.inference_mode():
-        model(input_ids=PROMPT, past_key_values=cache, use_cache=True)
+        model(input_ids=PROMPT, **{cache_kwarg(type(model)): cache}, use_cache=True)
         with pytest.raises(RuntimeError, match="the static cache is full"):
             lean.static_step(PROMPT[:, :1], cache, torch.full((1, 1), PROMPT.shape[1]))
         with pytest.raises(RuntimeError, match="outside the vocabulary"):

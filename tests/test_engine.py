@@ -9,6 +9,7 @@ from monitors.events import EngineError, LeverChanged, LeverRefused, Phase, Step
 from monitors.kvcache import kv_formula_bytes, measure_cache
 from tui_app.bench import apply_levers
 from tui_app.engine.generation import RunRequest
+from tui_app.engine.models import cache_kwarg
 from tui_app.engine.prompts import reference_text
 
 N = 24
@@ -120,7 +121,7 @@ def test_static_cache_length_the_engine_counts_is_the_caches_own(plain):
 
     cache = StaticCache(config=plain.model.config, max_cache_len=64)
     with torch.inference_mode():
-        plain.model(input_ids=torch.tensor([[1, 2, 3, 4, 5]]), past_key_values=cache, use_cache=True)
+        plain.model(input_ids=torch.tensor([[1, 2, 3, 4, 5]]), **{cache_kwarg(type(plain.model)): cache}, use_cache=True)
     asked = measure_cache(cache)
     assert asked.seq_len == 5 and measure_cache(cache, 5) == asked
     assert asked.alloc_bytes == kv_formula_bytes(4, 1, 64, 30, 3, 64) and asked.used_bytes == kv_formula_bytes(4, 1, 5, 30, 3, 64)
@@ -182,7 +183,7 @@ def test_a_quantized_variants_perplexity_is_what_its_decode_computes(plain):
     ids = plain.tok(reference_text(), return_tensors="pt")["input_ids"][:, :512]
     cache = DynamicCache(config=model.config)
     with torch.inference_mode():
-        logits = torch.cat([model(input_ids=ids[:, i : i + 1], past_key_values=cache, use_cache=True).logits[0] for i in range(ids.shape[1] - 1)])
+        logits = torch.cat([model(input_ids=ids[:, i : i + 1], **{cache_kwarg(type(model)): cache}, use_cache=True).logits[0] for i in range(ids.shape[1] - 1)])
     decoded = math.exp(float(torch.nn.functional.cross_entropy(logits.float(), ids[0, 1:])))
     assert plain.perplexity("int4") == pytest.approx(decoded, rel=1e-3)
 

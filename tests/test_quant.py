@@ -5,6 +5,7 @@ import torch
 
 from tui_app.engine import native
 from tui_app.engine.levers import quant_note, quantize
+from tui_app.engine.models import cache_kwarg
 from tui_app.engine.quant import (
     Int4Linear,
     Int8Linear,
@@ -373,6 +374,6 @@ def test_a_variants_decode_step_through_joined_layers_gives_the_models_logits(pl
     caches = [DynamicCache(config=q.config), DynamicCache(config=q.config)]
     with torch.inference_mode():
         for cache in caches:
-            q(input_ids=ids[:, :5], past_key_values=cache, use_cache=True)
-        own = q(input_ids=ids[:, 5:], past_key_values=caches[0], position_ids=torch.tensor([[5]]), use_cache=True).logits
+            q(input_ids=ids[:, :5], **{cache_kwarg(type(q)): cache}, use_cache=True)
+        own = q(input_ids=ids[:, 5:], **{cache_kwarg(type(q)): caches[0]}, position_ids=torch.tensor([[5]]), use_cache=True).logits
         assert torch.equal(lean(ids[:, 5:], caches[1], torch.tensor([[5]])), own)

@@ -141,11 +141,16 @@ def make_recorder(args):
 def quiet_libraries() -> None:
     """Before torch, torchao and transformers load: no library chatter on a headless command's
     output (torchao's optional kernels that this machine cannot load, torch's pytree deprecations,
-    transformers' weight-loading bar, accelerate's offload notice). --verbose keeps them; the engine's own lines always show.
+    transformers' weight-loading and GGUF-conversion bars, accelerate's offload notice, a library's
+    deprecation of an argument). --verbose keeps them; the engine's own lines always show.
     Set in the environment too, so a spawned engine process inherits it (its log stays readable)."""
     import logging
+    import warnings
 
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TQDM_DISABLE", "1")  # the GGUF conversion's bar is tqdm's own, not the hub's
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    warnings.simplefilter("ignore")
     for name in ("torchao", "torch.utils._pytree", "transformers", "accelerate"):
         logging.getLogger(name).setLevel(logging.ERROR)

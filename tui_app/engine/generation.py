@@ -29,7 +29,7 @@ from tui_app.engine import levers as lv
 from tui_app.engine.config import EngineConfig, RunRequest
 from tui_app.engine.lean import LeanDecode
 from tui_app.engine.lever_control import MB, LeverControl, freeze
-from tui_app.engine.models import ModelError, load_model, placement, resolve_device, resolve_dtype
+from tui_app.engine.models import ModelError, cache_kwarg, load_model, placement, resolve_device, resolve_dtype
 from tui_app.engine.prompts import preset_prompt
 from tui_app.engine.quality import QualityChecks
 from tui_app.engine.speculative import DraftProposer, accept_greedy, lookup_proposals
@@ -186,7 +186,7 @@ class Engine(LeverControl, QualityChecks):
             return fn(ids, cache, position_ids)
         if n == 1 and isinstance(cache, self._dynamic_cache) and (lean := self._lean_step(model)) is not None:
             return lean(ids, cache, position_ids)
-        out = model(input_ids=ids, past_key_values=cache, position_ids=position_ids, use_cache=cache is not None, logits_to_keep=keep)
+        out = model(input_ids=ids, **{cache_kwarg(type(model)): cache}, position_ids=position_ids, use_cache=cache is not None, logits_to_keep=keep)
         return out.logits
 
     def _lean_step(self, model) -> LeanDecode | None:

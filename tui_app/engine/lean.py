@@ -21,6 +21,7 @@ from functools import partial
 import torch
 
 from . import native
+from .models import cache_kwarg
 from .quant import Int8Linear, joined
 
 ARCHITECTURES = ("llama",)  # the module layout and decoder-layer signature this step relies on
@@ -65,6 +66,7 @@ class LeanDecode:
         self.embed = inner.embed_tokens
         self.rotary = inner.rotary_emb
         self.layers = list(inner.layers[: model.config.num_hidden_layers])
+        self.cache_kw = cache_kwarg(type(self.layers[0]))
         self.norm = inner.norm
         self.head = model.lm_head
         self.own_attention = False  # static_step's attention: set by the engine when it compiles the step
@@ -96,7 +98,7 @@ class LeanDecode:
         for layer, joints in zip(self.layers, self.joints, strict=True):
             if joints is None:
                 hidden = layer(
-                    hidden, attention_mask=mask, position_embeddings=pos_emb, position_ids=position_ids, past_key_values=cache, use_cache=True, **extra
+                    hidden, attention_mask=mask, position_embeddings=pos_emb, position_ids=position_ids, use_cache=True, **{self.cache_kw: cache}, **extra
                 )
             else:
                 hidden = self._joined_layer(layer, joints, hidden, pos_emb, cache, mask, extra)

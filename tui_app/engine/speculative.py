@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from monitors.kvcache import measure_cache
+from tui_app.engine.models import cache_kwarg
 
 
 def lookup_proposals(context: list[int], max_ngram: int = 3, num_tokens: int = 8) -> list[int]:
@@ -64,7 +65,8 @@ class DraftProposer:
         for _ in range(self.k):
             pos = self.cached
             position_ids = torch.arange(pos, pos + ids.shape[1], device=self.device).unsqueeze(0)
-            logits = self.model(input_ids=ids, past_key_values=self.cache, position_ids=position_ids, use_cache=True, logits_to_keep=1).logits
+            kwargs = {cache_kwarg(type(self.model)): self.cache, "position_ids": position_ids}
+            logits = self.model(input_ids=ids, **kwargs, use_cache=True, logits_to_keep=1).logits
             self.cached += ids.shape[1]
             ids = logits[:, -1:].argmax(-1)
             out.append(ids[0])
