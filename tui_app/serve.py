@@ -1,4 +1,4 @@
-"""`tokentop serve`: the same app in a browser through textual-serve, bound to 127.0.0.1 unless told otherwise.
+"""`tokentop serve [attach URL ...]`: the same app in a browser through textual-serve, bound to 127.0.0.1 unless told otherwise.
 
 Whoever opens the page drives the engine, and textual-serve checks no password: an address other
 machines can reach needs --public, and the command says who can then connect. The safe way to
@@ -40,6 +40,25 @@ def who_can_connect(host: str, port: int) -> str:
     )
 
 
+def _passthrough(argv: list[str]) -> list[str]:
+    """serve's own arguments less the ones that are serve's alone: the rest are the app's."""
+    kept: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in ("serve", "--public"):
+            continue
+        if a in ("--host", "--port"):
+            skip = True
+            continue
+        if a.startswith(("--host=", "--port=")):
+            continue
+        kept.append(a)
+    return kept
+
+
 def serve(args) -> int:
     try:
         from textual_serve.server import Server
@@ -55,22 +74,7 @@ def serve(args) -> int:
             )
             return EXIT_USAGE
         print(who_can_connect(args.host, args.port), file=sys.stderr)
-    argv = sys.argv[1:]
-    passthrough: list[str] = []
-    skip = False
-    for a in argv:
-        if skip:
-            skip = False
-            continue
-        if a in ("serve", "--public"):
-            continue
-        if a in ("--host", "--port"):
-            skip = True
-            continue
-        if a.startswith(("--host=", "--port=")):
-            continue
-        passthrough.append(a)
-    command = shlex.join([sys.executable, "-m", "tui_app", "run", *passthrough])
+    command = shlex.join([sys.executable, "-m", "tui_app", *(args.served or ["run", *_passthrough(args.argv)])])
     # Each browser session runs the app on pipes, with Textual's web driver in place of a terminal:
     # without this the app takes the pipes for "no terminal here" and every page stays blank.
     os.environ["TOKENTOP_FORCE_TUI"] = "1"
