@@ -229,6 +229,40 @@ class ServerSample:
 
 
 @dataclass
+class FleetReady:
+    """A fleet read through Prometheus (monitors.fleet): where, its version, which replicas (the
+    label selector), the window its rates and quantiles are taken over, how often it is asked,
+    and the PromQL of each figure (a row figure's query covers every engine family at once)."""
+
+    url: str
+    version: str
+    selector: str
+    window_s: float
+    every_s: float
+    queries: dict
+    watch: bool = False  # tokentop sends no request of its own
+    t_ns: int = field(default_factory=now_ns)
+
+
+@dataclass
+class FleetSample:
+    """One refresh of the fleet: `ts` Prometheus' evaluation time (unix seconds), a row per
+    replica (monitors.fleet: figures, up, since, marks), the fleet's own figures (quantiles over
+    every replica's summed buckets), and what changed (`notes`: a replica down or back, a query
+    refused, once). `backfill`: the fleet's past, from query_range, before tokentop attached.
+    `error`: why there is no refresh (Prometheus unreachable, refused), said once per change."""
+
+    t_ns: int
+    ts: float
+    rows: list
+    fleet: dict
+    notes: list = field(default_factory=list)
+    error: str = ""
+    backfill: bool = False
+    others: list = field(default_factory=list)  # jobs the selector matched that export no engine's metrics
+
+
+@dataclass
 class EngineError:
     message: str
     fatal: bool = False
@@ -237,10 +271,40 @@ class EngineError:
 
 EVENT_TYPES = {
     cls.__name__: cls
-    for cls in (EngineReady, Phase, RunStarted, Step, LeverChanged, LeverRefused, TorchMemory, RunFinished, Sampled, ServerSample, Bandwidth, EngineError)
+    for cls in (
+        EngineReady,
+        Phase,
+        RunStarted,
+        Step,
+        LeverChanged,
+        LeverRefused,
+        TorchMemory,
+        RunFinished,
+        Sampled,
+        ServerSample,
+        Bandwidth,
+        EngineError,
+        FleetReady,
+        FleetSample,
+    )
 }
 _FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in EVENT_TYPES.values()}
-Event = EngineReady | Phase | RunStarted | Step | LeverChanged | LeverRefused | TorchMemory | RunFinished | Sampled | ServerSample | Bandwidth | EngineError
+Event = (
+    EngineReady
+    | Phase
+    | RunStarted
+    | Step
+    | LeverChanged
+    | LeverRefused
+    | TorchMemory
+    | RunFinished
+    | Sampled
+    | ServerSample
+    | Bandwidth
+    | EngineError
+    | FleetReady
+    | FleetSample
+)
 
 
 def to_json(event: Event) -> str:

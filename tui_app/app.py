@@ -25,6 +25,8 @@ from monitors.events import (
     SPEC_MODES,
     EngineError,
     EngineReady,
+    FleetReady,
+    FleetSample,
     LeverChanged,
     LeverRefused,
     Phase,
@@ -40,6 +42,7 @@ from tui_app.screens.confirm import ConfirmScreen
 from tui_app.screens.help import HelpScreen
 from tui_app.screens.prompt import PromptScreen
 from tui_app.session import Session, short_value
+from tui_app.widgets.fleet_pane import FleetPane
 from tui_app.widgets.key_bar import KeyBar
 from tui_app.widgets.kv_chart import KVChart
 from tui_app.widgets.latency_chart import LatencyChart
@@ -163,6 +166,9 @@ class TokentopApp(App):
             yield self.tokens
             with Container(id="charts"):
                 yield from charts
+        if self.source.kind == "fleet":  # a fleet through Prometheus: a row per replica, full width
+            self.panes["fleet"] = FleetPane(self.session, id="fleet")
+            yield self.panes["fleet"]
         yield self.panes["runs"]  # full width: its columns are the comparison the levers exist for
         yield Static("terminal too small for the charts: enlarge it (60×16 or more)", id="tiny-note")
         self.key_bar = KeyBar(id="keys")
@@ -238,7 +244,7 @@ class TokentopApp(App):
         if phase is not None and not phase.done and self._phase_since is not None and state.startswith(f"{phase.name}: "):
             # A first compile takes a minute or more: the clock shows it is working, not stuck.
             state = f"{state} {time.monotonic() - self._phase_since:.0f} s"
-        self.status.show(self.session, state, self.request.preset if self.request else "replay", self.auto)
+        self.status.show(self.session, state, self.request.preset if self.request else "watch" if self.source.live else "replay", self.auto)
         if not self.source.live and self.source.done and self.state != "replay finished":
             self.state = "replay finished"
 
@@ -305,6 +311,8 @@ class TokentopApp(App):
                 self.sub_title = f"{ev.model} · {fmt.where(ev)} · {ev.dtype}"
             if self.source.live and self.request is not None and not self.running:  # compared servers: one ready each
                 self.start_run()
+        elif isinstance(ev, (FleetReady, FleetSample)):
+            self._on_fleet(ev)
         elif isinstance(ev, EngineError):
             if not self.session.current or self.session.current.finished is not None:
                 self.running = False
@@ -312,6 +320,17 @@ class TokentopApp(App):
             self.notify(ev.message.splitlines()[0], title="engine", severity="error", timeout=8)
             if ev.fatal:
                 self.state = "engine failed — fix the cause and press R to restart, or q to quit"
+
+    def _on_fleet(self, ev: FleetReady | FleetSample) -> None:
+        if "fleet" in self.panes:
+            self._mark("fleet")
+        if isinstance(ev, FleetReady):
+            self.state = f"fleet {ev.selector} through Prometheus {ev.version} at {ev.url}"
+            if ev.watch:
+                self.tokens.add_mark("watching: tokentop sends no request of its own (--watch); the fleet pane is the replicas' own traffic")
+            return
+        for line in [*ev.notes, *([ev.error] if ev.error else [])]:
+            self.notify(line, title="fleet", severity="warning" if ev.error else "information", timeout=8)
 
     def key_applies(self, action: str) -> bool:
         """Whether a key does something here (the key bar leaves out those that do not)."""
@@ -581,7 +600,7 @@ def make_app(args, source, recorder=None) -> TokentopApp:
 
     return TokentopApp(
         source,
-        run_request(args),
+        None if getattr(args, "watch", False) else run_request(args),  # --watch: no request of tokentop's own
         recorder=recorder,
         sampler=Sampler(hz=args.hz or 4.0),
         fps=args.fps,

@@ -64,6 +64,7 @@ def attach_configs(args, urls: list[str]) -> list:
         concurrency=args.concurrency,
         timeout_s=args.timeout,
         metrics_hz=args.metrics_hz,
+        watch=args.watch,
     )
     if len(urls) > 1 and args.metrics:
         raise UsageError("--metrics names one server's metrics; with several URLs each is read at URL/metrics")
@@ -72,6 +73,8 @@ def attach_configs(args, urls: list[str]) -> list:
 
 def attach_main(args, tui) -> int:
     """`tui(args, source)` draws the app (the CLI's, which owns the terminal checks)."""
+    if args.prometheus:
+        return fleet_main(args, tui)
     request = run_request(args)
     configs = attach_configs(args, choose_urls(args))
     if args.no_tui:
@@ -151,6 +154,8 @@ async def _headless(args, configs, request) -> int:
     from tui_app.headless import row_line
 
     async with connected(args, configs) as (servers, session):
+        if args.watch:
+            return await _watch_headless(args, servers)
         failed = False
         for _ in range(args.runs):
             for i, c in enumerate(servers.clients):  # ABAB…: the servers take turns on the same requests
@@ -173,3 +178,53 @@ async def _headless(args, configs, request) -> int:
         if session.verdict and args.runs > 1 and len(servers.clients) == 1:
             print(session.verdict.text().replace("leak:", "server leak:"))
         return 1 if failed else 0
+
+
+async def _watch_headless(args, servers) -> int:
+    """`attach URL --watch --no-tui`: the server's own figures each --every (or --once), no request of ours."""
+    while True:
+        for c in servers.clients:
+            sample = await c.sample()
+            if sample is not None:
+                shown = [f"{figure_text(k, v)} [{sample.sources.get(k, '?')}]" for k, v in sample.values.items() if v is not None]
+                print(f"{c.levers.server}: " + ("; ".join(shown) or "no figure yet (counters need two scrapes)"), flush=True)
+        if args.once:
+            return 0
+        await asyncio.sleep(args.every)
+
+
+def fleet_main(args, tui) -> int:
+    """`attach --prometheus URL`: the fleet's TUI (runs to URL, or to replicas found), or --no-tui's table."""
+    from monitors.record import RecordError
+    from tui_app.attach.fleet import fleet_config, headless
+
+    if args.no_tui:
+        if args.url:
+            raise UsageError("--no-tui with --prometheus prints the fleet and sends nothing; for runs of your own beside it, leave out --no-tui")
+        cfg = fleet_config(args, [])
+        try:
+            recorder = make_recorder(args)
+        except RecordError as exc:
+            raise UsageError(str(exc)) from None
+        try:
+            return asyncio.run(headless(cfg, args.once, args.output, recorder))
+        finally:
+            if recorder is not None:
+                recorder.close()
+                print(f"recorded to {recorder.path}", file=sys.stderr)
+    if args.once:
+        raise UsageError("--once is for --no-tui (the TUI refreshes every --every)")
+    if not args.watch:
+        run_request(args)
+    runs = attach_configs(args, args.url) if args.url and not args.watch else []
+    cfg = fleet_config(args, runs)
+    if not runs and not args.watch:
+        if args.label:
+            raise UsageError("--label names the URLs given; replicas found in Prometheus are named host:port")
+        cfg.template = attach_configs(args, ["http://127.0.0.1"])[0]  # a found replica's URL replaces this one
+    from tui_app.engine.models import cache_root
+    from tui_app.sources import FleetSource
+
+    log_dir = cache_root()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    return tui(args, FleetSource(cfg, str(log_dir / "attach.log")))

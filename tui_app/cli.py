@@ -180,6 +180,9 @@ def _attach_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-tui", action="store_true", help="print each run's numbers instead of drawing the TUI")
     p.add_argument("--runs", type=COUNT, default=1, help="with --no-tui: how many runs")
     p.add_argument("--demo", action="store_true", help="a captioned tour: prompt length, concurrent streams, each server in turn (docs/demo.md)")
+    from tui_app.attach.fleet import add_fleet_args
+
+    add_fleet_args(p)
     p.set_defaults(truncate="none", no_chat=False)
 
 

@@ -14,6 +14,8 @@ from monitors.events import (
     EngineError,
     EngineReady,
     Event,
+    FleetReady,
+    FleetSample,
     LeverChanged,
     LeverRefused,
     Levers,
@@ -123,9 +125,13 @@ class Session:
     fatal: str | None = None
     died: dict = field(default_factory=dict)  # run id → why it never finished
     listeners: list = field(default_factory=list)
+    fleet_ready: FleetReady | None = None  # a fleet read through Prometheus
+    fleet: FleetSample | None = None  # its latest refresh: a row per replica
+    fleet_history: deque = field(init=False)  # (unix seconds, the fleet's figures), the backfill first
+    fleet_error: str = ""  # why the fleet's rows are not fresh (Prometheus unreachable, no replica matches)
 
     def __post_init__(self) -> None:
-        for name in ("latency", "kv", "torch_mem", "samples", "server", "mem_read"):
+        for name in ("latency", "kv", "torch_mem", "samples", "server", "mem_read", "fleet_history"):
             setattr(self, name, deque(maxlen=self.history))
 
     def feed(self, ev: Event) -> None:
@@ -196,8 +202,26 @@ class Session:
             if ev.fatal:
                 self.fatal = ev.message
             self.say(ev.message, error=True)
+        elif isinstance(ev, (FleetReady, FleetSample)):
+            self._fleet(ev)
         for fn in self.listeners:
             fn(ev)
+
+    def _fleet(self, ev: FleetReady | FleetSample) -> None:
+        if isinstance(ev, FleetReady):
+            self.fleet_ready = ev
+            return
+        if ev.fleet:
+            self.fleet_history.append((ev.ts, ev.fleet))
+        if not ev.backfill and ev.rows:
+            self.fleet = ev
+            self.fleet_error = ""
+        if ev.error:
+            self.fleet_error = ev.error
+        for note in ev.notes:
+            self.say(note)
+        if ev.error:
+            self.say(ev.error, error=True)
 
     def engine_died(self, message: str, why: str = "engine died") -> None:
         self.fatal = message

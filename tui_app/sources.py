@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from monitors.events import EngineError, EngineReady, Event, Step
+from monitors.events import EngineError, EngineReady, Event, FleetReady, Step
 
 
 class LiveSource:
@@ -93,6 +93,26 @@ class AttachSource(LiveSource):
         self.start()
 
 
+class FleetSource(AttachSource):
+    """A fleet through Prometheus (tui_app/attach/fleet.py), with tokentop's own runs to one of its
+    replicas unless it only watches: the watcher and the runs' client share a process of their own."""
+
+    kind = "fleet"
+
+    def _process(self):
+        from tui_app.attach.fleet import fleet_main
+        from tui_app.engine.process import EngineProcess
+
+        return EngineProcess(self.config, self.log_path, target=fleet_main)
+
+    def restart(self, levers, first_run_id: int = 1) -> None:
+        self.close()
+        self.proc = None
+        runs = [replace(c, concurrency=levers.batch) for c in self.config.runs]
+        self.config = replace(self.config, runs=runs, first_run_id=first_run_id)
+        self.start()
+
+
 def live_source(args) -> LiveSource:
     """The engine process for these arguments, its output going to a log beside the model cache
     (FolderError, one line, when that folder cannot be written)."""
@@ -122,6 +142,8 @@ class ReplaySource:
         self._steps_allowed = 0
         ready = next((e for e in events if isinstance(e, EngineReady)), None)
         self.kind = "server" if ready is not None and ready.server else "engine"
+        if any(isinstance(e, FleetReady) for e in events):
+            self.kind = "fleet"
 
     def start(self) -> None:
         self.t0_wall = time.monotonic()

@@ -68,6 +68,7 @@ class AttachConfig:
     metrics_hz: float = 1.0
     label: str = ""
     first_run_id: int = 1  # run numbers go on across a reconnect
+    watch: bool = False  # the operator's mode: /metrics only, no request of tokentop's own
 
 
 class AttachError(Exception):
@@ -201,24 +202,7 @@ class ServerClient:
     async def connect(self) -> EngineReady:
         """Ask the server what it serves and what it is; AttachError says why it cannot be used."""
         t0 = time.perf_counter()
-        r = await self._get(self.base + "/models", "GET /v1/models")
-        if r.status_code != 200:
-            raise AttachError(describe_status(r.status_code, r.text, self.base, "GET /v1/models"))
-        try:
-            data = r.json()
-            models = [m for m in data["data"] if isinstance(m, dict) and "id" in m]
-        except (ValueError, KeyError, TypeError):
-            kind = r.headers.get("content-type", "?").split(";")[0]
-            raise AttachError(
-                f"{host_port(self.base)}: GET /v1/models answered {kind}, not a model list: not an OpenAI-compatible API at {self.base}"
-            ) from None
-        ids = [m["id"] for m in models]
-        if not ids:
-            raise AttachError(f"{host_port(self.base)} serves no model (GET /v1/models is empty)")
-        if self.model is None:
-            self.model = ids[0]
-        elif self.model not in ids:
-            raise AttachError(f"{host_port(self.base)} has no model {self.model!r}; it serves: {', '.join(ids)}")
+        models = await self._watched() if self.cfg.watch else await self._models()
         meta = next((m.get("meta") or {} for m in models if m["id"] == self.model), {})
         self.engine = await self._detect()
         self.window = MetricsWindow(self.engine)
@@ -252,10 +236,43 @@ class ServerClient:
                 "chat": self.cfg.chat,
                 "concurrency": list(CONCURRENCY),
                 "server_owned": SERVER_OWNED,
+                "watch": self.cfg.watch,
             },
         )
         self.emit(ready)
         return ready
+
+    async def _models(self) -> list[dict]:
+        """GET /v1/models: what it serves, the model runs ask for chosen."""
+        r = await self._get(self.base + "/models", "GET /v1/models")
+        if r.status_code != 200:
+            raise AttachError(describe_status(r.status_code, r.text, self.base, "GET /v1/models"))
+        try:
+            data = r.json()
+            models = [m for m in data["data"] if isinstance(m, dict) and "id" in m]
+        except (ValueError, KeyError, TypeError):
+            kind = r.headers.get("content-type", "?").split(";")[0]
+            raise AttachError(
+                f"{host_port(self.base)}: GET /v1/models answered {kind}, not a model list: not an OpenAI-compatible API at {self.base}"
+            ) from None
+        ids = [m["id"] for m in models]
+        if not ids:
+            raise AttachError(f"{host_port(self.base)} serves no model (GET /v1/models is empty)")
+        if self.model is None:
+            self.model = ids[0]
+        elif self.model not in ids:
+            raise AttachError(f"{host_port(self.base)} has no model {self.model!r}; it serves: {', '.join(ids)}")
+        return models
+
+    async def _watched(self) -> list:
+        """--watch: the server's /metrics only, not even /v1/models; the model from its labels."""
+        samples, error = await self._scrape()
+        if samples is None:
+            raise AttachError(f"--watch reads the server's /metrics, and {error}")
+        if self.model is None:
+            names = {labels.get("model_name") or labels.get("model") for series in samples.values() for labels, _ in series}
+            self.model = next((n for n in sorted(names - {None, ""})), "(not asked: --watch)")
+        return []
 
     async def _detect(self) -> EngineTable:
         """The engine family, from its metric names, else from what only it answers."""
@@ -618,7 +635,7 @@ class Servers:
             self.emit(EngineError(str(exc), fatal=True))
             await self.aclose()
             return
-        metrics = [asyncio.create_task(c.metrics_loop()) for c in self.clients]
+        metrics = [asyncio.create_task(c.metrics_loop()) for c in self.clients if c.cfg.metrics_hz > 0]
         current: asyncio.Task | None = None
         try:
             while True:
@@ -629,7 +646,9 @@ class Servers:
                 if kind in ("stop", "run") and current is not None and not current.done():
                     current.cancel()
                     await asyncio.gather(current, return_exceptions=True)
-                if kind == "run":
+                if kind == "run" and self.client.cfg.watch:
+                    self.emit(LeverRefused("run", "", "--watch: tokentop sends no request of its own (leave out --watch to run prompts)"))
+                elif kind == "run":
                     current = asyncio.create_task(self.run(cmd[1]))
                 elif kind == "lever":
                     self.set_lever(cmd[1], cmd[2])
