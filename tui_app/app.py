@@ -33,6 +33,7 @@ from monitors.events import (
     RunFinished,
     RunStarted,
     Sampled,
+    ServerSample,
     Step,
 )
 from monitors.system import trim_heap
@@ -156,7 +157,7 @@ class TokentopApp(App):
         charts = [
             LatencyChart(self.session, id="latency"),
             # On a server the KV pane is its own figures: its cache is not ours to measure.
-            ServerPane(self.session, id="kv") if self.source.kind == "server" else KVChart(self.session, id="kv"),
+            ServerPane(self.session, id="kv") if self.source.kind in ("server", "fleet") else KVChart(self.session, id="kv"),
             MemoryChart(self.session, id="memory"),
             UtilChart(self.session, id="util"),
         ]
@@ -313,6 +314,8 @@ class TokentopApp(App):
                 self.start_run()
         elif isinstance(ev, (FleetReady, FleetSample)):
             self._on_fleet(ev)
+        elif isinstance(ev, ServerSample):
+            self._mark("kv")  # --watch: no steps mark it
         elif isinstance(ev, EngineError):
             if not self.session.current or self.session.current.finished is not None:
                 self.running = False
@@ -320,6 +323,10 @@ class TokentopApp(App):
             self.notify(ev.message.splitlines()[0], title="engine", severity="error", timeout=8)
             if ev.fatal:
                 self.state = "engine failed — fix the cause and press R to restart, or q to quit"
+
+    def _watching(self) -> None:
+        if self.source.live:
+            self.notify("--watch: tokentop sends no request of its own; leave out --watch to run prompts", severity="warning")
 
     def _on_fleet(self, ev: FleetReady | FleetSample) -> None:
         if "fleet" in self.panes:
@@ -426,6 +433,7 @@ class TokentopApp(App):
 
     def action_new_prompt(self) -> None:
         if self.request is None:
+            self._watching()
             return
 
         def done(text: str | None) -> None:
@@ -442,6 +450,9 @@ class TokentopApp(App):
     def action_rerun(self) -> None:
         if not self.source.live:
             self.notify("a replay cannot run the prompt again")
+            return
+        if self.request is None:
+            self._watching()
             return
         if self.running:
             self.notify(f"run {self._current_id()} stopped; the prompt runs again")

@@ -325,7 +325,7 @@ def fleet_cells(sample: FleetSample) -> list[str]:
     rows = [r for r in sample.rows if not r.get("server")]
     up = sum(1 for r in rows if r.get("up"))
     f = sample.fleet
-    return ["fleet", f"{len(rows)}", f"{up}/{len(rows)}", *cells({**f, "up": None}, sample.ts)[3:12], ""]
+    return ["fleet", f"{len(rows)}", f"{up}/{len(rows)} up", *cells({**f, "up": None}, sample.ts, name="fleet")[3:12], ""]
 
 
 def energy_text(fleet: dict) -> str:

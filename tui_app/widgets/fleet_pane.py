@@ -34,14 +34,28 @@ class FleetPane(LinePane):
         border: round $primary-darken-2;
         border-title-color: $text;
         border-subtitle-color: $text-muted;
-        height: 1fr;
+        height: auto;
+        max-height: 50%;
     }
     """
     MAX_HZ = 2.0
+    CHROME = 2 + 1 + len(TRENDS) + 1 + 1 + 1  # border, error, trends, energy, header, fleet row
 
     def __init__(self, session, *, id: str | None = None):
         super().__init__(id=id)
         self.session = session
+        self._rows = 0
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        """As tall as its rows (max-height caps it; the rows with a hot spot come first then)."""
+        return self.CHROME - 2 + max(self._rows, 1)
+
+    def redraw(self, force: bool = False) -> None:
+        rows = len(self.session.fleet.rows) if self.session.fleet else 0
+        if rows != self._rows:
+            self._rows = rows
+            self.refresh(layout=True)
+        super().redraw(force)
 
     def draw(self, width: int, height: int) -> list[Strip]:
         s = self.session
