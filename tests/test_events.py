@@ -23,6 +23,16 @@ SAMPLES = [
     E.EngineReady("m", "http://h:1", "vLLM", "server", 0, 0, 0, 0, 0, 0, 2048, 0.1, 0, server={"engine": "vLLM", "pid": None}),
     E.Bandwidth("int4", 95004160, 94666752, 37.1e9, "a read of the int4 weights in place"),
     E.EngineError("boom", True),
+    E.FleetReady("http://127.0.0.1:9090", "2.42.0", '{job="vllm"}', 60.0, 2.0, {"running": "sum by (job) (vllm:num_requests_running)"}, watch=True),
+    E.FleetSample(
+        8,
+        1795550000.5,
+        [{"job": "vllm", "instance": "10.0.0.1:8000", "engine": "0", "server": "", "family": "vLLM", "up": False, "since": 1795549990.0, "ttft": {"p50": 0.1, "p99": None}}],
+        {"running": 3.0, "j_per_token": 0.42},
+        notes=["10.0.0.1:8000 (vllm) down at 12:00:00: connection refused"],
+        others=["dcgm"],
+    ),
+    E.FleetSample(9, 1795550001.0, [], {"gen_tps": 12.5}, backfill=True),
 ]
 
 

@@ -33,13 +33,21 @@ FLEET_RUNS = 4  # replicas tokentop's own runs move between (t), as attach compa
 WATCHING = "--watch: tokentop sends no request of its own; the figures are the fleet's traffic alone"
 
 
-def duration(text: str) -> float:
-    """An argparse type: seconds from "500ms", "5s", "2m", "1h" or a bare number of seconds."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", text or "")
-    if not m:
-        raise argparse.ArgumentTypeError(f"expected a duration such as 5s, 500ms, 2m or 1h, got {text!r}")
-    value = float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
-    return value
+def duration(lo: float, hi: float, lo_open: bool = False, why: str = ""):
+    """An argparse type: seconds from "500ms", "5s", "2m", "1h" or a bare number of seconds, in
+    the range of tui_app.options.bounded (whose `.bounds` it carries)."""
+    from tui_app.options import bounded
+
+    check = bounded(float, lo, hi, lo_open, why)
+
+    def parse(text: str) -> float:
+        m = re.fullmatch(r"\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", text or "")
+        if not m:
+            raise argparse.ArgumentTypeError(f"expected a duration such as 5s, 500ms, 2m or 1h, got {text!r}")
+        return check(str(float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]))
+
+    parse.bounds = check.bounds  # type: ignore[attr-defined]  # read by the bounds test
+    return parse
 
 
 def add_fleet_args(p: argparse.ArgumentParser) -> None:
@@ -53,9 +61,17 @@ def add_fleet_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--match", default="", metavar="SELECTOR", help="the replicas: a label selector such as '{job=\"vllm\"}' (default: every target)")
     g.add_argument("--prometheus-token-env", default=None, metavar="VAR", help="the environment variable holding a bearer token for Prometheus")
     g.add_argument("--prometheus-basic-env", default=None, metavar="VAR", help="the environment variable holding user:password for Prometheus' basic auth")
-    g.add_argument("--window", type=duration, default=60.0, help="the window of rates and quantiles (default 1m; at least two scrape intervals)")
-    g.add_argument("--every", type=duration, default=2.0, help="how often Prometheus is asked (default 2s)")
-    g.add_argument("--backfill", type=duration, default=900.0, help="the past shown at once, from query_range (default 15m; 0: none)")
+    day = 86400.0
+    g.add_argument(
+        "--window",
+        type=duration(0, day, lo_open=True, why="seconds of rates and quantiles"),
+        default=60.0,
+        help="the window of rates and quantiles (default 1m; two scrape intervals or more)",
+    )
+    every = duration(0, 3600, lo_open=True, why="seconds between refreshes")
+    g.add_argument("--every", type=every, default=2.0, help="how often Prometheus is asked (default 2s)")
+    past = duration(0, 7 * day, why="seconds of the past")
+    g.add_argument("--backfill", type=past, default=900.0, help="the past shown at once, from query_range (default 15m; 0: none)")
     g.add_argument("--once", action="store_true", help="with --no-tui: print the fleet once and exit")
     g.add_argument("-o", "--output", choices=("table", "json"), default="table", help="with --no-tui: a table, or one JSON object a refresh")
     p.add_argument(
@@ -376,8 +392,6 @@ def fleet_config(args, runs: list) -> FleetConfig:
             raise UsageError(f"{flag} {var}: that environment variable is not set")
     if args.prometheus_token_env and args.prometheus_basic_env:
         raise UsageError("give --prometheus-token-env or --prometheus-basic-env, not both")
-    if args.every <= 0 or args.window <= 0:
-        raise UsageError("--every and --window must be longer than 0 s")
     if args.window < 2 * args.every and args.window < 10:
         print(f"tokentop: warning: --window {args.window:g}s holds few scrapes; rates need two or more of Prometheus' scrape interval", file=sys.stderr)
     return FleetConfig(
