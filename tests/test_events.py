@@ -27,7 +27,7 @@ SAMPLES = [
     E.FleetSample(
         8,
         1795550000.5,
-        [{"job": "vllm", "instance": "10.0.0.1:8000", "engine": "0", "server": "", "family": "vLLM", "up": False, "since": 1795549990.0, "ttft": {"p50": 0.1, "p99": None}}],
+        [{"job": "vllm", "instance": "10.0.0.1:8000", "engine": "0", "server": "", "family": "vLLM", "up": False, "since": 1795549990.0, "ttft": {"p50": 0.1}}],
         {"running": 3.0, "j_per_token": 0.42},
         notes=["10.0.0.1:8000 (vllm) down at 12:00:00: connection refused"],
         others=["dcgm"],

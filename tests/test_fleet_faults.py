@@ -109,9 +109,8 @@ async def test_credentials_promql_errors_and_a_restart(guarded, tmp_path, monkey
 
     # The headless command: its output and its recording hold no credential.
     recording = tmp_path / "fleet.jsonl"
-    r = tokentop(
-        "attach", "--prometheus", guarded.url, "--prometheus-basic-env", "TT_BASIC", "--match", '{job="llama"}', "--no-tui", "--once", "--record", str(recording)
-    )
+    options = ("--prometheus-basic-env", "TT_BASIC", "--match", '{job="llama"}', "--no-tui", "--once", "--record", str(recording))
+    r = tokentop("attach", "--prometheus", guarded.url, *options)
     assert r.returncode == 0, r.stderr
     assert "127.0.0.1" in r.stdout and "fleet" in r.stdout
     for text in (r.stdout, r.stderr, recording.read_text()):
@@ -148,8 +147,8 @@ async def test_a_replica_going_down_and_coming_back(prometheus):
                 break
             await asyncio.sleep(0.2)
         assert back.rows[0]["marks"] == [] and back.rows[0]["since"] > row["since"]
-        took = back.rows[0]["since"] - row["since"]
-        assert back.notes == [f"127.0.0.1:{port} (flaky) up again at {time.strftime('%H:%M:%S', time.localtime(back.rows[0]['since']))} after {took:.0f} s down"]
+        took, clock = back.rows[0]["since"] - row["since"], time.strftime("%H:%M:%S", time.localtime(back.rows[0]["since"]))
+        assert back.notes == [f"127.0.0.1:{port} (flaky) up again at {clock} after {took:.0f} s down"]
     finally:
         await watcher.aclose()
         prometheus.set_targets("flaky", [])

@@ -36,6 +36,7 @@ HISTORY = 4000
 STALL, STALL_MIN_S = 4.0, 0.02  # a server token this much later than its run's median is a stall
 READ_WINDOW = 32  # decode steps behind the live memory read rate: half a second at the default model's pace
 READ_FRESH_NS = 1_000_000_000  # a sample this long after the last decode step shows no read rate
+ENERGY_SAMPLES = 40  # NVML energy readings behind the local J/token: 10 s at the default 4 Hz
 RAN_TO_END = ("max tokens", "eos", "context full")
 # Phases that legitimately raise the memory baseline (new weights, graphs, a draft model).
 PREPARATION_PHASES = ("load", "quantize", "compile", "draft")
@@ -129,6 +130,7 @@ class Session:
     fleet: FleetSample | None = None  # its latest refresh: a row per replica
     fleet_history: deque = field(init=False)  # (unix seconds, the fleet's figures), the backfill first
     fleet_error: str = ""  # why the fleet's rows are not fresh (Prometheus unreachable, no replica matches)
+    energy: deque = field(default_factory=lambda: deque(maxlen=ENERGY_SAMPLES))  # (t_ns, NVML mJ of every GPU, tokens seen)
 
     def __post_init__(self) -> None:
         for name in ("latency", "kv", "torch_mem", "samples", "server", "mem_read", "fleet_history"):
@@ -141,6 +143,9 @@ class Session:
             self._step(ev)
         elif isinstance(ev, Sampled):
             self.samples.append(ev)
+            mj = [g.get("energy_mj") for g in ev.gpus or ()]
+            if mj and None not in mj:
+                self.energy.append((ev.t_ns, sum(mj), self.token_count))
             now = self.read_rate() if self.reads and ev.t_ns - self.reads[-1][2] < READ_FRESH_NS else None
             self.mem_read.append(now[1] if now else None)
         elif isinstance(ev, ServerSample):
@@ -256,6 +261,15 @@ class Session:
             r = self.ready
             formula = kv_formula_bytes(r.kv_bytes_per_elem, self.levers.batch, ev.seq_len, r.n_layers, r.kv_heads, r.head_dim) if ev.kv_bytes else 0
             self.kv.append(KVPoint(ev.seq_len, ev.kv_bytes, formula, ev.kv_alloc_bytes, ev.run_id))
+
+    def joules_per_token(self) -> float | None:
+        """This machine's GPUs' energy per generated token over the last ENERGY_SAMPLES samples:
+        Δ NVML energy counter (every GPU) ÷ Δ tokens tokentop saw generated. A server's GPU also
+        spends energy on requests that are not tokentop's. None without the counter or tokens."""
+        if len(self.energy) < 2:
+            return None
+        (_, e0, n0), (_, e1, n1) = self.energy[0], self.energy[-1]
+        return (e1 - e0) / 1000 / (n1 - n0) if n1 > n0 else None
 
     def device_leak(self) -> tuple[str, LeakVerdict] | None:
         """The device-memory source nearest a leak: a suspected one first, else the highest lower
