@@ -106,3 +106,17 @@ def prometheus(tmp_path_factory, llama_server, second_llama):
     prom.wait_up("llama", 2)
     yield prom
     prom.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_url(tmp_path_factory):
+    """The real vLLM for the session (tests/helpers/vllm.py), shared by the vLLM tier's tests."""
+    from tests.helpers.vllm import SKIP, VLLM_PYTHON, vllm_server
+
+    if not VLLM_PYTHON:
+        pytest.skip(SKIP)
+    try:
+        with vllm_server(str(tmp_path_factory.mktemp("vllm") / "vllm.log")) as url:
+            yield url
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
