@@ -60,17 +60,17 @@ def ui_cpu(url: str, replicas: int, seconds: float) -> tuple[float, float]:
     """% of one core of the UI process and of the watcher's, over `seconds` once the rows show."""
     app = TmuxApp("tokentop-fleet-bench", ["attach", "--prometheus", url, "--match", str(ALL), "--watch", "--every", "1s", "--backfill", "5m", "--no-record"])
     try:
-        app.wait_for(lambda screen: "fleet            " in screen and f"{replicas}/{replicas} up" in screen, timeout=90)
+        app.wait_for(lambda screen: f"{replicas}/{replicas} up" in screen, timeout=90)
         ui = psutil.Process(app.pid())
-        watcher = ui.children()[0]
-        t0, u0, w0 = time.perf_counter(), ui.cpu_times(), watcher.cpu_times()
+        children = ui.children(recursive=True)  # the watcher's process (and multiprocessing's resource tracker)
+
+        def busy(procs) -> float:
+            return sum(t.user + t.system for t in (p.cpu_times() for p in procs))
+
+        t0, u0, w0 = time.perf_counter(), busy([ui]), busy(children)
         time.sleep(seconds)
-        t1, u1, w1 = time.perf_counter(), ui.cpu_times(), watcher.cpu_times()
-        elapsed = t1 - t0
-        return (
-            100 * ((u1.user + u1.system) - (u0.user + u0.system)) / elapsed,
-            100 * ((w1.user + w1.system) - (w0.user + w0.system)) / elapsed,
-        )
+        elapsed = time.perf_counter() - t0
+        return 100 * (busy([ui]) - u0) / elapsed, 100 * (busy(children) - w0) / elapsed
     finally:
         app.close()
 
@@ -90,7 +90,7 @@ def main() -> int:
         prom = PrometheusServer(tmp, interval=args.scrape)
         try:
             for i in range(args.replicas):
-                standins.texts[f"/r{i}/metrics"] = vllm_replica(i, running=1 + i % 4, waiting=i % 3 == 0)
+                standins.texts[f"/r{i}/metrics"] = vllm_replica(i, running=1 + i % 4, waiting=int(i % 3 == 0))
             prom.set_targets("many", [group("many", standins.address, instance=f"replica-{i}", path=f"/r{i}/metrics") for i in range(args.replicas)])
             prom.wait_up("many", args.replicas, timeout=120)
             time.sleep(2 * float(args.scrape.rstrip("s")))  # two scrapes: rates need them
@@ -98,7 +98,7 @@ def main() -> int:
             print(f"queries per refresh: {sum(two.values())} matching 2 replicas, {sum(many.values())} matching {rows} ({many}); target: the same")
             print(f"refresh: median {statistics.median(seconds) * 1000:.0f} ms, slowest {max(seconds) * 1000:.0f} ms of {len(seconds)}; target < 1000 ms")
             ui, watcher = ui_cpu(prom.url, args.replicas, args.seconds)
-            print(f"UI process {ui:.1f} % of a core, fleet watcher process {watcher:.1f} % over {args.seconds:g} s; target for the UI <= 5 %")
+            print(f"UI process {ui:.1f} % of a core, its child processes (the fleet watcher) {watcher:.1f} % over {args.seconds:g} s; target for the UI <= 5 %")
         finally:
             prom.close()
             standins.close()

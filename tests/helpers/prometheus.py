@@ -120,7 +120,8 @@ class PrometheusServer:
             except (httpx.HTTPError, KeyError, ValueError):
                 pass
             time.sleep(0.2)
-        raise RuntimeError(f"{n} targets of job {job} were not up within {timeout:g} s: {self.up(job, headers)}")
+        up = self.up(job, headers)
+        raise RuntimeError(f"{n} targets of job {job} were not up within {timeout:g} s: {sum(v == 1.0 for v in up.values())} of {len(up)} are")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

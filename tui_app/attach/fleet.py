@@ -358,10 +358,15 @@ def energy_text(fleet: dict) -> str:
     return text
 
 
+def _natural(text: str) -> list:
+    """replica-2 before replica-10, 10.0.0.9 before 10.0.0.10."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text or "")]
+
+
 def table(sample: FleetSample) -> list[list[str]]:
     """The header, a row per replica (a router's backends after), the fleet's row."""
     out = [[c for c, _ in COLUMNS]]
-    rows = sorted(sample.rows, key=lambda r: (bool(r.get("server")), r["job"], r["instance"], r.get("engine", "")))
+    rows = sorted(sample.rows, key=lambda r: (bool(r.get("server")), *(_natural(r[k]) for k in ("job", "instance", "engine", "server"))))
     out += [cells(r, sample.ts) for r in rows]
     out.append(fleet_cells(sample))
     return out
