@@ -257,8 +257,9 @@ async def _serve(cfg: FleetConfig, commands, events) -> None:
                 await _commands_refused(commands, out)
                 return
             configs = [replace(cfg.template, url=root, label=urlsplit(root).netloc) for root in roots]
-        # Prometheus reads the replicas' /metrics: tokentop's own scrapes of them would be a second scraper.
-        configs = [replace(c, metrics_hz=0.0, first_run_id=cfg.first_run_id) for c in configs]
+        # Only the replicas runs go to are read directly too (the server pane, llama.cpp's KV from our
+        # streams); the fleet's figures are Prometheus' alone.
+        configs = [replace(c, first_run_id=cfg.first_run_id) for c in configs]
         await Servers(configs, out).serve(commands)
     finally:
         for t in tasks:

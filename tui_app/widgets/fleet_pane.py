@@ -39,7 +39,7 @@ class FleetPane(LinePane):
     }
     """
     MAX_HZ = 2.0
-    CHROME = 2 + 1 + len(TRENDS) + 1 + 1 + 1  # border, error, trends, energy, header, fleet row
+    CHROME = 2 + len(TRENDS) + 1 + 1 + 1  # border, trends, energy, header, fleet row
 
     def __init__(self, session, *, id: str | None = None):
         super().__init__(id=id)
@@ -48,7 +48,7 @@ class FleetPane(LinePane):
 
     def get_content_height(self, container, viewport, width: int) -> int:
         """As tall as its rows (max-height caps it; the rows with a hot spot come first then)."""
-        return self.CHROME - 2 + max(self._rows, 1)
+        return self.CHROME - 2 + max(self._rows, 1) + bool(self.session.fleet_error)
 
     def redraw(self, force: bool = False) -> None:
         rows = len(self.session.fleet.rows) if self.session.fleet else 0
@@ -71,7 +71,8 @@ class FleetPane(LinePane):
             lines.append(Strip([Segment("asking Prometheus…", dim)]))
             return lines[:height]
         history = list(s.fleet_history)
-        for key, name, show in TRENDS if height >= 12 else TRENDS[:1]:
+        rows = len(sample.rows)
+        for key, name, show in TRENDS if height >= len(TRENDS) + rows + 4 else TRENDS[:1]:
             vals = [(f.get(key) or {}).get("p99") if key == "ttft" else f.get(key) for _, f in history]
             if not any(v is not None for v in vals):
                 continue
