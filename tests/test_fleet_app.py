@@ -10,6 +10,7 @@ import time
 import httpx
 
 from monitors.record import Recorder, read_recording
+from monitors.sampler import Sampler
 from monitors.servers import parse_metrics
 from tests.test_app import APP_SIZE, finished, notes, status_text, until
 from tui_app.app import TokentopApp
@@ -83,9 +84,15 @@ async def test_runs_go_to_a_replica_found_in_prometheus_and_t_moves_them(prometh
 
 
 async def test_watching_one_server_reads_its_metrics_only(llama_server, tmp_path):
+    """And its memory baseline: --watch runs nothing, so the leak detector takes the server's RSS
+    each time its own traffic (here another client's requests) ends."""
+    import psutil
+
+    from tests.test_fleet import generate
+
     before = decodes(llama_server)
-    source = AttachSource([AttachConfig(url=llama_server.url, metrics_hz=4, watch=True)])
-    app = TokentopApp(source, None, fps=8, out_dir=str(tmp_path))
+    source = AttachSource([AttachConfig(url=llama_server.url, metrics_hz=8, watch=True)])
+    app = TokentopApp(source, None, sampler=Sampler(hz=8), fps=8, out_dir=str(tmp_path))
     async with app.run_test(size=APP_SIZE) as pilot:
         pane = app.query_one(ServerPane)
         await until(pilot, lambda: "llamacpp:requests_processing" in lines(pane), timeout=30, what="the server's figures")
@@ -93,5 +100,16 @@ async def test_watching_one_server_reads_its_metrics_only(llama_server, tmp_path
         assert "l:watch" in status_text(app)
         await pilot.press("n")
         await until(pilot, lambda: any("--watch: tokentop sends no request" in n for n in notes(app)), what="n refused")
+        assert decodes(llama_server) == before
+        taken: list[int] = []
+        add = app.session.leak.add
+        app.session.leak.add = lambda b: (taken.append(b), add(b))[1]
+        for k in range(3):  # another client's requests, one at a time, idle between
+            for t in generate(llama_server.url, 48):
+                while t.is_alive():
+                    await pilot.pause(0.05)
+            await until(pilot, lambda k=k: app.session.leak.seen >= k + 1, timeout=10, what=f"idle baseline {k + 1}")
+        rss = psutil.Process(llama_server.proc.pid).memory_info().rss
+        assert len(taken) == 3 and app.session.verdict.status == "collecting"
+        assert all(abs(b - rss) < 8 * 2**20 for b in taken)  # the server's own process, as psutil reads it
         await pilot.press("q")
-    assert decodes(llama_server) == before

@@ -130,6 +130,7 @@ class Session:
     fleet: FleetSample | None = None  # its latest refresh: a row per replica
     fleet_history: deque = field(init=False)  # (unix seconds, the fleet's figures), the backfill first
     fleet_error: str = ""  # why the fleet's rows are not fresh (Prometheus unreachable, no replica matches)
+    server_busy: bool = False  # --watch: whether the server's last sample found requests running or waiting
     energy: deque = field(default_factory=lambda: deque(maxlen=ENERGY_SAMPLES))  # (t_ns, NVML mJ of every GPU, tokens seen)
 
     def __post_init__(self) -> None:
@@ -152,6 +153,7 @@ class Session:
             self.server.append(ev)
             if ev.error:
                 self.say(ev.error, error=True)
+            self._idle_baseline(ev)
         elif isinstance(ev, RunStarted):
             self.levers = ev.levers
             self.reads.clear()
@@ -211,6 +213,22 @@ class Session:
             self._fleet(ev)
         for fn in self.listeners:
             fn(ev)
+
+    def _idle_baseline(self, ev: ServerSample) -> None:
+        """--watch runs nothing, so a server's memory baseline is taken where its own traffic
+        ends instead: its RSS at each sample that finds it idle (nothing running or waiting)
+        after one that found it busy, from this host's reading of its process or its own export."""
+        server = self.servers.get(ev.server) or self.ready
+        if ev.error or server is None or not (server.server or {}).get("watch"):
+            return
+        busy = bool(ev.values.get("running") or ev.values.get("waiting"))
+        was_busy, self.server_busy = self.server_busy, busy
+        if busy or not was_busy:
+            return
+        local = self.samples[-1].engine_rss if self.samples else None
+        rss = local if local is not None else ev.values.get("rss")
+        if rss is not None:
+            self.verdict = self.leak.add(int(rss))
 
     def _fleet(self, ev: FleetReady | FleetSample) -> None:
         if isinstance(ev, FleetReady):
