@@ -33,7 +33,6 @@ from monitors.servers import ENGINES, EngineTable, Figure
 REPLICA = ("job", "instance", "engine", "server")
 BY = " by (job, instance, engine, server)"
 ROW_FIGURES = ("kv_usage", "running", "waiting", "prompt_tps", "gen_tps", "ttft", "itl", "preemptions", "prefix_hit")
-SUMMED = ("running", "waiting", "prompt_tps", "gen_tps", "preemptions")  # the fleet's is the replicas' sum
 QUANTILES = (("p50", 0.5), ("p99", 0.99))
 KV_HOT = 0.95  # a replica's KV cache this full is marked
 FAR = 2.0  # a replica's p99 this many times the fleet's is marked
@@ -316,6 +315,9 @@ class Fleet:
         for job, instance in current:
             if job in replica_jobs and not any(k[:2] == (job, instance) for k in rows):
                 rows[(job, instance, "", "")] = {"job": job, "instance": instance, "engine": "", "server": "", "family": ""}
+        # A target gone from Prometheus (a pod deleted, its name never back) leaves nothing behind.
+        self.known = {k: v for k, v in self.known.items() if k[:2] in current}
+        self.states = {t: v for t, v in self.states.items() if t in current}
         out = []
         for k in sorted(rows):
             row = rows[k]

@@ -149,6 +149,13 @@ async def test_a_replica_going_down_and_coming_back(prometheus):
         assert back.rows[0]["marks"] == [] and back.rows[0]["since"] > row["since"]
         took, clock = back.rows[0]["since"] - row["since"], time.strftime("%H:%M:%S", time.localtime(back.rows[0]["since"]))
         assert back.notes == [f"127.0.0.1:{port} (flaky) up again at {clock} after {took:.0f} s down"]
+        prometheus.set_targets("flaky", [])  # a replica gone for good (a deleted pod): nothing kept of it
+        for _ in range(50):
+            gone = await watcher.refresh()
+            if gone is not None and not gone.rows:
+                break
+            await asyncio.sleep(0.2)
+        assert gone.rows == [] and watcher.fleet.known == {} and watcher.fleet.states == {}
     finally:
         await watcher.aclose()
         prometheus.set_targets("flaky", [])
@@ -156,8 +163,8 @@ async def test_a_replica_going_down_and_coming_back(prometheus):
 
 
 async def test_a_promql_error_names_its_query(prometheus):
-    """A query Prometheus refuses outright (a selector it cannot parse in one figure): the refusal
-    is QUERY, and check() names the selector."""
+    """A query Prometheus cannot parse is a QUERY refusal that keeps its text (the line the
+    watcher says names it)."""
     prom = Prometheus(prometheus.url)
     try:
         with pytest.raises(PrometheusError) as err:
