@@ -18,7 +18,7 @@ from tui_app.attach.client import AttachConfig
 from tui_app.attach.fleet import FleetConfig
 from tui_app.engine.config import RunRequest
 from tui_app.replay import fold
-from tui_app.sources import AttachSource, FleetSource
+from tui_app.sources import AttachSource, FleetSource, ReplaySource
 from tui_app.widgets.fleet_pane import FleetPane
 from tui_app.widgets.server_pane import ServerPane
 
@@ -57,6 +57,12 @@ async def test_watching_a_fleet_sends_nothing_and_fills_the_past(prometheus, lla
     replayed = fold(events)
     assert replayed.fleet is not None and replayed.fleet.rows == app.session.fleet.rows
     assert len(replayed.fleet_history) == len(app.session.fleet_history)
+
+    replay = TokentopApp(ReplaySource(events, speed=0), None, fps=8, out_dir=str(tmp_path))
+    async with replay.run_test(size=APP_SIZE) as pilot:
+        pane = replay.query_one(FleetPane)
+        await until(pilot, lambda: f"127.0.0.1:{llama_server.port}  llama.cpp  up" in lines(pane), timeout=10, what="the replayed fleet")
+        await pilot.press("q")
 
     from tui_app.report import build, render
 

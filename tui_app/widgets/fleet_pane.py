@@ -39,21 +39,35 @@ class FleetPane(LinePane):
     }
     """
     MAX_HZ = 2.0
-    CHROME = 2 + len(TRENDS) + 1 + 1 + 1  # border, trends, energy, header, fleet row
 
     def __init__(self, session, *, id: str | None = None):
         super().__init__(id=id)
         self.session = session
-        self._rows = 0
+        self._lines = 1
+
+    def _trends(self) -> list[tuple[str, str, list]]:
+        """(name, the latest value's text, the values) of each trend the fleet has figures for."""
+        history = list(self.session.fleet_history)
+        out = []
+        for key, name, show in TRENDS:
+            vals = [(f.get(key) or {}).get("p99") if key == "ttft" else f.get(key) for _, f in history]
+            if any(v is not None for v in vals):
+                out.append((name, show(vals[-1]), vals))
+        return out
+
+    def _wanted(self) -> int:
+        """Lines for everything: the error, the trends, energy, the header, the rows, the fleet's."""
+        s = self.session
+        rows = len(s.fleet.rows) if s.fleet else 0
+        return bool(s.fleet_error) + (len(self._trends()) + 3 + rows if s.fleet else 1)
 
     def get_content_height(self, container, viewport, width: int) -> int:
         """As tall as its rows (max-height caps it; the rows with a hot spot come first then)."""
-        return self.CHROME - 2 + max(self._rows, 1) + bool(self.session.fleet_error)
+        return self._lines
 
     def redraw(self, force: bool = False) -> None:
-        rows = len(self.session.fleet.rows) if self.session.fleet else 0
-        if rows != self._rows:
-            self._rows = rows
+        if self.dirty and self._wanted() != self._lines:
+            self._lines = self._wanted()
             self.refresh(layout=True)
         super().redraw(force)
 
@@ -70,14 +84,11 @@ class FleetPane(LinePane):
         if ready is None or sample is None:
             lines.append(Strip([Segment("asking Prometheus…", dim)]))
             return lines[:height]
-        history = list(s.fleet_history)
-        rows = len(sample.rows)
-        for key, name, show in TRENDS if height >= len(TRENDS) + rows + 4 else TRENDS[:1]:
-            vals = [(f.get(key) or {}).get("p99") if key == "ttft" else f.get(key) for _, f in history]
-            if not any(v is not None for v in vals):
-                continue
+        history = s.fleet_history
+        trends = self._trends()
+        for name, latest, vals in trends if height >= len(trends) + len(sample.rows) + 3 else trends[:1]:
             span = fmt_age(history[-1][0] - history[0][0]) if len(history) > 1 else "0s"
-            head = f"{name} {show(vals[-1])} "
+            head = f"{name} {latest} "
             tail = f" last {span}"
             room = max(width - len(head) - len(tail), 0)
             lines.append(Strip([Segment(head, bold), Segment(sparkline(vals, room), Style(color="cyan")), Segment(tail, dim)]).crop(0, width))
