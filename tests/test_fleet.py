@@ -204,3 +204,25 @@ async def test_a_selector_that_matches_nothing_says_what_prometheus_has(promethe
     assert first is not None and first.rows == []
     assert first.error.startswith('no replica matches {job="vllm"}: Prometheus scrapes ') and 'job="llama" (2 targets, 2 up)' in first.error
     assert second is not None and second.error == ""  # said once
+
+
+def test_headless_prints_the_table_or_json_once(prometheus, llama_server, second_llama):
+    """`attach --prometheus URL --no-tui --once [-o json]` (TOKENTOP_PROMETHEUS names it too)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TOKENTOP_PROMETHEUS": prometheus.url}
+    cmd = [sys.executable, "-m", "tui_app", "attach", "--match", '{job="llama"}', "--no-tui", "--once", "--no-record"]
+    table = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].startswith("Prometheus 2.42") and '{job="llama"}' in lines[0]
+    assert any(line.startswith(f"127.0.0.1:{llama_server.port}  llama.cpp  up") for line in lines)
+    assert lines[-1].startswith("fleet") and "2/2 up" in lines[-1]
+    out = subprocess.run([*cmd, "-o", "json"], capture_output=True, text=True, env=env, timeout=60)
+    (obj,) = [json.loads(line) for line in out.stdout.splitlines()]
+    assert obj["prometheus"] == prometheus.url and obj["selector"] == '{job="llama"}'
+    assert sorted(r["instance"] for r in obj["rows"]) == sorted(f"127.0.0.1:{s.port}" for s in (llama_server, second_llama))
+    assert obj["fleet"]["running"] == sum(r["running"] for r in obj["rows"])
