@@ -135,18 +135,33 @@ async def test_queries_per_refresh_do_not_grow_with_the_replicas(prometheus):
             two = {k: v - before.get(k, 0) for k, v in fleet.prom.requests.items()}
             for i in range(40):
                 standins.texts[f"/r{i}/metrics"] = vllm_replica(i)
+            # The hot spots: a full KV cache, waiting while replica-7 idles, a TTFT far from the
+            # fleet's (one slow request every 4 s among 39 replicas' one a second: under 1 % of
+            # the fleet's, so above its p99), and two data-parallel engines behind one target.
+            standins.texts["/r5/metrics"] = vllm_replica(5, kv=0.97)
+            standins.texts["/r6/metrics"] = vllm_replica(6, waiting=2)
+            standins.texts["/r7/metrics"] = vllm_replica(7, running=0)
+            standins.texts["/r8/metrics"] = vllm_replica(8, ttft_s=0.5, every_s=4)
+            standins.texts["/r9/metrics"] = vllm_replica(9, engines=2)
             prometheus.set_targets("many", [group("many", standins.address, instance=f"replica-{i}", path=f"/r{i}/metrics") for i in range(40)])
             prometheus.wait_up("many", 40)
             before = dict(fleet.prom.requests)
             _, rows, figures, _ = await fleet.refresh()
             many = {k: v - before.get(k, 0) for k, v in fleet.prom.requests.items()}
         assert two == many == {"/api/v1/query": len(fleet.queries) + 1}
-        assert len([r for r in rows if r["family"] == "vLLM"]) == 40 and len([r for r in rows if r["family"] == "llama.cpp"]) == 2
-        replica = next(r for r in rows if r["instance"] == "replica-3")
-        assert replica["engine"] == "0" and replica["running"] == 2 and replica["kv_usage"] == pytest.approx(0.4)
+        assert len([r for r in rows if r["family"] == "vLLM"]) == 41 and len([r for r in rows if r["family"] == "llama.cpp"]) == 2
+        at = {(r["instance"], r["engine"]): r for r in rows}
+        replica = at["replica-3", "0"]
+        assert replica["running"] == 2 and replica["kv_usage"] == pytest.approx(0.4) and replica["marks"] == []
+        assert at["replica-9", "0"]["running"] == at["replica-9", "1"]["running"] == 2
         # One request a second whose TTFT is 50 ms: its bucket (40-60 ms) holds both quantiles.
         assert 0.04 <= replica["ttft"]["p50"] <= 0.06 and 0.04 <= figures["ttft"]["p99"] <= 0.06
-        assert figures["running"] == pytest.approx(80 + sum(r.get("running") or 0 for r in rows if r["family"] == "llama.cpp"))
+        assert at["replica-5", "0"]["marks"] == ["KV ≥ 95%"]
+        assert at["replica-6", "0"]["marks"] == ["waiting while others idle"]
+        (slow,) = at["replica-8", "0"]["marks"]
+        assert slow.startswith("TTFT p99 ") and slow.endswith("× fleet") and 0.25 <= at["replica-8", "0"]["ttft"]["p99"] <= 0.5
+        want = 2 * 39 + 2 + 0 + sum(r.get("running") or 0 for r in rows if r["family"] == "llama.cpp")  # replica-9's two engines, replica-7 idle
+        assert figures["running"] == pytest.approx(want)
     finally:
         prometheus.set_targets("many", [])
         standins.close()

@@ -59,37 +59,40 @@ def router(backends: dict[str, tuple[int, int]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def vllm_replica(i: int, running: int = 2, waiting: int = 0, gen_tps: float = 100.0, ttft_s: float = 0.05):
-    """A vLLM replica's text whose counters grow at fixed rates (gen_tps tokens/s, one request a
-    second whose TTFT is ttft_s): a function, read at each scrape."""
+def vllm_replica(
+    i: int, running: int = 2, waiting: int = 0, gen_tps: float = 100.0, ttft_s: float = 0.05, every_s: float = 1.0, kv: float | None = None, engines: int = 1
+):
+    """A vLLM replica's text whose counters grow at fixed rates (gen_tps tokens/s, a request every
+    every_s seconds whose TTFT is ttft_s), for each of `engines` data-parallel engines (vLLM's
+    `engine` label): a function, read at each scrape."""
     t0 = time.time()
-    model = 'model_name="smollm2",engine="0"'
+    usage = 0.1 + (i % 9) / 10 if kv is None else kv
 
     def text() -> str:
         t = time.time() - t0
-        requests = int(t)
-        lines = [
-            "# TYPE vllm:num_requests_running gauge",
-            f"vllm:num_requests_running{{{model}}} {running}",
-            "# TYPE vllm:num_requests_waiting gauge",
-            f"vllm:num_requests_waiting{{{model}}} {waiting}",
-            "# TYPE vllm:kv_cache_usage_perc gauge",
-            f"vllm:kv_cache_usage_perc{{{model}}} {0.1 + (i % 9) / 10:.2f}",
-            "# TYPE vllm:prompt_tokens_total counter",
-            f"vllm:prompt_tokens_total{{{model}}} {int(t * gen_tps / 4)}",
-            "# TYPE vllm:generation_tokens_total counter",
-            f"vllm:generation_tokens_total{{{model}}} {int(t * gen_tps)}",
-            "# TYPE vllm:num_preemptions_total counter",
-            f"vllm:num_preemptions_total{{{model}}} 0",
-            "# TYPE vllm:time_to_first_token_seconds histogram",
-        ]
-        for le in TTFT_BUCKETS:
-            lines.append(f'vllm:time_to_first_token_seconds_bucket{{{model},le="{le}"}} {requests if le >= ttft_s else 0}')
-        lines += [
-            f'vllm:time_to_first_token_seconds_bucket{{{model},le="+Inf"}} {requests}',
-            f"vllm:time_to_first_token_seconds_count{{{model}}} {requests}",
-            f"vllm:time_to_first_token_seconds_sum{{{model}}} {requests * ttft_s}",
-        ]
+        requests = int(t / every_s)
+        models = [f'model_name="smollm2",engine="{e}"' for e in range(engines)]
+        series = {
+            "vllm:num_requests_running": ("gauge", running),
+            "vllm:num_requests_waiting": ("gauge", waiting),
+            "vllm:kv_cache_usage_perc": ("gauge", round(usage, 2)),
+            "vllm:prompt_tokens_total": ("counter", int(t * gen_tps / 4)),
+            "vllm:generation_tokens_total": ("counter", int(t * gen_tps)),
+            "vllm:num_preemptions_total": ("counter", 0),
+        }
+        lines = []
+        for name, (kind, value) in series.items():
+            lines.append(f"# TYPE {name} {kind}")
+            lines += [f"{name}{{{m}}} {value}" for m in models]
+        lines.append("# TYPE vllm:time_to_first_token_seconds histogram")
+        for m in models:
+            for le in TTFT_BUCKETS:
+                lines.append(f'vllm:time_to_first_token_seconds_bucket{{{m},le="{le}"}} {requests if le >= ttft_s else 0}')
+            lines += [
+                f'vllm:time_to_first_token_seconds_bucket{{{m},le="+Inf"}} {requests}',
+                f"vllm:time_to_first_token_seconds_count{{{m}}} {requests}",
+                f"vllm:time_to_first_token_seconds_sum{{{m}}} {requests * ttft_s}",
+            ]
         return "\n".join(lines) + "\n"
 
     return text
