@@ -68,6 +68,7 @@ async def test_watching_a_fleet_sends_nothing_and_fills_the_past(prometheus, lla
 
     page = render(build(str(recording)))
     assert '<table id="fleet">' in page and f"127.0.0.1:{llama_server.port}" in page and "<h2>Fleet</h2>" in page
+    assert f"Prometheus 2.42.0+ds at {prometheus.url}, replicas {{job=&quot;llama&quot;}}, rates over 10 s, tokentop sent nothing (--watch)" in page
 
 
 async def test_runs_go_to_a_replica_found_in_prometheus_and_t_moves_them(prometheus, llama_server, second_llama, tmp_path):

@@ -128,11 +128,15 @@ def session_report(p: Path) -> Report:
 def session_meta(session, events) -> list[tuple[str, str]]:
     r = session.ready
     meta = []
-    if r is not None:
+    if r is not None and r.dtype != "fleet":  # a fleet watched with --watch stands in no model
         meta += [
             ("model", f"{r.model} ({r.n_params / 1e6:.0f}M params, {fmt.nbytes(r.weight_bytes)} weights)"),
             ("device", f"{fmt.where(r)}, {r.dtype}, {r.threads} threads"),
         ]
+    f = session.fleet_ready
+    if f is not None:
+        watch = ", tokentop sent nothing (--watch)" if f.watch else ""
+        meta.append(("fleet", f"Prometheus {f.version} at {f.url}, replicas {f.selector}, rates over {f.window_s:g} s{watch}"))
     span = (events[-1].t_ns - events[0].t_ns) / 1e9
     meta += [("runs", str(len(session.timer.runs))), ("events", str(len(events))), ("span", f"{fmt.num(span)} s")]
     if session.verdict is not None:
