@@ -200,7 +200,7 @@ async def test_a_router_and_a_dcgm_exporter(prometheus, llama_server, second_lla
         assert after - before == 32 <= figures["gen_tokens"] <= 32 * WINDOW / (WINDOW - 1.5)
         assert figures["j_per_token"] == pytest.approx(figures["energy_j"] / figures["gen_tokens"])
     finally:
-        prometheus.set_targets("router", [])
+        prometheus.set_targets("router", [], wait=False)
         prometheus.set_targets("dcgm", [])
         standins.close()
 

@@ -92,10 +92,11 @@ class PrometheusServer:
             time.sleep(0.1)
         raise RuntimeError(f"prometheus did not get ready in {timeout:g} s: see {self.log.name}")
 
-    def set_targets(self, name: str, groups: list[dict]) -> None:
+    def set_targets(self, name: str, groups: list[dict], wait: bool = True) -> None:
         """Write one file of target groups ([{"targets": [...], "labels": {...}}]); an empty list
         removes it, and returns once Prometheus has dropped those targets' series (its discovery
-        passes changes on every 5 s), so that what a test added is gone for the next."""
+        passes changes on every 5 s), so that what a test added is gone for the next; wait=False
+        returns at once (another removal that waits, right after, waits for both)."""
         path = os.path.join(self.targets_dir, name + ".json")
         if not groups:
             if os.path.exists(path):
@@ -103,7 +104,7 @@ class PrometheusServer:
                     jobs = {g["labels"]["job"] for g in json.load(f)}
                 os.remove(path)
                 end = time.monotonic() + 30
-                while any(self.up(job) for job in jobs) and time.monotonic() < end:
+                while wait and any(self.up(job) for job in jobs) and time.monotonic() < end:
                     time.sleep(0.2)
             return
         tmp = path + ".tmp"
