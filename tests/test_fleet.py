@@ -241,3 +241,5 @@ def test_headless_prints_the_table_or_json_once(prometheus, llama_server, second
     assert obj["prometheus"] == prometheus.url and obj["selector"] == '{job="llama"}'
     assert sorted(r["instance"] for r in obj["rows"]) == sorted(f"127.0.0.1:{s.port}" for s in (llama_server, second_llama))
     assert obj["fleet"]["running"] == sum(r["running"] for r in obj["rows"])
+    helped = " ".join(subprocess.run([sys.executable, "-m", "tui_app", "attach", "--help"], capture_output=True, text=True, timeout=60).stdout.split())
+    assert "11 queries each --every" in helped and "about concurrency ÷ (run seconds + 0.3) requests a second" in helped  # what tokentop's own runs add

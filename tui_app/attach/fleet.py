@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from monitors.events import EngineError, EngineReady, FleetReady, FleetSample, LeverRefused, now_ns
-from monitors.fleet import PREFIXES, Fleet, Selector, SelectorError, row_name
+from monitors.fleet import PREFIXES, ROW_FIGURES, Fleet, Selector, SelectorError, row_name
 from monitors.prometheus import Auth, Prometheus, PrometheusError
 from tui_app import fmt
 from tui_app.attach.client import CONCURRENCY, SERVER_OWNED, AttachConfig, Servers, _Batches, _get
@@ -53,9 +53,8 @@ def duration(lo: float, hi: float, lo_open: bool = False, why: str = ""):
 def add_fleet_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
         "fleet (through the Prometheus that scrapes it)",
-        "A row per replica from PromQL over Prometheus' HTTP API: tokentop scrapes none of them itself. "
-        "Without --watch, tokentop's own runs are load on a server: one run at a time of --concurrency streams, "
-        "each up to --max-new-tokens tokens, back to back with a (auto-repeat), and one GET /metrics a second (--metrics-hz).",
+        f"A row per replica from PromQL over Prometheus' HTTP API ({len(ROW_FIGURES) + 2} queries each --every, however many replicas): "
+        "tokentop scrapes none of them itself.",
     )
     g.add_argument("--prometheus", default=os.environ.get("TOKENTOP_PROMETHEUS"), metavar="URL", help="Prometheus' base URL (default: $TOKENTOP_PROMETHEUS)")
     g.add_argument("--match", default="", metavar="SELECTOR", help="the replicas: a label selector such as '{job=\"vllm\"}' (default: every target)")
@@ -77,7 +76,10 @@ def add_fleet_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--watch",
         action="store_true",
-        help="send no request of tokentop's own (the operator's mode): one server's /metrics only, or the fleet through Prometheus",
+        help="send no request of tokentop's own (the operator's mode): one server's /metrics only, or the fleet through Prometheus. "
+        "Without it tokentop's runs are load on the server: one run at a time of --concurrency streams of up to --max-new-tokens "
+        "tokens, one per r, or with a (auto-repeat) back to back 0.3 s apart, about concurrency ÷ (run seconds + 0.3) requests a second; "
+        "and a GET /metrics each 1/--metrics-hz s",
     )
 
 
