@@ -138,15 +138,16 @@ class FleetWatcher:
                 self.emit(FleetSample(now_ns(), time.time(), [], {}, error=self.error))
             return None
         error = ""
-        if not rows:
+        unmatched = self.error.startswith(("no replica", "the targets"))
+        if not rows and unmatched:
+            error = self.error  # said already: Prometheus' targets are not listed again each refresh
+        elif not rows:
             error = f"no replica matches {self.fleet.selector}: {await self.fleet.describe_targets()}"
             if self.fleet.others:
                 jobs = ", ".join(f'job="{j}"' for j in self.fleet.others)
                 error = f"the targets {self.fleet.selector} matches ({jobs}) export no serving engine's metrics ({PREFIXES})"
         if self.error and not error:
-            notes.insert(
-                0, f"{len(rows)} replicas match now" if self.error.startswith(("no replica", "the targets")) else f"Prometheus at {self.prom.url} answers again"
-            )
+            notes.insert(0, f"{len(rows)} replicas match now" if unmatched else f"Prometheus at {self.prom.url} answers again")
         said = error if error != self.error else ""
         self.error = error
         self.rows = rows
@@ -162,7 +163,7 @@ class FleetWatcher:
 
     async def api_replicas(self, limit: int = FLEET_RUNS) -> list[str]:
         """The roots of up to `limit` replicas that Prometheus scrapes and that answer the OpenAI
-        API's GET /v1/models (a router first, when it is one of them)."""
+        API's GET /v1/models, in the order of its targets."""
         try:
             targets = await self.prom.targets()
         except PrometheusError:
