@@ -66,8 +66,12 @@ def pip(venv: Path, *args: str) -> str:
 
 
 def installed(venv: Path) -> dict[str, str]:
-    out = pip(venv, "list", "--format=freeze")
-    return dict(line.split("==", 1) for line in out.splitlines() if "==" in line)
+    """name -> version of every package in the venv (pip's -q would silence the list itself)."""
+    r = outside(venv, "python", "-m", "pip", "--disable-pip-version-check", "list", "--format=freeze")
+    assert r.returncode == 0, r.stderr
+    found = dict(line.split("==", 1) for line in r.stdout.splitlines() if "==" in line)
+    assert "pip" in found, r.stdout  # an empty list would make every check on it pass
+    return found
 
 
 @pytest.fixture(scope="session")
