@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from tests.llama_server import LlamaServer
+from tests.helpers.llama_server import LlamaServer
 
 # Library chatter (torchao's optional kernels, transformers' progress bars) is not what tests check.
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -70,7 +70,7 @@ def collect(engine, engine_events):
 @pytest.fixture
 def plain(engine):
     """Reset the shared engine's levers to plain before and after a test."""
-    from tui_app.bench import apply_levers
+    from tui_app.commands.bench import apply_levers
 
     apply_levers(engine, {})
     yield engine

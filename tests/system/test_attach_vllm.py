@@ -1,0 +1,131 @@
+"""Attach against real vLLM (its CPU build, in a venv of its own that `make test` installs) on the
+default model's safetensors copy: streamed token counts against its usage, client timing against
+its own histograms for the same request, its KV gauge, and concurrent streams."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+
+import httpx
+import pytest
+
+from monitors.events import ServerSample, Step
+from monitors.servers import parse_metrics
+from tui_app.attach.client import AttachConfig, ServerClient
+from tui_app.core.session import Session
+from tui_app.engine.config import RunRequest
+from tui_app.engine.models import converted_default
+
+pytestmark = pytest.mark.vllm
+VLLM_PYTHON = os.environ.get("TOKENTOP_VLLM_PYTHON")
+
+
+@pytest.fixture(scope="module")
+def vllm_url(tmp_path_factory, unused_tcp_port_factory):
+    if not VLLM_PYTHON:
+        pytest.skip("real vLLM runs from its own venv: `make test` installs it and runs these tests with TOKENTOP_VLLM_PYTHON set")
+    port = unused_tcp_port_factory()
+    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [
+                VLLM_PYTHON,
+                "-m",
+                "vllm.entrypoints.openai.api_server",
+                "--model",
+                str(converted_default()),
+                "--served-model-name",
+                "smollm2",
+                "--dtype",
+                "bfloat16",
+                "--max-model-len",
+                "2048",
+                "--enforce-eager",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        end = time.monotonic() + 600
+        while time.monotonic() < end:
+            if proc.poll() is not None:
+                pytest.fail(f"vLLM exited with {proc.returncode}:\n" + log.read_text()[-3000:])
+            try:
+                if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        else:
+            pytest.fail("vLLM did not answer within 600 s:\n" + log.read_text()[-3000:])
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def histogram_delta(before: dict, after: dict, name: str) -> tuple[float, float]:
+    def total(samples, suffix):
+        return sum(v for _, v in samples.get(name + suffix, ()))
+
+    return total(after, "_sum") - total(before, "_sum"), total(after, "_count") - total(before, "_count")
+
+
+async def test_vllm_stream_against_its_own_counts_and_histograms(vllm_url):
+    events: list = []
+    session = Session()
+    session.listeners.append(events.append)
+    client = ServerClient(AttachConfig(url=vllm_url), session.feed)
+    try:
+        ready = await client.connect()
+        assert ready.device == "vLLM" and ready.server["pid"] is not None
+        before = parse_metrics((await client.http.get(vllm_url + "/metrics")).text)
+        fin = await client.run(RunRequest(prompt="Count from one to fifty.", max_new_tokens=32, ignore_eos=True))
+        after = parse_metrics((await client.http.get(vllm_url + "/metrics")).text)
+        sample = await client.sample()
+    finally:
+        await client.aclose()
+    steps = [e for e in events if isinstance(e, Step)]
+    assert fin.server["tokens_from"] == "server running count"
+    assert fin.n_tokens == fin.server["server_tokens"] == 32 == sum(s.n_tokens for s in steps)
+    st = session.timer.runs[fin.run_id].total
+    ttft_sum, ttft_n = histogram_delta(before, after, "vllm:time_to_first_token_seconds")
+    itl_sum, itl_n = histogram_delta(before, after, "vllm:inter_token_latency_seconds")
+    assert ttft_n == 1 and itl_n == 31
+    assert st.ttft_s >= ttft_sum  # the server's TTFT starts when the request reaches it
+    assert st.ttft_s - ttft_sum < 0.2
+    assert st.itl.mean == pytest.approx(itl_sum / itl_n, rel=0.05)
+    assert sample.sources["kv_usage"] == "vllm:kv_cache_usage_perc" and 0 <= sample.values["kv_usage"] <= 1
+    assert sample.sources["rss"] == "process_resident_memory_bytes"
+
+
+async def test_vllm_runs_concurrent_streams_and_counts_them(vllm_url):
+    events: list = []
+    session = Session()
+    session.listeners.append(events.append)
+    client = ServerClient(AttachConfig(url=vllm_url, concurrency=4, metrics_hz=8), session.feed)
+    await client.connect()
+    metrics = asyncio.create_task(client.metrics_loop())
+    try:
+        fin = await client.run(RunRequest(prompt="Describe a forest.", max_new_tokens=24, ignore_eos=True))
+    finally:
+        metrics.cancel()
+        await asyncio.gather(metrics, return_exceptions=True)
+        await client.aclose()
+    assert fin.n_tokens == 96
+    running = [e.values["running"] for e in events if isinstance(e, ServerSample) and e.values.get("running") is not None]
+    assert max(running) == 4  # vllm:num_requests_running saw the four streams together
+    assert len([r for r in session.rows() if r.run_id == fin.run_id]) == 5
