@@ -21,7 +21,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._tmux import TmuxApp
-from tests.llama_server import LlamaServer
+from tests.helpers.llama_server import LlamaServer
 
 
 def with_data(screen: str) -> bool:

@@ -5,7 +5,7 @@ import time
 import httpx
 import pytest
 
-from tests.llama_server import LlamaServer
+from tests.helpers.llama_server import LlamaServer
 from tui_app.engine.models import converted_default
 
 # Library chatter (torchao's optional kernels, transformers' progress bars) is not what tests check.
@@ -76,7 +76,7 @@ def collect(engine, engine_events):
 @pytest.fixture
 def plain(engine):
     """Reset the shared engine's levers to plain before and after a test."""
-    from tui_app.bench import apply_levers
+    from tui_app.commands.bench import apply_levers
 
     apply_levers(engine, {})
     yield engine
