@@ -23,7 +23,8 @@ class TmuxApp:
         envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
         # The pane outlives the app, so its exit status and the restored terminal can be read.
         # Another install's interpreter starts away from the checkout, so it imports only what it installed.
-        where = ROOT if python == sys.executable else os.path.dirname(os.path.dirname(python))
+        python = os.path.abspath(python)
+        where = ROOT if python == os.path.abspath(sys.executable) else os.path.dirname(os.path.dirname(python))
         cmd = f"cd {shlex.quote(where)} && {envs} {shlex.join([python, *TOKENTOP[1:], *args])}; echo TOKENTOP-EXIT=$?; sleep 60"
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
         self.t0 = time.perf_counter()

@@ -51,6 +51,7 @@ from tui_app.ui.widgets.token_stream import TokenStream
 from tui_app.ui.widgets.util_chart import UtilChart
 
 CHARTS = ("latency", "kv", "memory", "util")
+FIRST_DATA_S = 5.0  # past this (an engine loading its model) the frame timer alone draws
 # The command palette's entries: sentences, with the key as their help line.
 PALETTE = {
     "lever('cache')": "Switch the KV cache on or off",
@@ -139,6 +140,7 @@ class TokentopApp(App):
         self._wanted: dict[str, object] = {}
         self._text: list[str] = []  # this frame's tokens, added to the text pane once per frame
         self._mode = ""
+        self._started = time.monotonic()
         self._phase_since: float | None = None  # when the phase in progress began, on this clock
         self.told: deque[str] = deque(maxlen=50)  # what notify() said, for tests and export
 
@@ -176,6 +178,9 @@ class TokentopApp(App):
             self.sampler.start()
         yield_to_children()
         self.set_interval(1.0 / self.fps, self.tick)
+        # The first figures are drawn when they come, not a frame later: until then (a server's
+        # first answer, or at most FIRST_DATA_S) the app looks every 50 ms.
+        self._first_data = self.set_interval(0.05, self._until_first_data)
         self._apply_size()
         for sig in (signal.SIGTERM, signal.SIGHUP):
             try:
@@ -211,6 +216,12 @@ class TokentopApp(App):
             chart.dirty = True
 
     # ------------------------------------------------------------ the frame
+    def _until_first_data(self) -> None:
+        self.tick()
+        arrived = self.session.ready is not None and (self.source.kind != "server" or bool(self.session.server))
+        if arrived or time.monotonic() - self._started > FIRST_DATA_S:
+            self._first_data.stop()
+
     def tick(self) -> None:
         self._apply_size()  # cheap when the size class is unchanged; resize events do not always reach the App
         events = self.source.drain()
