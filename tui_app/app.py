@@ -39,6 +39,7 @@ from tui_app.engine.process import yield_to_children
 from tui_app.screens.confirm import ConfirmScreen
 from tui_app.screens.help import HelpScreen
 from tui_app.screens.prompt import PromptScreen
+from tui_app.screens.xray import XrayScreen
 from tui_app.session import Session, short_value
 from tui_app.widgets.key_bar import KeyBar
 from tui_app.widgets.kv_chart import KVChart
@@ -49,6 +50,7 @@ from tui_app.widgets.server_pane import ServerPane
 from tui_app.widgets.status_bar import StatusBar
 from tui_app.widgets.token_stream import TokenStream
 from tui_app.widgets.util_chart import UtilChart
+from tui_app.widgets.waterfall import Waterfall
 
 CHARTS = ("latency", "kv", "memory", "util")
 # The command palette's entries: sentences, with the key as their help line.
@@ -67,6 +69,7 @@ PALETTE = {
     "next_view": "Show the next chart (small terminals)",
     "probe": "Measure the memory read rate again",
     "export": "Export the session as JSON",
+    "xray": "X-ray: the last run's requests as a waterfall, server phases under the client's chunks",
     "screenshot": "Save a screenshot (SVG)",
     "restart": "Restart the engine",
     "help": "Show the keys and what each pane shows",
@@ -99,6 +102,8 @@ class TokentopApp(App):
         Binding("v", "next_view", "view", show=False),
         Binding("m", "probe", "measure mem bw", show=False),
         Binding("e", "export", "export"),
+        Binding("x", "xray", "x-ray"),
+        Binding("enter", "xray", "x-ray", show=False),
         Binding("ctrl+s", "screenshot", "screenshot", show=False),
         Binding("R", "restart", "restart", show=False),
         Binding("question_mark", "help", "help"),
@@ -319,6 +324,8 @@ class TokentopApp(App):
             return self._mode != "wide"
         if action == "next_server":
             return len(self.session.servers) > 1
+        if action == "xray":
+            return self.source.kind == "server"
         return True
 
     def _follow_server(self) -> None:
@@ -460,6 +467,13 @@ class TokentopApp(App):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
+
+    def action_xray(self) -> None:
+        ids = self.session.xray.run_ids()
+        if not ids:
+            self.notify("the X-ray shows the requests of an attached server's runs (tokentop attach URL), once one has run")
+            return
+        self.push_screen(XrayScreen(self.session, Waterfall(self.session, ids[-1], id="waterfall")))
 
     def action_restart(self) -> None:
         if not self.source.live:

@@ -67,7 +67,25 @@ def attach_configs(args, urls: list[str]) -> list:
     )
     if len(urls) > 1 and args.metrics:
         raise UsageError("--metrics names one server's metrics; with several URLs each is read at URL/metrics")
-    return [replace(base, url=url, label=args.label[i] if args.label else "") for i, url in enumerate(urls)]
+    otlp = otlp_address(args)
+    return [replace(base, url=url, label=args.label[i] if args.label else "", otlp=otlp) for i, url in enumerate(urls)]
+
+
+def otlp_address(args) -> str | None:
+    """--otlp's HOST:PORT once checked free here (UsageError, one line, where it is not), with the
+    server flags that send spans to it said on stderr; None without --otlp."""
+    if getattr(args, "otlp", None) is None:
+        return None
+    from tui_app.attach import otlp
+
+    try:
+        host, port = otlp.parse_address(args.otlp)
+        probe = otlp.OtlpReceiver(host, port, lambda spans: None).start()
+    except (otlp.ReceiverError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    probe.close()
+    print(f"tokentop: OTLP receiver at {probe.endpoint}; {otlp.server_flags(probe.endpoint)}", file=sys.stderr)
+    return f"{host}:{probe.port}"
 
 
 def attach_main(args, tui) -> int:

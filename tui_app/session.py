@@ -29,6 +29,7 @@ from monitors.kvcache import kv_formula_bytes
 from monitors.leaks import LeakDetector, LeakVerdict
 from monitors.record import Recorder
 from monitors.timing import RunRecord, RunTimer, TimingStats, mean
+from monitors.xray import XrayBook
 
 HISTORY = 4000
 STALL, STALL_MIN_S = 4.0, 0.02  # a server token this much later than its run's median is a stall
@@ -78,6 +79,7 @@ class Row:
     finished: RunFinished | None = None
     note: str = ""
     end_levers: Levers | None = None  # a run's levers at its end, where a switch changed them
+    trace_id: str = ""  # a server stream's W3C trace id (a run of one stream: its own)
 
     @property
     def label(self) -> str:
@@ -123,6 +125,7 @@ class Session:
     fatal: str | None = None
     died: dict = field(default_factory=dict)  # run id → why it never finished
     listeners: list = field(default_factory=list)
+    xray: XrayBook = field(default_factory=XrayBook)  # each server request's client marks and the server's account of it
 
     def __post_init__(self) -> None:
         for name in ("latency", "kv", "torch_mem", "samples", "server", "mem_read"):
@@ -131,6 +134,7 @@ class Session:
     def feed(self, ev: Event) -> None:
         if self.recorder is not None:
             self.recorder.write(ev)
+        self.xray.feed(ev)
         if isinstance(ev, Step):
             self._step(ev)
         elif isinstance(ev, Sampled):
@@ -320,9 +324,10 @@ class Session:
         for rid in list(self.timer.runs)[-limit:]:
             rec = self.timer.runs[rid]
             note = end_note(rec.finished) if rec.finished else self.died.get(rid, "running")
-            out.append(Row(rid, None, rec.total, rec.finished, note, rec.segments[-1].levers))
+            streams = {r.segment: r.trace_id for r in self.xray.requests(rid)}
+            out.append(Row(rid, None, rec.total, rec.finished, note, rec.segments[-1].levers, streams.get(0, "") if len(streams) == 1 else ""))
             if len(rec.segments) > 1:
-                out.extend(Row(rid, i, seg, None) for i, seg in enumerate(rec.segments) if seg.n_tokens)
+                out.extend(Row(rid, i, seg, None, trace_id=streams.get(i, "")) for i, seg in enumerate(rec.segments) if seg.n_tokens)
         return out
 
     def trim(self, keep_runs: int = 500) -> None:

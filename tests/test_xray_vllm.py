@@ -1,0 +1,117 @@
+"""Request X-ray against real vLLM (its CPU build) exporting its spans over OTLP/HTTP to tokentop's
+receiver, with a scheduler of two sequences: four concurrent streams, so two of them queue."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from monitors.events import OtlpStatus
+from monitors.xray import SPAN_PHASES
+from tests.helpers.vllm import VLLM_PYTHON, VllmError, free_port, vllm_server
+from tui_app.attach.client import AttachConfig, Servers
+from tui_app.engine.config import RunRequest
+from tui_app.session import Session
+
+pytestmark = pytest.mark.vllm
+# Two sequences at a time; spans exported every 200 ms instead of the SDK's 5 s, so a test waits less.
+FLAGS = ("--max-num-seqs", "2")
+ENV = {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf", "OTEL_BSP_SCHEDULE_DELAY": "200"}
+# Tolerances, on a 2-core machine that runs vLLM's API server, its engine core and this client:
+# the queued pair's wait as the client saw it (its TTFT less the first pair's) against the span's
+# queue time, both less the prefill the pairs differ by, within QUEUE_TOL_S; the server's phases
+# within FRONT_TOL_S of its e2e (what is left is its front: the request's way from the HTTP layer
+# to the scheduler, and its tail).
+QUEUE_TOL_S = 0.15
+FRONT_TOL_S = 0.15
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    """(vLLM's URL, the OTLP receiver's address it posts to)."""
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    try:
+        with vllm_server(tmp_path_factory.mktemp("vllm-otlp") / "vllm.log", *FLAGS, "--otlp-traces-endpoint", f"http://{address}/v1/traces", env=ENV) as url:
+            yield url, address
+    except VllmError as exc:
+        if not VLLM_PYTHON:
+            pytest.skip(str(exc))
+        pytest.fail(str(exc))
+
+
+async def run_traced(url: str, address: str, concurrency: int, tokens: int, prompt: str = "Describe a forest in detail.") -> tuple[Session, int]:
+    session = Session()
+    servers = Servers([AttachConfig(url=url, concurrency=concurrency, otlp=address, otlp_grace_s=10.0)], session.feed)
+    try:
+        await servers.connect()
+        fin = await servers.run(RunRequest(prompt=prompt, max_new_tokens=tokens, ignore_eos=True))
+        end = time.monotonic() + 20
+        while time.monotonic() < end and not all(r.server is not None and r.server.source == "otlp" for r in session.xray.requests(fin.run_id)):
+            await asyncio.sleep(0.1)
+    finally:
+        await servers.aclose()
+    return session, fin.run_id
+
+
+async def test_four_streams_two_sequences_every_request_has_its_span_and_two_queue(traced):
+    url, address = traced
+    session, run_id = await run_traced(url, address, concurrency=4, tokens=24)
+    reqs = session.xray.requests(run_id)
+    for r in reqs:  # shown where an assertion fails
+        print(r.segment, {k: round(v, 4) for k, v in (r.server.phases if r.server else {}).items()}, r.client_ttft_s, r.client_e2e_s)
+    assert len(reqs) == 4
+    assert len({r.trace_id for r in reqs}) == 4  # a fresh trace per stream
+    for r in reqs:
+        assert r.server is not None and r.server.source == "otlp", r.note
+        assert r.server.details["span"] == "llm_request"
+        assert r.server.trace_id == r.trace_id
+        assert r.request_id in r.server.details["server_request_id"]  # our x-request-id is vLLM's request id
+        assert r.server.details["completion_tokens"] == 24 == r.tokens
+        for name in ("queue", "prefill", "decode", "ttft", "e2e"):
+            assert r.server.sources[name] == SPAN_PHASES[name]
+        # The server's phases account for its e2e; what is left is its front and tail, small and not negative.
+        q, p, d, e2e = (r.phase(k) for k in ("queue", "prefill", "decode", "e2e"))
+        assert 0 <= e2e - (q + p + d) < FRONT_TOL_S
+        assert r.phase("front") >= 0
+        assert sum(r.phase(k) for k in ("front", "queue", "prefill", "decode", "tail")) == pytest.approx(e2e, abs=1e-9)
+        # The client's clock starts before the server's and ends after it.
+        assert r.client_ttft_s >= r.phase("ttft")
+        assert r.client_e2e_s >= e2e
+        assert r.overhead_ttft_s >= 0 and r.overhead_e2e_s >= 0
+    by_queue = sorted(reqs, key=lambda r: r.phase("queue"))
+    first, last = by_queue[:2], by_queue[2:]
+    assert all(r.phase("queue") < 0.05 for r in first)  # two sequences: scheduled at once
+    assert all(r.phase("queue") > 0.5 * min(x.phase("e2e") for x in first) for r in last)  # waited for the first two
+    # The wait as the client saw it: the queued pair's TTFT beyond the first pair's.
+    client_wait = sum(r.client_ttft_s for r in last) / 2 - sum(r.client_ttft_s for r in first) / 2
+    span_wait = sum(r.phase("queue") for r in last) / 2 - sum(r.phase("queue") for r in first) / 2
+    prefill_diff = sum(r.phase("prefill") for r in last) / 2 - sum(r.phase("prefill") for r in first) / 2
+    assert client_wait == pytest.approx(span_wait + prefill_diff, abs=QUEUE_TOL_S)
+    status = session.xray.status
+    assert isinstance(status, OtlpStatus) and status.joined >= 4 and not status.rejected
+
+
+async def test_spans_of_other_clients_are_counted_not_joined(traced):
+    """A request sent around tokentop (no traceparent of ours): its span is another client's."""
+    import httpx
+
+    url, address = traced
+    session = Session()
+    servers = Servers([AttachConfig(url=url, otlp=address)], session.feed)
+    try:
+        await servers.connect()
+        async with httpx.AsyncClient() as http:
+            r = await http.post(url + "/v1/completions", json={"model": "smollm2", "prompt": "Hello", "max_tokens": 4})
+            assert r.status_code == 200
+        end = time.monotonic() + 20
+        while time.monotonic() < end and not (session.xray.status and session.xray.status.others):
+            await asyncio.sleep(0.2)
+    finally:
+        await servers.aclose()
+    status = session.xray.status
+    assert status.others >= 1 and status.joined == 0
+    assert status.others_summary["names"].get("llm_request", 0) >= 1
+    assert not session.xray.runs  # no request of ours
