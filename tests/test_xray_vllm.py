@@ -19,13 +19,16 @@ pytestmark = pytest.mark.vllm
 # Two sequences at a time; spans exported every 200 ms instead of the SDK's 5 s, so a test waits less.
 FLAGS = ("--max-num-seqs", "2")
 ENV = {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf", "OTEL_BSP_SCHEDULE_DELAY": "200"}
-# Tolerances, on a 2-core machine that runs vLLM's API server, its engine core and this client:
-# the queued pair's wait as the client saw it (its TTFT less the first pair's) against the span's
-# queue time, both less the prefill the pairs differ by, within QUEUE_TOL_S; the server's phases
-# within FRONT_TOL_S of its e2e (what is left is its front: the request's way from the HTTP layer
-# to the scheduler, and its tail).
+# Tolerances, on a 2-core machine that runs vLLM's API server, its engine core and this client.
+# The queued pair's wait as the client saw it (its mean TTFT less the first pair's) against the
+# spans' own account of the same difference: queue, plus the prefill and the front (arrival to the
+# engine's queue: the engine core takes a new request between two steps, so a request that comes
+# during a prefill waits for it there) the pairs differ by; within QUEUE_TOL_S, the client's
+# two ways over the loopback and its reading of the stream. The span's e2e and its TTFT are timed
+# in vLLM's API process, its queue, prefill and decode in the engine core: what the e2e holds
+# beyond the TTFT and the decode (the tail: the last token's way out) within TAIL_TOL_S of zero.
 QUEUE_TOL_S = 0.15
-FRONT_TOL_S = 0.15
+TAIL_TOL_S = 0.05
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +47,8 @@ def traced(tmp_path_factory):
 
 async def run_traced(url: str, address: str, concurrency: int, tokens: int, prompt: str = "Describe a forest in detail.") -> tuple[Session, int]:
     session = Session()
-    servers = Servers([AttachConfig(url=url, concurrency=concurrency, otlp=address, otlp_grace_s=10.0)], session.feed)
+    # A queued stream is silent until it is scheduled: the stall timeout must outlast the first pair.
+    servers = Servers([AttachConfig(url=url, concurrency=concurrency, otlp=address, otlp_grace_s=10.0, timeout_s=600)], session.feed)
     try:
         await servers.connect()
         fin = await servers.run(RunRequest(prompt=prompt, max_new_tokens=tokens, ignore_eos=True))
@@ -58,7 +62,7 @@ async def run_traced(url: str, address: str, concurrency: int, tokens: int, prom
 
 async def test_four_streams_two_sequences_every_request_has_its_span_and_two_queue(traced):
     url, address = traced
-    session, run_id = await run_traced(url, address, concurrency=4, tokens=24)
+    session, run_id = await run_traced(url, address, concurrency=4, tokens=16)
     reqs = session.xray.requests(run_id)
     for r in reqs:  # shown where an assertion fails
         print(r.segment, {k: round(v, 4) for k, v in (r.server.phases if r.server else {}).items()}, r.client_ttft_s, r.client_e2e_s)
@@ -69,13 +73,12 @@ async def test_four_streams_two_sequences_every_request_has_its_span_and_two_que
         assert r.server.details["span"] == "llm_request"
         assert r.server.trace_id == r.trace_id
         assert r.request_id in r.server.details["server_request_id"]  # our x-request-id is vLLM's request id
-        assert r.server.details["completion_tokens"] == 24 == r.tokens
+        assert r.server.details["completion_tokens"] == 16 == r.tokens
         for name in ("queue", "prefill", "decode", "ttft", "e2e"):
             assert r.server.sources[name] == SPAN_PHASES[name]
         # The server's phases account for its e2e; what is left is its front and tail, small and not negative.
-        q, p, d, e2e = (r.phase(k) for k in ("queue", "prefill", "decode", "e2e"))
-        assert 0 <= e2e - (q + p + d) < FRONT_TOL_S
-        assert r.phase("front") >= 0
+        e2e = r.phase("e2e")
+        assert r.phase("front") >= 0 and abs(r.phase("tail")) < TAIL_TOL_S
         assert sum(r.phase(k) for k in ("front", "queue", "prefill", "decode", "tail")) == pytest.approx(e2e, abs=1e-9)
         # The client's clock starts before the server's and ends after it.
         assert r.client_ttft_s >= r.phase("ttft")
@@ -85,11 +88,15 @@ async def test_four_streams_two_sequences_every_request_has_its_span_and_two_que
     first, last = by_queue[:2], by_queue[2:]
     assert all(r.phase("queue") < 0.05 for r in first)  # two sequences: scheduled at once
     assert all(r.phase("queue") > 0.5 * min(x.phase("e2e") for x in first) for r in last)  # waited for the first two
+
     # The wait as the client saw it: the queued pair's TTFT beyond the first pair's.
-    client_wait = sum(r.client_ttft_s for r in last) / 2 - sum(r.client_ttft_s for r in first) / 2
-    span_wait = sum(r.phase("queue") for r in last) / 2 - sum(r.phase("queue") for r in first) / 2
-    prefill_diff = sum(r.phase("prefill") for r in last) / 2 - sum(r.phase("prefill") for r in first) / 2
-    assert client_wait == pytest.approx(span_wait + prefill_diff, abs=QUEUE_TOL_S)
+    def diff(pick) -> float:
+        return sum(pick(r) for r in last) / 2 - sum(pick(r) for r in first) / 2
+
+    client_wait = diff(lambda r: r.client_ttft_s)
+    queue = diff(lambda r: r.phase("queue"))
+    assert client_wait == pytest.approx(queue + diff(lambda r: r.phase("prefill") + r.phase("front")), abs=QUEUE_TOL_S)
+    assert queue > 0.5 * client_wait  # most of the wait is the queue
     status = session.xray.status
     assert isinstance(status, OtlpStatus) and status.joined >= 4 and not status.rejected
 
@@ -106,7 +113,7 @@ async def test_spans_of_other_clients_are_counted_not_joined(traced):
         async with httpx.AsyncClient() as http:
             r = await http.post(url + "/v1/completions", json={"model": "smollm2", "prompt": "Hello", "max_tokens": 4})
             assert r.status_code == 200
-        end = time.monotonic() + 20
+        end = time.monotonic() + 60
         while time.monotonic() < end and not (session.xray.status and session.xray.status.others):
             await asyncio.sleep(0.2)
     finally:
