@@ -433,3 +433,45 @@ async def test_x_opens_the_waterfall_of_the_last_run_in_the_attached_app(llama_s
         await pilot.pause(0.2)
         assert not app.screen.query(Waterfall)
         await pilot.press("q")
+
+
+def test_bench_per_request_json_carries_each_request_s_x_ray(llama_server, tmp_path):
+    import statistics
+
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tui_app",
+            "bench",
+            "--endpoint",
+            llama_server.url,
+            "--lengths",
+            "16:6",
+            "--concurrency",
+            "2",
+            "--repeats",
+            "2",
+            "--warmup",
+            "0",
+            "-o",
+            "json",
+            "--out",
+            str(tmp_path / "b"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads((tmp_path / "b.json").read_text())
+    (row,), (reqs,) = data["results"], data["requests"]
+    assert len({r["xray"]["trace_id"] for r in reqs}) == 4
+    for r in reqs:
+        x = r["xray"]
+        assert x["server_source"] == "timings" and x["server_sources"]["prefill"] == "timings.prompt_ms"
+        assert x["request_id"].startswith(f"tokentop-{r['run_id']}.0-")
+        assert x["client_ttft_s"] == pytest.approx(r["ttft_s"]) and x["client_e2e_s"] == pytest.approx(r["e2e_s"])
+        assert x["overhead_e2e_s"] == pytest.approx(r["e2e_s"] - x["server_prefill_s"] - x["server_decode_s"])
+    assert row["server_prefill_mean_s"] == pytest.approx(statistics.mean(r["xray"]["server_prefill_s"] for r in reqs))
+    assert row["server_queue_mean_s"] is None  # llama.cpp's timings have no queue figure

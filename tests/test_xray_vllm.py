@@ -114,7 +114,8 @@ async def test_spans_of_other_clients_are_counted_not_joined(traced):
             r = await http.post(url + "/v1/completions", json={"model": "smollm2", "prompt": "Hello", "max_tokens": 4})
             assert r.status_code == 200
         end = time.monotonic() + 60
-        while time.monotonic() < end and not (session.xray.status and session.xray.status.others):
+        # vLLM's start-up spans (Load model, …) come too, retried until a receiver listened.
+        while time.monotonic() < end and not (session.xray.status and session.xray.status.others_summary.get("names", {}).get("llm_request")):
             await asyncio.sleep(0.2)
     finally:
         await servers.aclose()
@@ -122,3 +123,54 @@ async def test_spans_of_other_clients_are_counted_not_joined(traced):
     assert status.others >= 1 and status.joined == 0
     assert status.others_summary["names"].get("llm_request", 0) >= 1
     assert not session.xray.runs  # no request of ours
+
+
+def test_bench_with_otlp_has_the_server_phases_of_every_request(traced, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    url, address = traced
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tui_app",
+            "bench",
+            "--endpoint",
+            url,
+            "--otlp",
+            address,
+            "--lengths",
+            "16:8",
+            "--concurrency",
+            "4",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "-o",
+            "json",
+            "--out",
+            str(tmp_path / "b"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"--otlp-traces-endpoint http://{address}/v1/traces" in out.stderr
+    assert "| with a span | queue | prefill | decode |" in out.stdout and "| 4/4 |" in out.stdout
+    data = json.loads((tmp_path / "b.json").read_text())
+    (row,), (reqs,) = data["results"], data["requests"]
+    assert len(reqs) == 4
+    for r in reqs:
+        x = r["xray"]
+        assert x["server_source"] == "otlp" and x["server_sources"]["queue"] == "gen_ai.latency.time_in_queue"
+        assert x["client_ttft_s"] == pytest.approx(r["ttft_s"]) and x["client_e2e_s"] == pytest.approx(r["e2e_s"])
+        assert x["overhead_ttft_s"] == pytest.approx(r["ttft_s"] - x["server_ttft_s"]) and x["overhead_ttft_s"] >= 0
+        assert x["server_completion_tokens"] == 8
+    queue = sorted(r["xray"]["server_queue_s"] for r in reqs)
+    assert row["server_queue_mean_s"] == pytest.approx(sum(queue) / 4)
+    assert row["server_queue_p50_s"] == pytest.approx((queue[1] + queue[2]) / 2)
+    assert queue[2] > 0.05  # two sequences: the second pair queued

@@ -74,18 +74,12 @@ def attach_configs(args, urls: list[str]) -> list:
 def otlp_address(args) -> str | None:
     """--otlp's HOST:PORT once checked free here (UsageError, one line, where it is not), with the
     server flags that send spans to it said on stderr; None without --otlp."""
-    if getattr(args, "otlp", None) is None:
-        return None
     from tui_app.attach import otlp
 
     try:
-        host, port = otlp.parse_address(args.otlp)
-        probe = otlp.OtlpReceiver(host, port, lambda spans: None).start()
+        return otlp.checked_address(args)
     except (otlp.ReceiverError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    probe.close()
-    print(f"tokentop: OTLP receiver at {probe.endpoint}; {otlp.server_flags(probe.endpoint)}", file=sys.stderr)
-    return f"{host}:{probe.port}"
 
 
 def attach_main(args, tui) -> int:

@@ -304,6 +304,31 @@ class OtlpReceiver:
             self._server = None
 
 
+def add_otlp_arg(g) -> None:
+    g.add_argument(
+        "--otlp",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="HOST:PORT",
+        help="receive the server's spans over OTLP/HTTP here (default 127.0.0.1:4318) and join them to each request: where it queued, its prefill and decode",
+    )
+
+
+def checked_address(args) -> str | None:
+    """--otlp's HOST:PORT once a receiver could listen there, the server flags that send spans to
+    it said on stderr; None without --otlp. ReceiverError or ValueError: one line, why not."""
+    if getattr(args, "otlp", None) is None:
+        return None
+    import sys
+
+    host, port = parse_address(args.otlp)
+    probe = OtlpReceiver(host, port, lambda spans: None).start()
+    probe.close()
+    print(f"tokentop: OTLP receiver at {probe.endpoint}; {server_flags(probe.endpoint)}", file=sys.stderr)
+    return f"{host}:{probe.port}"
+
+
 def server_flags(endpoint: str) -> str:
     """What to start a server with so that its spans come here."""
     return f"vLLM: --otlp-traces-endpoint {endpoint} with OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf in its environment"
@@ -394,7 +419,7 @@ class SpanJoiner:
         """The latest spans of other clients' traces: how many of each name, and their medians."""
         if not self.recent:
             return {}
-        out: dict = {"latest": len(self.recent), "names": dict(Counter(name for name, *_ in self.recent).most_common(5))}
+        out: dict = {"latest": len(self.recent), "names": dict(Counter(name for name, *_ in self.recent))}
         for k, key in ((1, "e2e_p50_s"), (2, "queue_p50_s"), (3, "ttft_p50_s")):
             xs = [r[k] for r in self.recent if r[k] is not None]
             if xs:
