@@ -119,6 +119,22 @@ def from_usage(usage: dict) -> dict:
     return details
 
 
+def lay_out(phases: dict, client_e2e_s: float | None) -> list[tuple[str, float, float]]:
+    """(phase, start s, end s) on the client's axis, anchored at the send: the server's phases end
+    to end, then what the client saw beyond them ("client"; "unaccounted" where the server gave
+    no phases at all)."""
+    out: list[tuple[str, float, float]] = []
+    t = 0.0
+    for name in PHASES[:-1]:
+        d = phases.get(name)
+        if d is not None and d > 0:
+            out.append((name, t, t + d))
+            t += d
+    if client_e2e_s is not None and client_e2e_s > t:
+        out.append(("client" if out else "unaccounted", t, client_e2e_s))
+    return out
+
+
 @dataclass
 class RequestXray:
     """One stream of a run: the client's marks and the server's account of it."""
@@ -187,19 +203,7 @@ class RequestXray:
         return out
 
     def bars(self) -> list[tuple[str, float, float]]:
-        """(phase, start s, end s) on the client's axis, anchored at the send: the server's phases
-        end to end, then what the client saw beyond them."""
-        out: list[tuple[str, float, float]] = []
-        t = 0.0
-        for name in PHASES[:-1]:
-            d = self.phase(name)
-            if d is not None and d > 0:
-                out.append((name, t, t + d))
-                t += d
-        end = self.client_e2e_s
-        if end is not None and end > t:
-            out.append(("client", t, end))
-        return out
+        return lay_out(self.server.phases if self.server is not None else {}, self.client_e2e_s)
 
     def mark_offsets(self) -> list[float]:
         """Each chunk's arrival, seconds after the send."""

@@ -475,3 +475,35 @@ def test_bench_per_request_json_carries_each_request_s_x_ray(llama_server, tmp_p
         assert x["overhead_e2e_s"] == pytest.approx(r["e2e_s"] - x["server_prefill_s"] - x["server_decode_s"])
     assert row["server_prefill_mean_s"] == pytest.approx(statistics.mean(r["xray"]["server_prefill_s"] for r in reqs))
     assert row["server_queue_mean_s"] is None  # llama.cpp's timings have no queue figure
+    # The report's timeline: a row per request, in send order, its prefill and decode bars the server's.
+    from tui_app.report import build
+
+    report = build(str(tmp_path / "b.json"))
+    (fig,) = report.figures
+    assert fig.name == "timeline"
+    ax = fig.fig.axes[0]
+    widths = {c.get_label(): sorted(round(p.get_width(), 9) for p in c.patches) for c in ax.containers}
+    assert widths["prefill"] == sorted(round(r["xray"]["server_prefill_s"], 9) for r in reqs)
+    assert widths["decode"] == sorted(round(r["xray"]["server_decode_s"], 9) for r in reqs)
+    assert "4 requests, 0 with a server span" in fig.caption and "placed from the client's send" in fig.caption
+
+
+async def test_a_recorded_attach_session_reports_its_waterfall(llama_server, tmp_path):
+    from monitors.record import Recorder
+    from tui_app.report import build
+
+    path = tmp_path / "s.jsonl"
+    session = Session(recorder=Recorder(path))
+    client = ServerClient(AttachConfig(url=llama_server.url, concurrency=4), session.feed)
+    try:
+        await client.connect()
+        fin = await client.run(RunRequest(prompt="Count to ten.", max_new_tokens=8, ignore_eos=True))
+    finally:
+        await client.aclose()
+        session.recorder.close()
+    report = build(str(path))
+    fig = next(f for f in report.figures if f.name == "xray")
+    ax = fig.fig.axes[0]
+    decode = next(c for c in ax.containers if c.get_label() == "decode")
+    assert sorted(p.get_width() for p in decode.patches) == pytest.approx(sorted(r.phase("decode") for r in session.xray.requests(fin.run_id)))
+    assert f"Run {fin.run_id}: 4 streams" in fig.caption and "timings" in fig.caption

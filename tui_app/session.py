@@ -79,7 +79,6 @@ class Row:
     finished: RunFinished | None = None
     note: str = ""
     end_levers: Levers | None = None  # a run's levers at its end, where a switch changed them
-    trace_id: str = ""  # a server stream's W3C trace id (a run of one stream: its own)
 
     @property
     def label(self) -> str:
@@ -324,10 +323,9 @@ class Session:
         for rid in list(self.timer.runs)[-limit:]:
             rec = self.timer.runs[rid]
             note = end_note(rec.finished) if rec.finished else self.died.get(rid, "running")
-            streams = {r.segment: r.trace_id for r in self.xray.requests(rid)}
-            out.append(Row(rid, None, rec.total, rec.finished, note, rec.segments[-1].levers, streams.get(0, "") if len(streams) == 1 else ""))
+            out.append(Row(rid, None, rec.total, rec.finished, note, rec.segments[-1].levers))
             if len(rec.segments) > 1:
-                out.extend(Row(rid, i, seg, None, trace_id=streams.get(i, "")) for i, seg in enumerate(rec.segments) if seg.n_tokens)
+                out.extend(Row(rid, i, seg, None) for i, seg in enumerate(rec.segments) if seg.n_tokens)
         return out
 
     def trim(self, keep_runs: int = 500) -> None:

@@ -43,8 +43,6 @@ def bar_cells(req: RequestXray, width: int, end_s: float) -> list[tuple[str, str
     """(glyph, phase) per column of a bar `width` columns wide spanning 0..end_s: the phase at the
     column's middle (None: nothing there), the glyph a chunk mark where a chunk arrived in it."""
     bars = req.bars()
-    if not bars and req.client_e2e_s:
-        bars = [("unaccounted", 0.0, req.client_e2e_s)]
     per = end_s / width
     cells: list[tuple[str, str | None]] = []
     k = 0
