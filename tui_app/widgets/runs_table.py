@@ -47,8 +47,6 @@ COLUMNS = (
     Column("RSS MiB", lambda r: fmt.mib(r.finished.peak_rss) if r.finished else "", 4),
     Column("ppl", lambda r: fmt.num(r.finished.perplexity, 2) if r.finished else "", 5),
     Column("vs plain greedy", lambda r: r.note, 2, left=True),
-    # A server stream's trace id, where the table has room: x opens its X-ray.
-    Column("trace", lambda r: r.trace_id, 7, left=True, cap=32),
 )
 GAP = 2
 
