@@ -8,7 +8,7 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 
 setup: $(VENV)/.installed
 
-# Debian's Chromium for the browser tests (tests/browser.py), where apt-get and root are at hand;
+# Debian's Chromium for the browser tests (tests/helpers/browser.py), where apt-get and root are at hand;
 # elsewhere those tests skip and say why. Only the tests need it, not `make run`.
 chromium:
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \

@@ -26,12 +26,13 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from monitors.record import Recorder  # noqa: E402
 from monitors.sampler import Sampler  # noqa: E402
-from tests import browser  # noqa: E402
-from tests.llama_server import LlamaServer  # noqa: E402
-from tui_app.app import TokentopApp  # noqa: E402
+from tests.helpers import browser  # noqa: E402
+from tests.helpers.llama_server import LlamaServer  # noqa: E402
 from tui_app.attach.client import AttachConfig  # noqa: E402
+from tui_app.commands.run import engine_source  # noqa: E402
+from tui_app.core.sources import AttachSource  # noqa: E402
 from tui_app.engine.config import EngineConfig, RunRequest  # noqa: E402
-from tui_app.sources import AttachSource, LiveSource  # noqa: E402
+from tui_app.ui.app import TokentopApp  # noqa: E402
 
 SIZES = [(160, 45), (80, 24)]
 
@@ -53,7 +54,7 @@ def to_png(svg: str, size: tuple[int, int]) -> str:
 
 
 async def shoot(size: tuple[int, int]) -> str:
-    app = TokentopApp(LiveSource(EngineConfig()), RunRequest(max_new_tokens=120, ignore_eos=True), sampler=Sampler(hz=4), fps=8)
+    app = TokentopApp(engine_source(EngineConfig()), RunRequest(max_new_tokens=120, ignore_eos=True), sampler=Sampler(hz=4), fps=8)
     steps = lambda: sum(1 for p in app.session.latency)  # noqa: E731
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: steps() > 40)
@@ -90,12 +91,12 @@ async def shoot_demo(size: tuple[int, int]) -> str:
     """`tokentop demo`'s caption: three steps of the default tour, held on int4 once its effect is measured."""
     from dataclasses import replace
 
-    from tui_app.demo import DemoApp
-    from tui_app.tour import default_tour
+    from tui_app.commands.demo import DemoApp
+    from tui_app.core.tour import default_tour
 
     tour = {s.label: s for s in default_tour(tokens=48, seconds=0)}
     steps = [tour["plain"], tour["int8"], replace(tour["int4"], seconds=600)]
-    app = DemoApp(steps, LiveSource(EngineConfig()), sampler=Sampler(hz=4), fps=8)
+    app = DemoApp(steps, engine_source(EngineConfig()), sampler=Sampler(hz=4), fps=8)
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: "int4" in app.tour_log.results)
         await pilot.pause(1.0)
@@ -108,7 +109,7 @@ async def shoot_demo(size: tuple[int, int]) -> str:
 async def record_session(path: str, runs: int = 12) -> None:
     """An auto-repeat session of short runs, recorded: int8 is switched on in the first run (a
     re-prefill), and the rest give the leak detector the runs it needs after that preparation."""
-    app = TokentopApp(LiveSource(EngineConfig()), RunRequest(max_new_tokens=24), recorder=Recorder(path), sampler=Sampler(hz=4), fps=4, auto=True)
+    app = TokentopApp(engine_source(EngineConfig()), RunRequest(max_new_tokens=24), recorder=Recorder(path), sampler=Sampler(hz=4), fps=4, auto=True)
     async with app.run_test(size=(160, 45)) as pilot:
         await until(pilot, lambda: len(app.session.latency) > 10)
         await pilot.press("w")
@@ -118,7 +119,7 @@ async def record_session(path: str, runs: int = 12) -> None:
 
 
 def reports(tmp: str) -> list[str]:
-    from tui_app.report import build, write_html
+    from tui_app.commands.report import build, write_html
 
     recording = os.path.join(tmp, "session.jsonl")
     asyncio.run(record_session(recording))

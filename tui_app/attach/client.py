@@ -367,7 +367,7 @@ class ServerClient:
         return body
 
     async def run(self, req) -> RunFinished | None:
-        from tui_app.engine.prompts import preset_prompt
+        from tui_app.prompts import preset_prompt
 
         try:
             text = req.prompt if req.prompt is not None else preset_prompt(req.preset, req.prompt_file)
@@ -784,8 +784,8 @@ async def _serve(configs: list[AttachConfig], commands, events) -> None:
 
 
 def client_main(configs: list[AttachConfig], commands, events, log_path: str | None) -> None:
-    """The client process's entry point (spawned by tui_app.engine.process.EngineProcess)."""
-    from tui_app.engine.process import quiet_process
+    """The client process's entry point (spawned by tui_app.process.EngineProcess)."""
+    from tui_app.process import quiet_process
 
     if quiet_process(log_path, events):
         asyncio.run(_serve(configs, commands, events))
