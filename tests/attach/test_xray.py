@@ -22,8 +22,8 @@ from monitors.events import OtlpStatus, RequestSent, ServerTiming, Step, from_js
 from monitors.xray import OTHERS, XrayBook
 from tui_app.attach import otlp
 from tui_app.attach.client import AttachConfig, ServerClient, Servers
-from tui_app.engine.config import RunRequest
 from tui_app.core.session import Session
+from tui_app.engine.config import RunRequest
 
 VLLM_ATTRS = {
     "gen_ai.latency.time_in_queue": 0.25,
@@ -139,6 +139,24 @@ def test_protobuf_and_json_bodies_give_the_same_span(collected):
     r = collected.post(gzip.compress(protobuf_body([(trace, "llm_request", {})])), otlp.PROTOBUF, **{"Content-Encoding": "gzip"})
     assert r.status_code == 200 and len(collected.spans) == 3
     assert collected.receiver.counts() == (3, 3, {})
+
+
+def test_a_kept_alive_exporter_reaches_the_next_receiver_on_the_port():
+    """An exporter posts over one kept-alive connection: when a receiver closes (attach restarted,
+    a bench's next command), its next batch must reach the one listening now."""
+    first = Collected()
+    port = first.receiver.port
+    body = protobuf_body([("5b8efff798038103d269b633813fc60c", "llm_request", VLLM_ATTRS)])
+    with httpx.Client(headers={"Content-Type": otlp.PROTOBUF}) as exporter:
+        assert exporter.post(first.url, content=body).status_code == 200
+        first.receiver.close()
+        spans: list = []
+        second = otlp.OtlpReceiver("127.0.0.1", port, spans.extend).start()
+        try:
+            assert exporter.post(second.endpoint, content=body).status_code == 200
+        finally:
+            second.close()
+    assert len(first.spans) == 1 and len(spans) == 1
 
 
 def test_bad_bodies_get_their_status_are_counted_and_the_receiver_goes_on():
@@ -399,8 +417,8 @@ async def test_attach_with_otlp_says_no_server_span_and_why_when_the_server_send
 
 async def test_x_opens_the_waterfall_of_the_last_run_in_the_attached_app(llama_server, tmp_path):
     from tests.ui.test_app import APP_SIZE, finished, until
-    from tui_app.ui.app import TokentopApp
     from tui_app.core.sources import AttachSource
+    from tui_app.ui.app import TokentopApp
     from tui_app.ui.widgets.waterfall import PHASE_COLOURS, Waterfall, bar_cells
 
     source = AttachSource([AttachConfig(url=llama_server.url, concurrency=2)])

@@ -12,8 +12,8 @@ from monitors.events import OtlpStatus
 from monitors.xray import SPAN_PHASES
 from tests.helpers.vllm import VLLM_PYTHON, VllmError, free_port, vllm_server
 from tui_app.attach.client import AttachConfig, Servers
-from tui_app.engine.config import RunRequest
 from tui_app.core.session import Session
+from tui_app.engine.config import RunRequest
 
 pytestmark = pytest.mark.vllm
 # Two sequences at a time; spans exported every 200 ms instead of the SDK's 5 s, so a test waits less.

@@ -27,6 +27,7 @@ import base64
 import contextlib
 import errno
 import json
+import socket
 import threading
 import time
 import zlib
@@ -244,6 +245,29 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     owner: OtlpReceiver
 
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.connections: set = set()
+        self.connections_lock = threading.Lock()
+
+    def process_request(self, request, client_address) -> None:
+        with self.connections_lock:
+            self.connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request) -> None:
+        with self.connections_lock:
+            self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        """An exporter keeps its connection open between posts: left open, its next batches would
+        go to this closed receiver's handler, never to the next one listening on the port."""
+        with self.connections_lock:
+            for sock in self.connections:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
 
 class OtlpReceiver:
     """The HTTP side: listens on its own thread, decodes, counts, and hands each body's spans to
@@ -301,6 +325,7 @@ class OtlpReceiver:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+            self._server.close_connections()
             self._server = None
 
 
