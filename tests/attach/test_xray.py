@@ -18,7 +18,7 @@ import tracemalloc
 import httpx
 import pytest
 
-from monitors.events import OtlpStatus, RequestSent, ServerTiming, Step, from_json, to_json
+from monitors.events import EngineError, OtlpStatus, RequestSent, ServerTiming, Step, from_json, to_json
 from monitors.xray import OTHERS, XrayBook
 from tui_app.attach import otlp
 from tui_app.attach.client import AttachConfig, ServerClient, Servers
@@ -525,3 +525,51 @@ async def test_a_recorded_attach_session_reports_its_waterfall(llama_server, tmp
     decode = next(c for c in ax.containers if c.get_label() == "decode")
     assert sorted(p.get_width() for p in decode.patches) == pytest.approx(sorted(r.phase("decode") for r in session.xray.requests(fin.run_id)))
     assert f"Run {fin.run_id}: 4 streams" in fig.caption and "timings" in fig.caption
+
+
+async def test_a_server_that_rejects_traceparent_is_said_once_and_requests_go_on_without_it(unused_tcp_port):
+    """No real server rejects the W3C headers; a stand-in (aiohttp) that answers 400 to them checks
+    that the client says so once and goes on without them."""
+    from aiohttp import web
+
+    seen: list[bool] = []
+
+    async def models(request):
+        return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    async def chat(request):
+        seen.append("traceparent" in request.headers)
+        if "traceparent" in request.headers:
+            return web.json_response({"error": {"message": "unexpected header traceparent"}}, status=400)
+        body = await request.json()
+        if not body.get("stream"):
+            return web.json_response({"choices": [{"index": 0, "message": {"content": "a"}, "finish_reason": "length"}]})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for text in ("a", "b"):
+            await resp.write(f"data: {json.dumps({'choices': [{'index': 0, 'delta': {'content': text}}]})}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
+    events: list = []
+    client = ServerClient(AttachConfig(url=f"http://127.0.0.1:{unused_tcp_port}"), events.append)
+    try:
+        await client.connect()
+        first = await client.run(RunRequest(prompt="hi", max_new_tokens=2))
+        second = await client.run(RunRequest(prompt="hi", max_new_tokens=2))
+    finally:
+        await client.aclose()
+        await runner.cleanup()
+    assert first.text == second.text == "ab"
+    said = [e.message for e in events if isinstance(e, EngineError)]
+    assert said == [
+        f"127.0.0.1:{unused_tcp_port} rejects the traceparent and x-request-id headers: requests go on without them, so no server span can be joined"
+    ]
+    assert seen == [True, False, False, False]  # refused, the probe, then both streams without them
+    assert len([e for e in events if isinstance(e, RequestSent)]) == 2  # each still has its ids, for the recording
