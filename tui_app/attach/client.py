@@ -634,6 +634,8 @@ class Servers:
     async def connect(self) -> None:
         for c in self.clients:
             await c.connect()
+        if len(self.clients) > 1:  # the first server is where runs start
+            self.emit(LeverChanged(None, "server", self.client.levers.server, self.client.levers))
         cfg = self.clients[0].cfg
         if cfg.otlp is not None and self.otlp is None:
             self.start_otlp(cfg.otlp, cfg.otlp_grace_s)
@@ -652,8 +654,6 @@ class Servers:
             c.joiner = joiner
         self.otlp = (receiver, joiner, asyncio.create_task(joiner.run()))
         joiner.tick()
-        if len(self.clients) > 1:  # the first server is where runs start
-            self.emit(LeverChanged(None, "server", self.client.levers.server, self.client.levers))
 
     async def run(self, req) -> RunFinished | None:
         c = self.client

@@ -459,6 +459,18 @@ class SpanJoiner:
             self.tick()
 
 
+async def settled(requests: list, joiner: SpanJoiner | None) -> None:
+    """Until every one of these requests (monitors.xray.RequestXray) has its span or its "no
+    server span": they come batched, after their streams; at most the joiner's grace and 2 s."""
+    if joiner is None:
+        return
+    import asyncio
+
+    end = time.monotonic() + joiner.grace_s + 2
+    while time.monotonic() < end and not all((x.server is not None and x.server.source == "otlp") or x.note for x in requests):
+        await asyncio.sleep(0.1)
+
+
 def start(address: str | None, loop, emit, grace_s: float = GRACE_S) -> tuple[OtlpReceiver, SpanJoiner]:
     """A receiver on `address` whose spans are joined on `loop` (ReceiverError where it cannot listen)."""
     host, port = parse_address(address)

@@ -9,6 +9,7 @@ import os
 import sys
 
 from monitors.events import EngineError, RunFinished, ServerSample
+from tui_app.core import fmt
 from tui_app.core.fmt import figure_text
 from tui_app.core.options import EXIT_USAGE, UsageError, make_recorder, run_request
 
@@ -116,6 +117,24 @@ def server_line(fin: RunFinished, sample: ServerSample | None) -> str:
     return "  server: " + "; ".join(parts)
 
 
+async def xray_lines(session, run_id: int, joiner) -> None:
+    """Each stream's X-ray, with --otlp once its span is in: the server's phases with their
+    sources and the client's time outside them."""
+    from tui_app.attach.otlp import settled
+
+    reqs = session.xray.requests(run_id)
+    await settled(reqs, joiner)
+    for r in reqs:
+        s = r.server
+        if s is None or not s.phases:
+            if r.note:
+                print(f"  x-ray {r.segment}: {r.note}", flush=True)
+            continue
+        phases = ", ".join(f"{k} {fmt.ms(s.phases[k], 1)} [{s.sources[k]}]" for k in ("queue", "prefill", "decode", "ttft", "e2e") if k in s.phases)
+        outside = f"outside the server: TTFT {fmt.ms(r.overhead_ttft_s, 1)}, e2e {fmt.ms(r.overhead_e2e_s, 1)}"
+        print(f"  x-ray {r.segment} (trace {r.trace_id}): {phases}; {outside}", flush=True)
+
+
 @contextlib.asynccontextmanager
 async def connected(args, configs):
     """(servers, session) for a headless command: the servers connected and said, their metrics
@@ -179,6 +198,7 @@ async def _headless(args, configs, request) -> int:
                 await c.sample()
                 latest = next((x for x in reversed(session.server) if x.server == c.levers.server and not x.error), None)
                 print(server_line(fin, latest), flush=True)
+                await xray_lines(session, fin.run_id, c.joiner)
                 failed = failed or fin.stop_reason == "error"
         for line in session.comparison():
             print(line)

@@ -325,13 +325,9 @@ async def measure_cell(
 async def _accounted(client, session, requests: list[Request]) -> None:
     """Each request's X-ray in its row, once the server's spans are in (they come batched, after
     their streams): waits until every request has its span or its "no server span", at most the grace."""
-    if client.joiner is not None:
-        end = time.perf_counter() + client.joiner.grace_s + 2
-        while time.perf_counter() < end:
-            xs = [session.xray.get(r.run_id) for r in requests]
-            if all(x is None or (x.server is not None and x.server.source == "otlp") or x.note for x in xs):
-                break
-            await asyncio.sleep(0.1)
+    from tui_app.attach.otlp import settled
+
+    await settled([x for r in requests if (x := session.xray.get(r.run_id)) is not None], client.joiner)
     for r in requests:
         x = session.xray.get(r.run_id)
         if x is not None:
