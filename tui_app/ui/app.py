@@ -105,7 +105,6 @@ class TokentopApp(App):
         Binding("m", "probe", "measure mem bw", show=False),
         Binding("e", "export", "export"),
         Binding("x", "xray", "x-ray"),
-        Binding("enter", "xray", "x-ray", show=False),
         Binding("ctrl+s", "screenshot", "screenshot", show=False),
         Binding("R", "restart", "restart", show=False),
         Binding("question_mark", "help", "help"),
