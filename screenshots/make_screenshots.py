@@ -183,7 +183,7 @@ def xray_pictures(tmp: str) -> list[str]:
     with vllm_server(Path(tmp) / "vllm.log", *flags, env=env) as url:
         out = [asyncio.run(shoot_xray(url, address, (160, 45)))]
         stem = os.path.join(tmp, "serving")
-        bench = [sys.executable, "-m", "tui_app", "bench", "--endpoint", url, "--label", "vLLM", "--otlp", address, "--lengths", "64:24"]
+        bench = [sys.executable, "-m", "tui_app", "bench", "--endpoint", url, "--label", "vLLM", "--otlp", address, "--lengths", "32:12"]
         subprocess.run([*bench, "--concurrency", "2,8", "--repeats", "2", "--warmup", "0", "-o", "json", "--out", stem], check=True, stdout=subprocess.DEVNULL)
     (timeline,) = build(stem + ".json").figures
     png = os.path.join(HERE, "report-timeline.png")

@@ -532,3 +532,30 @@ async def test_a_server_that_rejects_traceparent_is_said_once_and_requests_go_on
     ]
     assert seen == [True, False, False, False]  # refused, the probe, then both streams without them
     assert len([e for e in events if isinstance(e, RequestSent)]) == 2  # each still has its ids, for the recording
+
+
+async def test_bench_json_is_written_when_requests_fail(unused_tcp_port, tmp_path):
+    """A failed request has no TTFT (NaN in memory): the JSON says null instead of refusing to be written."""
+    from aiohttp import web
+
+    async def models(request):
+        return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    async def fail(request):
+        return web.json_response({"error": {"message": "out of KV cache"}}, status=500)
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/completions", fail)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
+    try:
+        cmd = [sys.executable, "-m", "tui_app", "bench", "--endpoint", f"http://127.0.0.1:{unused_tcp_port}", "--lengths", "8:2", "--repeats", "1"]
+        proc = await asyncio.create_subprocess_exec(*cmd, "--warmup", "0", "-o", "json", "--out", str(tmp_path / "b"), stderr=asyncio.subprocess.PIPE)
+        _, err = await asyncio.wait_for(proc.communicate(), 120)
+    finally:
+        await runner.cleanup()
+    assert proc.returncode == 1, err.decode()
+    (req,) = json.loads((tmp_path / "b.json").read_text())["requests"][0]
+    assert req["ok"] is False and req["ttft_s"] is None

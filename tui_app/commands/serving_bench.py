@@ -382,7 +382,7 @@ def write_outputs(args, cells: list[Cell], env: dict) -> None:
         with open(path, "w", newline="", encoding="utf-8") as f:
             if kind == "json":
                 data = {"environment": env, "results": rows, "requests": [[{**vars(r), "tpot_s": _none_if_nan(r.tpot_s)} for r in c.requests] for c in cells]}
-                json.dump(data, f, indent=2, default=str, allow_nan=False)
+                json.dump(fmt.strict_json(data), f, indent=2, default=str, allow_nan=False)  # a failed request's TTFT is NaN
             elif kind == "jsonl":
                 for row in rows:
                     f.write(json.dumps({**row, "environment": env}, default=str, allow_nan=False) + "\n")
