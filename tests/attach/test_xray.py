@@ -293,7 +293,7 @@ def test_a_flood_of_spans_is_counted_in_bounded_memory_and_reaches_the_ui_once_a
         receiver.close()
         loop.call_soon_threadsafe(loop.stop)
         runner.join(5)
-    assert rate > 900
+    assert rate > 800  # paced at 1,000 a second; a receiver slower than 1.25 ms a span falls behind it
     assert receiver.counts() == (120, 6000, {})
     assert joiner.others == 6000 and len(joiner.recent) == OTHERS
     assert after_two - after_one < 256 * 1024, (after_one, after_two)
