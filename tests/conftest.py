@@ -1,12 +1,9 @@
 import os
-import subprocess
-import time
 
-import httpx
 import pytest
 
 from tests.helpers.llama_server import LlamaServer
-from tui_app.engine.models import converted_default
+from tests.helpers.vllm import VLLM_PYTHON, VllmError, vllm_server
 
 # Library chatter (torchao's optional kernels, transformers' progress bars) is not what tests check.
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -17,8 +14,6 @@ os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
 # (those that run the CLI in a subprocess inherit this) must never write there.
 TEST_DATA = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "tokentop-data"))
 os.environ["TOKENTOP_DATA"] = TEST_DATA
-# The vLLM tier's server runs from its own venv (`make test` installs it and sets this).
-VLLM_PYTHON = os.environ.get("TOKENTOP_VLLM_PYTHON")
 
 
 def pytest_addoption(parser):
@@ -84,58 +79,15 @@ def plain(engine):
 
 
 @pytest.fixture(scope="session")
-def vllm_url(tmp_path_factory, unused_tcp_port_factory):
+def vllm_url(tmp_path_factory):
     """The real vLLM (its CPU build) on the default model's safetensors copy, shared by the vLLM tier."""
-    if not VLLM_PYTHON:
-        pytest.skip("real vLLM runs from its own venv: `make test` installs it and runs these tests with TOKENTOP_VLLM_PYTHON set")
-    port = unused_tcp_port_factory()
-    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [
-                VLLM_PYTHON,
-                "-m",
-                "vllm.entrypoints.openai.api_server",
-                "--model",
-                str(converted_default()),
-                "--served-model-name",
-                "smollm2",
-                "--dtype",
-                "bfloat16",
-                "--max-model-len",
-                "2048",
-                "--enforce-eager",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-    url = f"http://127.0.0.1:{port}"
     try:
-        end = time.monotonic() + 600
-        while time.monotonic() < end:
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM exited with {proc.returncode}:\n" + log.read_text()[-3000:])
-            try:
-                if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        else:
-            pytest.fail("vLLM did not answer within 600 s:\n" + log.read_text()[-3000:])
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        with vllm_server(tmp_path_factory.mktemp("vllm") / "vllm.log") as url:
+            yield url
+    except VllmError as exc:
+        if not VLLM_PYTHON:
+            pytest.skip(str(exc))
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="session")

@@ -157,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _attach_args(p: argparse.ArgumentParser) -> None:
     from tui_app.attach.client import CONCURRENCY
+    from tui_app.attach.otlp import add_otlp_arg
 
     p.add_argument("url", nargs="*", help="the server's base URL, e.g. http://127.0.0.1:8000 (/v1 is added); up to 4 to compare them (t moves between)")
     g = p.add_argument_group("server")
@@ -176,6 +177,7 @@ def _attach_args(p: argparse.ArgumentParser) -> None:
         default=1.0,
         help="scrapes of /metrics per second (default 1)",
     )
+    add_otlp_arg(g)  # attach: x opens the waterfall
     _generation_args(p)
     p.add_argument("--no-tui", action="store_true", help="print each run's numbers instead of drawing the TUI")
     p.add_argument("--runs", type=COUNT, default=1, help="with --no-tui: how many runs")

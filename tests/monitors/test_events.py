@@ -22,6 +22,12 @@ SAMPLES = [
     E.RunFinished(2, 64, "max tokens", "t", None, None, None, None, None, None, "identical", prompt_tokens=42, server={"prompt_ms": 12.5}),
     E.EngineReady("m", "http://h:1", "vLLM", "server", 0, 0, 0, 0, 0, 0, 2048, 0.1, 0, server={"engine": "vLLM", "pid": None}),
     E.Bandwidth("int4", 95004160, 94666752, 37.1e9, "a read of the int4 weights in place"),
+    E.RequestSent(2, 3, "0af7651916cd43dd8448eb211c80319c", "tokentop-2.3-0af765191cd4", 1_700_000_000_000_000_000, t_ns=8),
+    E.ServerTiming(
+        2, 3, "0af7651916cd43dd8448eb211c80319c", "otlp", {"queue": 0.25, "e2e": 0.8}, {"queue": "gen_ai.latency.time_in_queue"}, {"span": "llm_request"}, 9
+    ),
+    E.ServerTiming(2, 1, "ff" * 16, "otlp", {}, {}, note="no server span: nothing reached http://127.0.0.1:4318/v1/traces"),
+    E.OtlpStatus("127.0.0.1:4318", 3, 70, 2, 68, {"malformed": 1}, {"latest": 68, "names": {"llm_request": 68}}),
     E.EngineError("boom", True),
 ]
 

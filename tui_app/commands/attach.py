@@ -9,6 +9,7 @@ import os
 import sys
 
 from monitors.events import EngineError, RunFinished, ServerSample
+from tui_app.core import fmt
 from tui_app.core.fmt import figure_text
 from tui_app.core.options import EXIT_USAGE, UsageError, make_recorder, run_request
 
@@ -67,7 +68,19 @@ def attach_configs(args, urls: list[str]) -> list:
     )
     if len(urls) > 1 and args.metrics:
         raise UsageError("--metrics names one server's metrics; with several URLs each is read at URL/metrics")
-    return [replace(base, url=url, label=args.label[i] if args.label else "") for i, url in enumerate(urls)]
+    otlp = otlp_address(args)
+    return [replace(base, url=url, label=args.label[i] if args.label else "", otlp=otlp) for i, url in enumerate(urls)]
+
+
+def otlp_address(args) -> str | None:
+    """--otlp's HOST:PORT once checked free here (UsageError, one line, where it is not), with the
+    server flags that send spans to it said on stderr; None without --otlp."""
+    from tui_app.attach import otlp
+
+    try:
+        return otlp.checked_address(args)
+    except (otlp.ReceiverError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
 
 
 def attach_main(args, tui) -> int:
@@ -102,6 +115,24 @@ def server_line(fin: RunFinished, sample: ServerSample | None) -> str:
         shown = [f"{figure_text(k, v)} [{sample.sources.get(k, '?')}]" for k, v in sample.values.items() if v is not None]
         parts.extend(shown)
     return "  server: " + "; ".join(parts)
+
+
+async def xray_lines(session, run_id: int, joiner) -> None:
+    """Each stream's X-ray, with --otlp once its span is in: the server's phases with their
+    sources and the client's time outside them."""
+    from tui_app.attach.otlp import settled
+
+    reqs = session.xray.requests(run_id)
+    await settled(reqs, joiner)
+    for r in reqs:
+        s = r.server
+        if s is None or not s.phases:
+            if r.note:
+                print(f"  x-ray {r.segment}: {r.note}", flush=True)
+            continue
+        phases = ", ".join(f"{k} {fmt.ms(s.phases[k], 1)} [{s.sources[k]}]" for k in ("queue", "prefill", "decode", "ttft", "e2e") if k in s.phases)
+        outside = f"outside the server: TTFT {fmt.ms(r.overhead_ttft_s, 1)}, e2e {fmt.ms(r.overhead_e2e_s, 1)}"
+        print(f"  x-ray {r.segment} (trace {r.trace_id}): {phases}; {outside}", flush=True)
 
 
 @contextlib.asynccontextmanager
@@ -167,6 +198,7 @@ async def _headless(args, configs, request) -> int:
                 await c.sample()
                 latest = next((x for x in reversed(session.server) if x.server == c.levers.server and not x.error), None)
                 print(server_line(fin, latest), flush=True)
+                await xray_lines(session, fin.run_id, c.joiner)
                 failed = failed or fin.stop_reason == "error"
         for line in session.comparison():
             print(line)

@@ -29,6 +29,7 @@ from monitors.kvcache import kv_formula_bytes
 from monitors.leaks import LeakDetector, LeakVerdict
 from monitors.record import Recorder
 from monitors.timing import RunRecord, RunTimer, TimingStats, mean
+from monitors.xray import XrayBook
 
 HISTORY = 4000
 STALL, STALL_MIN_S = 4.0, 0.02  # a server token this much later than its run's median is a stall
@@ -123,6 +124,7 @@ class Session:
     fatal: str | None = None
     died: dict = field(default_factory=dict)  # run id → why it never finished
     listeners: list = field(default_factory=list)
+    xray: XrayBook = field(default_factory=XrayBook)  # each server request's client marks and the server's account of it
 
     def __post_init__(self) -> None:
         for name in ("latency", "kv", "torch_mem", "samples", "server", "mem_read"):
@@ -131,6 +133,7 @@ class Session:
     def feed(self, ev: Event) -> None:
         if self.recorder is not None:
             self.recorder.write(ev)
+        self.xray.feed(ev)
         if isinstance(ev, Step):
             self._step(ev)
         elif isinstance(ev, Sampled):

@@ -40,6 +40,7 @@ from tui_app.process import yield_to_children
 from tui_app.ui.screens.confirm import ConfirmScreen
 from tui_app.ui.screens.help import HelpScreen
 from tui_app.ui.screens.prompt import PromptScreen
+from tui_app.ui.screens.xray import XrayScreen
 from tui_app.ui.widgets.key_bar import KeyBar
 from tui_app.ui.widgets.kv_chart import KVChart
 from tui_app.ui.widgets.latency_chart import LatencyChart
@@ -49,6 +50,7 @@ from tui_app.ui.widgets.server_pane import ServerPane
 from tui_app.ui.widgets.status_bar import StatusBar
 from tui_app.ui.widgets.token_stream import TokenStream
 from tui_app.ui.widgets.util_chart import UtilChart
+from tui_app.ui.widgets.waterfall import Waterfall
 
 CHARTS = ("latency", "kv", "memory", "util")
 FIRST_DATA_S = 5.0  # past this (an engine loading its model) the frame timer alone draws
@@ -68,6 +70,7 @@ PALETTE = {
     "next_view": "Show the next chart (small terminals)",
     "probe": "Measure the memory read rate again",
     "export": "Export the session as JSON",
+    "xray": "X-ray: the last run's requests as a waterfall, server phases under the client's chunks",
     "screenshot": "Save a screenshot (SVG)",
     "restart": "Restart the engine",
     "help": "Show the keys and what each pane shows",
@@ -101,6 +104,7 @@ class TokentopApp(App):
         Binding("v", "next_view", "view", show=False),
         Binding("m", "probe", "measure mem bw", show=False),
         Binding("e", "export", "export"),
+        Binding("x", "xray", "x-ray"),
         Binding("ctrl+s", "screenshot", "screenshot", show=False),
         Binding("R", "restart", "restart", show=False),
         Binding("question_mark", "help", "help"),
@@ -331,6 +335,8 @@ class TokentopApp(App):
             return self._mode != "wide"
         if action == "next_server":
             return len(self.session.servers) > 1
+        if action == "xray":
+            return self.source.kind == "server"
         return True
 
     def _follow_server(self) -> None:
@@ -472,6 +478,13 @@ class TokentopApp(App):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
+
+    def action_xray(self) -> None:
+        ids = self.session.xray.run_ids()
+        if not ids:
+            self.notify("the X-ray shows the requests of an attached server's runs (tokentop attach URL), once one has run")
+            return
+        self.push_screen(XrayScreen(self.session, Waterfall(self.session, ids[-1], id="waterfall")))
 
     def action_restart(self) -> None:
         if not self.source.live:

@@ -27,6 +27,7 @@ HELP = """\
 | `a` | auto-repeat: run in a loop (demos, leak watching) |
 | `m` | measure the memory read rate again (the `mem bw` figure's reference) |
 | `v` | next chart, when the terminal is too small for all of them (under 120×34) |
+| `x` | X-ray of an attached server's run: a bar per stream, the server's phases from the send, the client's chunks over them |
 | `e` | export the session as JSON |
 | `ctrl+s` | screenshot (SVG) |
 | `R` | restart the engine (asks first while it works); run numbers continue, finished runs are kept |
