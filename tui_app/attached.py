@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import sys
+from dataclasses import replace
 
 from monitors.events import EngineError, RunFinished, ServerSample
 from tui_app.fmt import figure_text
@@ -33,8 +34,6 @@ def choose_urls(args) -> list[str]:
 
 def attach_configs(args, urls: list[str]) -> list:
     """One client configuration per server URL (several: to compare them)."""
-    from dataclasses import replace
-
     from tui_app.attach.client import AttachConfig, AttachError, api_base
 
     if len(urls) > 4:
@@ -124,6 +123,8 @@ async def connected(args, configs):
             print(f"tokentop: {ev.message if isinstance(ev, EngineError) else ev.error}", file=sys.stderr, flush=True)
 
     session.listeners.append(tell)
+    if recorder is not None:  # appending to an earlier recording, runs are numbered on from its last
+        configs = [replace(c, first_run_id=recorder.first_run_id) for c in configs]
     servers = Servers(configs, session.feed)
     metrics = []
     try:
@@ -144,7 +145,8 @@ async def connected(args, configs):
         await servers.aclose()
         if recorder is not None:
             recorder.close()
-            print(f"recorded to {recorder.path}", file=sys.stderr)
+            if recorder.kept and recorder.stopped is None:
+                print(f"recorded to {recorder.path}", file=sys.stderr)
 
 
 async def _headless(args, configs, request) -> int:
@@ -168,8 +170,10 @@ async def _headless(args, configs, request) -> int:
                 latest = next((x for x in reversed(session.server) if x.server == c.levers.server and not x.error), None)
                 print(server_line(fin, latest), flush=True)
                 failed = failed or fin.stop_reason == "error"
+                session.trim()
         for line in session.comparison():
             print(line)
         if session.verdict and args.runs > 1 and len(servers.clients) == 1:
             print(session.verdict.text().replace("leak:", "server leak:"))
-        return 1 if failed else 0
+        stopped = session.recorder is not None and session.recorder.stopped is not None  # asked to record, it could not record every run
+        return 1 if failed or stopped else 0

@@ -6,6 +6,7 @@ The engine runs in this process here: there is no UI to compete with it for the 
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 from monitors.events import EngineError, LeverRefused, RunFinished
 from monitors.record import RecordError
@@ -41,7 +42,9 @@ def load_engine(args, session: Session):
             refused.append(ev)
 
     session.listeners.append(listen)
-    engine = Engine(engine_config(args), session.feed)
+    # Appending to an earlier recording, runs are numbered on from its last.
+    first = session.recorder.first_run_id if session.recorder is not None else 1
+    engine = Engine(replace(engine_config(args), first_run_id=first), session.feed)
     try:
         engine.load()
     except ModelError as exc:
@@ -114,6 +117,7 @@ def run_headless(args) -> int:
             rows = [row for row in session.rows() if row.run_id == fin.run_id]
             for row in rows:
                 print(row_line(row), flush=True)
+            session.trim()
             read = session.read_rate()
             if read is not None:
                 bw = session.bandwidth
@@ -126,11 +130,11 @@ def run_headless(args) -> int:
             print(session.verdict.text())
             if session.device_verdicts:
                 print(session.device_leak_text())
-        return 0
+        return 0 if recorder is None or recorder.stopped is None else 1  # asked to record, it could not record every run
     finally:
         if recorder is not None:
             recorder.close()
-            if recorder.kept:
+            if recorder.kept and recorder.stopped is None:
                 print(f"recorded to {recorder.path}", file=sys.stderr)
 
 

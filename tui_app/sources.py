@@ -45,6 +45,10 @@ class LiveSource:
         self.config = replace(self.config, levers=levers, first_run_id=first_run_id)
         self.start()
 
+    def number_from(self, first_run_id: int) -> None:
+        """Before start: the runs numbered on from an earlier recording's last (one appended to)."""
+        self.config = replace(self.config, first_run_id=first_run_id)
+
     def drain(self) -> list[Event]:
         return self.proc.drain() if self.proc else []
 
@@ -91,6 +95,9 @@ class AttachSource(LiveSource):
         self.proc = None
         self.config = [replace(c, concurrency=levers.batch, first_run_id=first_run_id) for c in self.config]
         self.start()
+
+    def number_from(self, first_run_id: int) -> None:
+        self.config = [replace(c, first_run_id=first_run_id) for c in self.config]
 
 
 def live_source(args) -> LiveSource:
