@@ -109,7 +109,7 @@ def describe_failure(exc: Exception, url: str, timeout_s: float) -> str:
     if isinstance(exc, httpx.ReadTimeout):
         return f"{where} sent nothing for {timeout_s:g} s: the stream stalled (--timeout sets the limit)"
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
-        return f"{where} closed the connection mid-stream (the server stopped or crashed?)"
+        return f"{where} closed the connection mid-stream (the server stopped, or the network dropped it)"
     if isinstance(exc, httpx.HTTPError):
         return f"{where}: {type(exc).__name__}: {text[:200]}"
     return f"{where}: {type(exc).__name__}: {text[:200]}"
