@@ -82,6 +82,8 @@ def row_line(row: Row) -> str:
         if f.stop_reason != "max tokens":
             parts.append(f"ended: {f.stop_reason}")
         parts.append(f"vs plain greedy: {f.diff_note}")
+    elif row.note:  # a run cut off: its numbers are those of the tokens that came
+        parts.append(f"ended: {row.note}")
     return "  ".join(parts)
 
 
