@@ -134,7 +134,7 @@ async def connected(args, configs):
             raise UsageError(str(exc)) from None
         for c in servers.clients:
             where = f"pid {c.pid}" if c.pid else "not on this host"
-            print(f"{c.engine.name} server at {c.root} ({where}) as {c.levers.server!r}: model {c.model}, metrics {c.metrics_url}", flush=True)
+            print(f"{c.engine.name} server at {c.shown_root} ({where}) as {c.levers.server!r}: model {c.model}, metrics {c.shown_metrics}", flush=True)
         metrics = [asyncio.create_task(c.metrics_loop()) for c in servers.clients]
         await asyncio.sleep(0)
         yield servers, session

@@ -198,9 +198,10 @@ def write_file(path: str, text: str) -> bool:
     """A command's output file, whole (or left as it was); False, said in one line, when it cannot
     be written: the tables are on stdout already, so nothing measured is lost."""
     from monitors.files import write_error, write_whole
+    from monitors.redact import redact
 
     try:
-        write_whole(path, text)
+        write_whole(path, redact(text))  # a server's URL in the settings, its password or token as ***
     except OSError as exc:
         print(f"tokentop: {path} not written: {write_error(exc, path)}", file=sys.stderr)
         return False
