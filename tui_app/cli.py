@@ -200,6 +200,8 @@ def _tui(args, source=None, make=None) -> int:
         raise UsageError(str(exc)) from None
     # The engine starts loading torch and the model while this process imports Textual.
     source = source or live_source(args)
+    if recorder is not None:
+        source.number_from(recorder.first_run_id)
     source.start()
     try:
         from tui_app.ui.app import make_app

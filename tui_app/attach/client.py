@@ -41,6 +41,7 @@ from monitors.events import (
     Step,
     now_ns,
 )
+from monitors.redact import redact
 from monitors.servers import BY_NAME, OPENAI, EngineTable, MetricsParseError, MetricsWindow, Quantiles, engine_from_metrics, parse_metrics
 from monitors.xray import from_timings, from_usage
 
@@ -86,7 +87,7 @@ def api_base(url: str) -> str:
         url = "http://" + url
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise AttachError(f"{url!r} is not an http(s) URL (example: http://127.0.0.1:8000)")
+        raise AttachError(f"{redact(url)!r} is not an http(s) URL (example: http://127.0.0.1:8000)")
     return url if parts.path.endswith("/v1") else url + "/v1"
 
 
@@ -100,9 +101,10 @@ def host_port(url: str) -> str:
 
 
 def describe_failure(exc: Exception, url: str, timeout_s: float) -> str:
-    """One line for a failed request, naming the URL and what to do; never the request's headers."""
+    """One line for a failed request, naming the URL and what to do; never the request's headers,
+    nor a password or token in the URL."""
     where = host_port(url)
-    text = str(exc)
+    url, text = redact(url), redact(str(exc))
     if isinstance(exc, httpx.ConnectTimeout):
         return f"no answer from {where} within the connect timeout: is the host right and reachable?"
     if isinstance(exc, httpx.ConnectError):
@@ -114,7 +116,7 @@ def describe_failure(exc: Exception, url: str, timeout_s: float) -> str:
     if isinstance(exc, httpx.ReadTimeout):
         return f"{where} sent nothing for {timeout_s:g} s: the stream stalled (--timeout sets the limit)"
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
-        return f"{where} closed the connection mid-stream (the server stopped or crashed?)"
+        return f"{where} closed the connection mid-stream (the server stopped, or the network dropped it)"
     if isinstance(exc, httpx.HTTPError):
         return f"{where}: {type(exc).__name__}: {text[:200]}"
     return f"{where}: {type(exc).__name__}: {text[:200]}"
@@ -122,11 +124,12 @@ def describe_failure(exc: Exception, url: str, timeout_s: float) -> str:
 
 def describe_status(code: int, body: str, url: str, what: str) -> str:
     where = host_port(url)
+    url = redact(url)
     if code in (401, 403):
         return f"{where} answered {code} to {what}: the API key is missing or wrong (set it in OPENAI_API_KEY, or name the variable with --api-key-env)"
     if code == 404:
         return f"{where} answered 404 to {what}: not an OpenAI-compatible API at {url} (is the URL the server's base?)"
-    detail = _error_text(body)
+    detail = redact(_error_text(body))
     return f"{where} answered {code} to {what}" + (f": {detail}" if detail else "")
 
 
@@ -176,6 +179,8 @@ class ServerClient:
         self.base = api_base(cfg.url)
         self.root = server_root(self.base)
         self.metrics_url = cfg.metrics_url or self.root + "/metrics"
+        # What is shown, logged and recorded of the two: a password or token in them as ***.
+        self.shown_root, self.shown_metrics = redact(self.root), redact(self.metrics_url)
         self.engine: EngineTable = OPENAI
         self.model = cfg.model
         self.levers = Levers(batch=cfg.concurrency, server=cfg.label)
@@ -217,7 +222,7 @@ class ServerClient:
         except (ValueError, KeyError, TypeError):
             kind = r.headers.get("content-type", "?").split(";")[0]
             raise AttachError(
-                f"{host_port(self.base)}: GET /v1/models answered {kind}, not a model list: not an OpenAI-compatible API at {self.base}"
+                f"{host_port(self.base)}: GET /v1/models answered {kind}, not a model list: not an OpenAI-compatible API at {redact(self.base)}"
             ) from None
         ids = [m["id"] for m in models]
         if not ids:
@@ -237,7 +242,7 @@ class ServerClient:
             self.levers = Levers(batch=self.cfg.concurrency, server=f"{host_port(self.base)}")
         ready = EngineReady(
             model=self.model,
-            source=self.root,
+            source=self.shown_root,
             device=self.engine.name,
             dtype="server",
             n_params=int(meta.get("n_params") or 0),
@@ -251,8 +256,8 @@ class ServerClient:
             threads=0,
             server={
                 "engine": self.engine.name,
-                "url": self.root,
-                "metrics_url": self.metrics_url,
+                "url": self.shown_root,
+                "metrics_url": self.shown_metrics,
                 "label": self.levers.server,
                 "pid": self.pid,
                 "kv_note": self.engine.kv_note,
@@ -290,21 +295,21 @@ class ServerClient:
         except httpx.HTTPError as exc:
             return None, describe_failure(exc, self.metrics_url, self.cfg.timeout_s)
         if r.status_code in (404, 501):
-            return None, f"no Prometheus metrics at {self.metrics_url}: {self.engine.enable_metrics}"
+            return None, f"no Prometheus metrics at {self.shown_metrics}: {self.engine.enable_metrics}"
         if r.status_code != 200:
             return None, describe_status(r.status_code, r.text, self.metrics_url, "GET /metrics")
         try:
             samples = parse_metrics(r.text)
         except MetricsParseError as exc:
-            return None, f"{self.metrics_url}: {exc}"
-        return (samples, "") if samples else (None, f"{self.metrics_url} is empty")
+            return None, f"{self.shown_metrics}: {exc}"
+        return (samples, "") if samples else (None, f"{self.shown_metrics} is empty")
 
     async def sample(self) -> ServerSample | None:
         """A scrape as figures, emitted; why there is none is said once, and its return too."""
         samples, error = await self._scrape()
         if error != self._metrics_error:
             if error or self._metrics_error:
-                self.emit(ServerSample(now_ns(), {}, {}, error=error or f"{self.metrics_url} answers again", server=self.levers.server))
+                self.emit(ServerSample(now_ns(), {}, {}, error=error or f"{self.shown_metrics} answers again", server=self.levers.server))
             self._metrics_error = error
         values: dict = {}
         sources: dict = {}

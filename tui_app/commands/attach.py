@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import sys
+from dataclasses import replace
 
 from monitors.events import EngineError, RunFinished, ServerSample
 from tui_app.core import fmt
@@ -34,8 +35,6 @@ def choose_urls(args) -> list[str]:
 
 def attach_configs(args, urls: list[str]) -> list:
     """One client configuration per server URL (several: to compare them)."""
-    from dataclasses import replace
-
     from tui_app.attach.client import AttachConfig, AttachError, api_base
 
     if len(urls) > 4:
@@ -155,6 +154,8 @@ async def connected(args, configs):
             print(f"tokentop: {ev.message if isinstance(ev, EngineError) else ev.error}", file=sys.stderr, flush=True)
 
     session.listeners.append(tell)
+    if recorder is not None:  # appending to an earlier recording, runs are numbered on from its last
+        configs = [replace(c, first_run_id=recorder.first_run_id) for c in configs]
     servers = Servers(configs, session.feed)
     metrics = []
     try:
@@ -164,7 +165,7 @@ async def connected(args, configs):
             raise UsageError(str(exc)) from None
         for c in servers.clients:
             where = f"pid {c.pid}" if c.pid else "not on this host"
-            print(f"{c.engine.name} server at {c.root} ({where}) as {c.levers.server!r}: model {c.model}, metrics {c.metrics_url}", flush=True)
+            print(f"{c.engine.name} server at {c.shown_root} ({where}) as {c.levers.server!r}: model {c.model}, metrics {c.shown_metrics}", flush=True)
         metrics = [asyncio.create_task(c.metrics_loop()) for c in servers.clients]
         await asyncio.sleep(0)
         yield servers, session
@@ -175,7 +176,8 @@ async def connected(args, configs):
         await servers.aclose()
         if recorder is not None:
             recorder.close()
-            print(f"recorded to {recorder.path}", file=sys.stderr)
+            if recorder.kept and recorder.stopped is None:
+                print(f"recorded to {recorder.path}", file=sys.stderr)
 
 
 async def _headless(args, configs, request) -> int:
@@ -200,8 +202,10 @@ async def _headless(args, configs, request) -> int:
                 print(server_line(fin, latest), flush=True)
                 await xray_lines(session, fin.run_id, c.joiner)
                 failed = failed or fin.stop_reason == "error"
+                session.trim()
         for line in session.comparison():
             print(line)
         if session.verdict and args.runs > 1 and len(servers.clients) == 1:
             print(session.verdict.text().replace("leak:", "server leak:"))
-        return 1 if failed else 0
+        stopped = session.recorder is not None and session.recorder.stopped is not None  # asked to record, it could not record every run
+        return 1 if failed or stopped else 0

@@ -13,6 +13,8 @@ def fold(events, history: int = HISTORY) -> Session:
     session = Session(history=history)
     for ev in events:
         session.feed(ev)
+    if session.current is not None and session.current.finished is None:  # the app was killed, or the disk filled, mid-run
+        session.died[session.current.started.run_id] = "the recording ends mid-run"
     return session
 
 

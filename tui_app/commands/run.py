@@ -6,6 +6,7 @@ Without a TUI the engine runs in this process: there is no UI to compete with it
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 from monitors.events import EngineError, LeverRefused
 from monitors.record import RecordError
@@ -38,7 +39,9 @@ def load_engine(args, session: Session):
             refused.append(ev)
 
     session.listeners.append(listen)
-    engine = Engine(engine_config(args), session.feed)
+    # Appending to an earlier recording, runs are numbered on from its last.
+    first = session.recorder.first_run_id if session.recorder is not None else 1
+    engine = Engine(replace(engine_config(args), first_run_id=first), session.feed)
     try:
         engine.load()
     except ModelError as exc:
@@ -76,6 +79,8 @@ def row_line(row: Row) -> str:
         if f.stop_reason != "max tokens":
             parts.append(f"ended: {f.stop_reason}")
         parts.append(f"vs plain greedy: {f.diff_note}")
+    elif row.note:  # a run cut off: its numbers are those of the tokens that came
+        parts.append(f"ended: {row.note}")
     return "  ".join(parts)
 
 
@@ -111,6 +116,7 @@ def run_headless(args) -> int:
             rows = [row for row in session.rows() if row.run_id == fin.run_id]
             for row in rows:
                 print(row_line(row), flush=True)
+            session.trim()
             read = session.read_rate()
             if read is not None:
                 bw = session.bandwidth
@@ -123,11 +129,11 @@ def run_headless(args) -> int:
             print(session.verdict.text())
             if session.device_verdicts:
                 print(session.device_leak_text())
-        return 0
+        return 0 if recorder is None or recorder.stopped is None else 1  # asked to record, it could not record every run
     finally:
         if recorder is not None:
             recorder.close()
-            if recorder.kept:
+            if recorder.kept and recorder.stopped is None:
                 print(f"recorded to {recorder.path}", file=sys.stderr)
 
 

@@ -12,6 +12,7 @@ import shlex
 import socket
 import sys
 
+from monitors.redact import redact
 from tui_app.core.options import EXIT_USAGE
 
 TUNNEL = "ssh -L {port}:127.0.0.1:{port} you@this-machine, then open http://127.0.0.1:{port}"
@@ -78,6 +79,6 @@ def serve(args) -> int:
     # Each browser session runs the app on pipes, with Textual's web driver in place of a terminal:
     # without this the app takes the pipes for "no terminal here" and every page stays blank.
     os.environ["TOKENTOP_FORCE_TUI"] = "1"
-    print(f"serving tokentop on http://{args.host}:{args.port} (command: {command})", file=sys.stderr)
+    print(f"serving tokentop on http://{args.host}:{args.port} (command: {redact(command)})", file=sys.stderr)
     Server(command, host=args.host, port=args.port, title="tokentop").serve()
     return 0

@@ -12,7 +12,6 @@ over the cell's window. Goodput: requests per second that met every SLO given wi
 from __future__ import annotations
 
 import asyncio
-import csv
 import json
 import math
 import random
@@ -24,7 +23,7 @@ from monitors.events import RunFinished
 from monitors.servers import MetricsWindow
 from monitors.timing import Summary
 from tui_app.core import fmt
-from tui_app.core.options import EXIT_USAGE, UsageError, bounded
+from tui_app.core.options import EXIT_USAGE, UsageError, bounded, csv_text, write_file
 
 SLO_KEYS = ("ttft", "itl", "tpot", "e2e")
 XRAY_COLUMNS = ("server_queue", "server_prefill", "server_decode", "overhead_ttft", "overhead_e2e")
@@ -375,22 +374,21 @@ def markdown(cells: list[Cell]) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(args, cells: list[Cell], env: dict) -> None:
+def write_outputs(args, cells: list[Cell], env: dict) -> bool:
+    """Each file asked for, whole; False, said in one line, where one cannot be written."""
     rows = [c.flat() for c in cells]
     for kind in args.output:
         path = f"{args.out}.{kind}"
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            if kind == "json":
-                data = {"environment": env, "results": rows, "requests": [[{**vars(r), "tpot_s": _none_if_nan(r.tpot_s)} for r in c.requests] for c in cells]}
-                json.dump(fmt.strict_json(data), f, indent=2, default=str, allow_nan=False)  # a failed request's TTFT is NaN
-            elif kind == "jsonl":
-                for row in rows:
-                    f.write(json.dumps({**row, "environment": env}, default=str, allow_nan=False) + "\n")
-            else:
-                w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["server"])
-                w.writeheader()
-                w.writerows(rows)
-        print(f"wrote {path}", file=sys.stderr)
+        if kind == "json":
+            data = {"environment": env, "results": rows, "requests": [[{**vars(r), "tpot_s": _none_if_nan(r.tpot_s)} for r in c.requests] for c in cells]}
+            text = json.dumps(fmt.strict_json(data), indent=2, default=str, allow_nan=False)  # a failed request's TTFT is NaN
+        elif kind == "jsonl":
+            text = "".join(json.dumps({**row, "environment": env}, default=str, allow_nan=False) + "\n" for row in rows)
+        else:
+            text = csv_text(rows, "server")
+        if not write_file(path, text):
+            return False
+    return True
 
 
 def read_prompts(path: str) -> list[str]:
@@ -490,7 +488,7 @@ async def run_endpoint_bench(args, lengths: list[tuple[int, int]]) -> int:
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "settings": {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, type(None)))},
         }
-        write_outputs(args, cells, env)
-        return 0 if all(r.ok for c in cells for r in c.requests) else 1
+        written = write_outputs(args, cells, env)
+        return 0 if written and all(r.ok for c in cells for r in c.requests) else 1
     finally:
         await servers.aclose()

@@ -145,6 +145,8 @@ class Session:
             if ev.error:
                 self.say(ev.error, error=True)
         elif isinstance(ev, RunStarted):
+            if self.current is not None and self.current.finished is None:  # runs come one at a time: that one was cut off
+                self.died.setdefault(self.current.started.run_id, "did not finish")
             self.levers = ev.levers
             self.reads.clear()
             self.current = self.timer.started(ev)

@@ -26,7 +26,7 @@ class LiveSource:
     def _process(self):
         from tui_app.process import EngineProcess
 
-        return EngineProcess(self.config, self.log_path, target=self.target)
+        return EngineProcess(self.config, self.log_path, target=self.target, what="server client" if self.kind == "server" else "engine")
 
     def start(self) -> None:
         """Idempotent: the CLI starts the engine before importing Textual, so both load at once."""
@@ -47,6 +47,10 @@ class LiveSource:
         self.proc = None
         self.config = replace(self.config, levers=levers, first_run_id=first_run_id)
         self.start()
+
+    def number_from(self, first_run_id: int) -> None:
+        """Before start: the runs numbered on from an earlier recording's last (one appended to)."""
+        self.config = replace(self.config, first_run_id=first_run_id)
 
     def drain(self) -> list[Event]:
         return self.proc.drain() if self.proc else []
@@ -90,6 +94,9 @@ class AttachSource(LiveSource):
         self.proc = None
         self.config = [replace(c, concurrency=levers.batch, first_run_id=first_run_id) for c in self.config]
         self.start()
+
+    def number_from(self, first_run_id: int) -> None:
+        self.config = [replace(c, first_run_id=first_run_id) for c in self.config]
 
 
 class ReplaySource:

@@ -33,6 +33,7 @@ from monitors.events import (
     Sampled,
     Step,
 )
+from monitors.files import write_error, write_whole
 from monitors.system import trim_heap
 from tui_app.core import fmt
 from tui_app.core.session import Session, short_value
@@ -135,6 +136,8 @@ class TokentopApp(App):
         self.prompt_file = prompt_file
         self.out_dir = out_dir  # None: the recordings folder (TOKENTOP_DATA moves it)
         self.session = Session(recorder=recorder, history=history)
+        if recorder is not None:  # a full disk: said here, in the status bar, never on the terminal under the TUI
+            recorder.on_stop = self._recording_stopped
         self.running = False
         self.paused = False
         self.view = 0
@@ -355,6 +358,10 @@ class TokentopApp(App):
         self.notify(f"{message}. Press R to restart the engine.", title="engine", severity="error", timeout=15)
         self._mark("runs")
 
+    def _recording_stopped(self, line: str) -> None:
+        self.session.say(line, error=True)
+        self.notify(line, title="recording", severity="error", timeout=30)
+
     def _auto_next(self) -> None:
         if self.auto and not self.running and not self.paused:
             if len(self.session.servers) > 1:  # compared servers take turns on the same prompt
@@ -529,7 +536,7 @@ class TokentopApp(App):
         try:
             export_session(self.session, str(path))
         except OSError as exc:
-            self.notify(f"cannot write {path}: {exc.strerror or exc}", severity="error")
+            self.notify(f"export not written: {write_error(exc, path)}", severity="error", timeout=15)
             return
         self.notify(f"session exported to {path}")
 
@@ -539,10 +546,11 @@ class TokentopApp(App):
         folder = self._out_folder("the screenshot")
         if folder is None:
             return
+        path = stamped(folder, "screenshot", "svg")
         try:
-            path = self.save_screenshot(filename=stamped(folder, "screenshot", "svg").name, path=str(folder))
+            write_whole(path, self.export_screenshot())
         except OSError as exc:
-            self.notify(f"cannot write the screenshot in {folder}: {exc.strerror or exc}", severity="error")
+            self.notify(f"screenshot not written: {write_error(exc, path)}", severity="error", timeout=15)
             return
         self.notify(f"screenshot saved to {path}")
 
@@ -595,8 +603,7 @@ def export_session(session: Session, path: str) -> None:
         "leak": asdict(session.verdict) if session.verdict else None,
         "runs": rows,
     }
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(fmt.strict_json(data), f, indent=2, default=str, allow_nan=False)
+    write_whole(path, json.dumps(fmt.strict_json(data), indent=2, default=str, allow_nan=False))
 
 
 def make_app(args, source, recorder=None) -> TokentopApp:

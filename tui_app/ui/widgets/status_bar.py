@@ -48,6 +48,10 @@ class StatusBar(Static):
         if auto:
             items.append((("auto",), 2, "bold magenta", None))
         items.append((tuple(f"│ {v}" for v in fmt.word_variants(state)), 1, "italic", None))
+        recorder = session.recorder
+        if recorder is not None and recorder.stopped:  # the session goes on; what it no longer does stays in sight
+            why = "disk full" if recorder.disk_full else "write failed"
+            items.append(((f"rec stopped: {why}", "rec stopped"), 0, "bold red", None))
         rec = session.current
         if rec is not None:
             st = rec.total
