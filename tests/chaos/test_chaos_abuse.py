@@ -23,7 +23,7 @@ from monitors.leaks import fit_slope, t_quantile_975
 from monitors.record import Recorder
 from tests.helpers.llama_server import LlamaServer
 from tests.helpers.synthetic import session_events
-from tests.test_app import APP_SIZE, finished, notes, until
+from tests.ui.test_app import APP_SIZE, finished, notes, until
 from tui_app.attach.client import AttachConfig
 from tui_app.core.sources import AttachSource
 from tui_app.engine.config import RunRequest

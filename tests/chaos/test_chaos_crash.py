@@ -19,7 +19,7 @@ import pytest
 from benchmarks._tmux import TmuxApp
 from monitors.events import RunFinished, RunStarted
 from monitors.record import Recorder, read_recording
-from tests.test_app import APP_SIZE, finished, until
+from tests.ui.test_app import APP_SIZE, finished, until
 from tui_app.attach.client import AttachConfig
 from tui_app.core.sources import AttachSource
 from tui_app.engine.config import RunRequest

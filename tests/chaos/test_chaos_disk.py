@@ -15,7 +15,7 @@ from monitors.events import RunFinished
 from monitors.record import Recorder, read_recording
 from tests.helpers.disk import fill, small_disk
 from tests.helpers.synthetic import session_events
-from tests.test_app import APP_SIZE, finished, notes, status_text, until
+from tests.ui.test_app import APP_SIZE, finished, notes, status_text, until
 from tui_app.attach.client import AttachConfig
 from tui_app.core.sources import AttachSource
 from tui_app.engine.config import RunRequest

@@ -13,7 +13,7 @@ import pytest
 
 from monitors.record import Recorder
 from monitors.redact import redact
-from tests.test_app import APP_SIZE, finished, notes, status_text, until
+from tests.ui.test_app import APP_SIZE, finished, notes, status_text, until
 from tui_app.attach.client import AttachConfig
 from tui_app.core.sources import AttachSource
 from tui_app.engine.config import RunRequest
