@@ -15,8 +15,6 @@ import os
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-import httpx
-
 # What each kind of failure is, for callers that act on it (a refresh that failed for a reason
 # that can pass, such as a restart, is tried again; the others are said and the session goes on).
 UNREACHABLE, NOT_PROMETHEUS, UNAUTHORIZED, QUERY, SERVER = "unreachable", "not_prometheus", "unauthorized", "query", "server"
@@ -94,6 +92,10 @@ class Prometheus:
     requests: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        # httpx here, not at the top: importing it loads rich (its command line's), and monitors
+        # loads no UI library (tests/test_contracts.py).
+        import httpx
+
         self.url = api_root(self.url)
         self.http = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s, connect=3.0), verify=not self.insecure)
 
@@ -102,6 +104,8 @@ class Prometheus:
 
     async def _get(self, path: str, params: dict | None = None, query: str = "") -> dict:
         """The `data` of a successful API answer, or PrometheusError saying which way it failed."""
+        import httpx
+
         url = self.url + path
         self.requests[path] = self.requests.get(path, 0) + 1
         where = _where(self.url)

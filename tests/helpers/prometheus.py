@@ -14,13 +14,14 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
+
+from tests.helpers.vllm import free_port
 
 PROMETHEUS = shutil.which("prometheus")
 
@@ -30,12 +31,6 @@ def unavailable() -> str | None:
     if PROMETHEUS is None:
         return "Prometheus is not installed (make test installs Debian's prometheus where apt-get and root are at hand)"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class PrometheusServer:
