@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from tui_app.commands.serving_bench import parse_slo, poisson_arrivals
+from tui_app.commands.serving_bench import parse_slo
+from tui_app.commands.workloads import arrivals
 from tui_app.core.options import UsageError
 
 
@@ -57,13 +58,14 @@ def test_a_closed_loop_sweep_has_every_field_and_goodput_is_the_requests_that_me
 
 
 def test_open_loop_arrivals_have_the_asked_mean_rate(llama_server, tmp_path):
-    data = bench(tmp_path, "--endpoint", llama_server.url, "--lengths", "8:1", "--rate", "40", "--repeats", "20", "--warmup", "0", "--seed-arrivals", "7")
+    args = ("--lengths", "8:1", "--rate", "40", "--requests", "200", "--repeats", "1", "--warmup", "0", "--seed-arrivals", "7")
+    data = bench(tmp_path, "--endpoint", llama_server.url, *args)
     sent = [r["sent_s"] for r in data["requests"][0]]
     assert len(sent) == 200 and data["results"][0]["load"] == "r40/s"
     rate = (len(sent) - 1) / (sent[-1] - sent[0])
     assert rate == pytest.approx(40, rel=0.10)
     # The schedule itself, without the server: the same seed, the same gaps.
-    times = poisson_arrivals(40, 7, count=200)
+    times = arrivals(40, 1.0, 7, count=200)
     assert sent[-1] - sent[0] == pytest.approx(times[-1] - times[0], rel=0.10)
 
 

@@ -291,7 +291,7 @@ def run_bench(args) -> int:
     if args.endpoint:  # running servers instead of the engine
         import asyncio
 
-        from tui_app.commands.serving_bench import run_endpoint_bench
+        from tui_app.commands.serving_run import run_endpoint_bench
 
         return asyncio.run(run_endpoint_bench(args, lengths))
     session = Session()
