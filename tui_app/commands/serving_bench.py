@@ -89,6 +89,7 @@ class Request:
     late_s: float | None = None  # sent this long after its planned time (open loop): the generator's own error
     conversation: int = -1
     turn: int = 0
+    stop_reason: str = ""  # the attach client's: eos, max tokens, error, stopped (a sweep's step ended early)
 
     @property
     def tpot_s(self) -> float:
@@ -188,7 +189,9 @@ class Prompts:
         self.shared_prefix = shared_prefix
         self.exact = True
         self.ids: list[int] | bool | None = False  # False: not asked yet
-        self.made = 0  # prompts made so far: the next call's start among the texts
+        from tui_app.commands.workloads import SALT
+
+        self.made = 0 if texts else SALT  # the next call's start: made texts start where no earlier run's did
 
     async def _tokens(self, text: str) -> list[int] | None:
         c = self.client
@@ -231,15 +234,37 @@ class Prompts:
         base = reference_text()
         ids = await self.reference_ids()
         out = []
-        for i in range(start, start + count):
-            if ids:
-                text = await self._text((_rotated(ids, self.shared_prefix, 7 * i) * (n_tokens // len(ids) + 1))[:n_tokens])
-                if text is not None:
-                    out.append(text)
-                    continue
-            self.exact = False
-            out.append(" ".join(_rotated(base.split(), self.shared_prefix, 5 * i) * 4)[: n_tokens * 4])
+        i = start
+        for k in range(count):
+            text = None
+            for _ in range(4 if ids else 0):
+                # A cut can merge with its neighbour when the server tokenizes the text again: such a
+                # text is passed over for the next, so every prompt is exactly n_tokens long.
+                text = await self._text(_variant(ids or [], self.shared_prefix, i, n_tokens))
+                i += 1
+                back = await self._tokens(text) if text is not None else None
+                if text is None or back is None or len(back) == n_tokens:
+                    break
+            if text is None:
+                self.exact = False
+                text = " ".join(_rotated(base.split(), self.shared_prefix, 5 * (start + k)) * 4)[: n_tokens * 4]
+            out.append(text)
+        self.made = max(self.made, i)
         return out
+
+
+def _variant(ids: list[int], keep: int, i: int, n: int) -> list[int]:
+    """The `i`-th prompt of `n` tokens from the reference tokens: the first `keep` as they are, then
+    the rest read from an offset of its own, with a stride of its own once the offsets run out (a
+    stride coprime with the length visits every token once), repeated to length."""
+    head, tail = ids[:keep], ids[keep:]
+    if not tail:
+        return (head * (n // max(len(head), 1) + 1))[:n]
+    size = len(tail)
+    strides = [s for s in range(1, min(size, 400)) if math.gcd(s, size) == 1]
+    stride = strides[(i // size) % len(strides)]
+    at = (7 * i) % size
+    return (head + [tail[(at + j * stride) % size] for j in range(max(n - keep, 0))])[:n]
 
 
 def _rotated(items: list, keep: int, by: int) -> list:

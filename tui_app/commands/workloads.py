@@ -28,6 +28,9 @@ from tui_app.core.options import UsageError, bounded
 HUMAN = ("human", "user")
 ASSISTANT = ("gpt", "assistant", "chatgpt", "bard", "bing", "model")
 FRESH, WARM = 1_000_003, 999_999_937  # hash-id offsets: a later round's blocks, the warm-up's
+# Where this run's texts start: a server that served an earlier run's prompts would otherwise
+# answer this run's from its prefix cache, and flatter its TTFT.
+SALT = random.SystemRandom().randrange(1, 1_000_000)
 SAMPLES = {"sharegpt": "sample_sharegpt.json", "trace": "sample_trace.jsonl"}
 SAMPLE_BLOCK = 16  # the shipped trace's tokens per hash id: its prompts stay short enough for a CPU
 
@@ -78,7 +81,7 @@ def add_workload_args(g) -> None:
     )
     g.add_argument(
         "--burstiness",
-        type=bounded(float, 0, lo_open=True),
+        type=_burstiness,
         default=1.0,
         help="--rate's arrivals: gamma-distributed gaps of this shape, as vllm bench serve's (1 Poisson, default; inf evenly spaced)",
     )
@@ -91,6 +94,18 @@ def add_workload_args(g) -> None:
     g.add_argument("--trace-block", type=bounded(int, 1), default=None, metavar="N", help="tokens per hash id (default 512, Mooncake's; the sample's 16)")
     g.add_argument("--output-len", type=bounded(int, 1), default=None, metavar="N", help="--dataset, --trace: every request's output length, not the file's")
     g.add_argument("--too-long", choices=["refuse", "skip"], default="refuse", help="a request over the server's context: refuse the run (default) or skip it")
+
+
+def _burstiness(text: str) -> float:
+    """A gamma shape more than 0, or inf (vllm bench serve's spelling of evenly spaced arrivals)."""
+    import argparse
+
+    if text.strip().lower() in ("inf", "infinity"):
+        return math.inf
+    try:
+        return bounded(float, 0, lo_open=True)(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (or inf: evenly spaced)") from None
 
 
 def sample_path(kind: str) -> str:
@@ -221,6 +236,21 @@ def read_trace(path: str, block: int) -> list[Item]:
     return items
 
 
+async def exact_text(prompts, ids: list[int], reference: list[int]) -> str | None:
+    """The text of `ids`, as many tokens long when the server tokenizes it again: where the last
+    tokens merge (or split) across a cut, the tail is lengthened (or shortened) a token at a time.
+    The head, the blocks a request shares with others, stays as it is."""
+    n = len(ids)
+    text = None
+    for k in range(6):
+        text = await prompts._text(ids)
+        back = await prompts._tokens(text) if text is not None else None
+        if text is None or back is None or len(back) == n:
+            return text
+        ids = [*ids, reference[(n + k) % len(reference)]] if len(back) < n else ids[:-1]
+    return text
+
+
 def arrivals(rate: float, burstiness: float, seed: int, count: int | None = None, duration: float | None = None) -> list[float]:
     """Send times (s from the round's start) at `rate` a second: gamma-distributed gaps of shape
     `burstiness` and mean 1/rate, vllm bench serve's definition (1: a Poisson process, inf: even)."""
@@ -339,10 +369,10 @@ async def round_items(args, plan: CellPlan, prompts, round_no: int, warm: int, f
     if w.kind == "trace":
         ref = await prompts.reference_ids()
         # Fresh blocks each round (and for the warm-up), the same sharing within a round.
-        items = [replace(it, at_s=(it.at_s or 0.0) / w.speed, hash_ids=[h + fresh * FRESH for h in it.hash_ids]) for it in w.items]
-        warm_items = [replace(it, at_s=None, hash_ids=[h + WARM for h in it.hash_ids]) for it in w.items[:warm]]
+        items = [replace(it, at_s=(it.at_s or 0.0) / w.speed, hash_ids=[h + (SALT + fresh) * FRESH for h in it.hash_ids]) for it in w.items]
+        warm_items = [replace(it, at_s=None, hash_ids=[h + WARM + SALT for h in it.hash_ids]) for it in w.items[:warm]]
         for it in [*warm_items, *items]:
-            it.text = (await prompts._text(trace_ids(it, ref, w.block)) if ref else None) or "word " * it.prompt_tokens
+            it.text = (await exact_text(prompts, trace_ids(it, ref, w.block), ref) if ref else None) or "word " * it.prompt_tokens
         return warm_items, items
     base = w.items if size is None else [it for it in w.items if it.conversation < size]
     tag = f"[{fresh}] " if fresh else ""
