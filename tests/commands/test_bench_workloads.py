@@ -29,6 +29,13 @@ def run(tmp_path, *args: str, ok: bool = True) -> tuple[subprocess.CompletedProc
     return out, json.loads(path.read_text()) if path.exists() else None
 
 
+def report(tmp_path) -> str:
+    """`tokentop report` of the bench's JSON: its HTML page."""
+    out = subprocess.run([sys.executable, "-m", "tui_app", "report", str(tmp_path / "b.json"), "-o", str(tmp_path / "r.html")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return (tmp_path / "r.html").read_text()
+
+
 @pytest.fixture(scope="module")
 def one_slot():
     """llama.cpp with one slot and one thread: requests queue, so load has a limit to find."""
@@ -165,7 +172,9 @@ def test_multi_turn_conversations_carry_their_history_and_the_cache_shows_it(lla
     row = data["results"][0]
     cached = [r["cached_tokens"] for r in reqs]
     assert row["server_cached_tokens_mean"] == pytest.approx(sum(cached) / len(cached))
-    assert f"{row['prompt_tokens']} ({round(row['server_cached_tokens_mean'])} cached)→4" in out.stdout
+    shown = f"{row['prompt_tokens']} ({round(row['server_cached_tokens_mean'])} cached)→4"
+    assert shown in out.stdout
+    assert shown in report(tmp_path)
 
 
 def test_the_sample_trace_replays_on_its_own_schedule_with_its_prompt_lengths(llama_server, tmp_path):
@@ -257,6 +266,8 @@ def test_the_sweep_finds_the_headroom_a_direct_run_confirms(one_slot, tmp_path):
     assert f"headroom {lo:g} req/s" in out.stdout
     # The step that failed stopped once it could not pass, or once it saw the queue grow.
     assert steps[1]["stopped"] and steps[1]["good"] < 0.9 * steps[1]["planned"]
+    page = report(tmp_path)
+    assert 'id="headroom-0"' in page and f"The headroom, {lo:g} req/s, is the highest rate that met it" in page
     _, at = run(tmp_path, "--endpoint", one_slot.url, "--rate", f"{lo:g}", *common)
     _, above = run(tmp_path, "--endpoint", one_slot.url, "--rate", f"{lo + step:g}", *common)
     assert at["results"][0]["good_fraction"] >= 0.9

@@ -674,7 +674,7 @@ def serving_bench_report(p: Path, data: dict) -> Report:
         cells = [
             str(r["server"]),
             str(r["load"]),
-            f"{r['prompt_tokens']}→{r['new_tokens']}",
+            f"{r['prompt_tokens']}" + (f" ({r['server_cached_tokens_mean']:.0f} cached)" if r.get("server_cached_tokens_mean") else "") + f"→{r['new_tokens']}",
             f"{r['requests']}" + (f" ({r['failed']} failed)" if r.get("failed") else ""),
             f"{fmt.ms(r.get('ttft_p50_s'), 0, unit=False)} / {fmt.ms(r.get('ttft_p99_s'), 0, unit=False)}",
             fmt.ms(r.get("e2e_p50_s"), 0, unit=False),
@@ -686,7 +686,10 @@ def serving_bench_report(p: Path, data: dict) -> Report:
         body.append("<tr>" + "".join(f'<td class="{"l" if i < 2 else "r"}">{html.escape(c)}</td>' for i, c in enumerate(cells)) + "</tr>")
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     table = f'<h2>Cells</h2><table id="cells"><thead><tr>{th}</tr></thead><tbody>{"".join(body)}</tbody></table>'
-    return Report(f"tokentop serving bench — {p.name}", meta, [timeline_figure(data)], [table])
+    from tui_app.commands.sweep_figure import headroom_figure
+
+    sweeps = [Figure(f"headroom-{i}", f"Headroom of {v['server']}", *headroom_figure(v)) for i, v in enumerate(data.get("sweep") or [])]
+    return Report(f"tokentop serving bench — {p.name}", meta, [*sweeps, timeline_figure(data)], [table])
 
 
 # ------------------------------------------------------------------ output

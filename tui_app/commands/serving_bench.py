@@ -142,7 +142,8 @@ class Cell:
             "prompt_tokens": self.prompt_tokens,
             "new_tokens": self.new_tokens,
             "requests": len(self.requests),
-            "failed": len(self.requests) - len(ok),
+            "failed": sum(not r.ok and not (self.stopped and r.stop_reason == "stopped") for r in self.requests),
+            "cut_short": sum(bool(self.stopped) and r.stop_reason == "stopped" for r in self.requests),  # by a sweep's step that could not pass
             "wall_s": self.wall_s,
             "server_prompt_tokens_mean": _mean([r.prompt_tokens for r in ok if r.prompt_tokens is not None]),
             "output_tok_s": sum(r.tokens for r in ok) / self.wall_s if self.wall_s else None,
@@ -308,6 +309,7 @@ def markdown(cells: list[Cell]) -> str:
         lines.append(
             f"| {c.server} | {c.load} | {prompt_text(c)}→{c.new_tokens} | {d['requests']}"
             + (f" ({d['failed']} failed)" if d["failed"] else "")
+            + (f" ({d['cut_short']} cut short)" if d["cut_short"] else "")
             + f" | {fmt.ms(ttft.p50, 0)} / {fmt.ms(ttft.p95, 0)} / {fmt.ms(ttft.p99, 0)}"
             f" | {fmt.ms(itl.p50)} / {fmt.ms(itl.p95)} / {fmt.ms(itl.p99)} | {fmt.ms(c.summary('tpot').mean)} | {fmt.ms(c.summary('e2e').p50, 0)}"
             f" | {fmt.num(d['output_tok_s'])} | {fmt.num(d['requests_s'], 2)} | {good}"

@@ -189,7 +189,7 @@ def summary(steps: list[dict], level: float, slo_text: str, server: str) -> tupl
         )
         out["verdict"] = "never met"
         return line, out
-    interval = f" (95 % interval {ci[0]:g}–{ci[1]:g})" if ci else ""
+    interval = f" (95 % interval {ci[0]:g}–{ci[1]:g})".replace(" 0–", f" below {steps[0]['rate']:g}–") if ci else ""
     if failed is None:
         line = f"{server}: headroom at least {best:g} req/s{interval}: every step met {slo_text} for {share} of requests; raise --sweep's end to see it break"
         out["verdict"] = "not reached"
