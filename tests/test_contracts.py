@@ -47,7 +47,7 @@ def test_core_loads_no_textual_rich_or_torch():
     [
         ["tui_app.ui", "tui_app.attach"],
         # The commands a base install runs: attach (and its tour), bench --endpoint, report, replay, serve attach.
-        [f"tui_app.commands.{name}" for name in ("attach", "serving_bench", "report", "replay", "serve", "demo")],
+        [f"tui_app.commands.{name}" for name in ("attach", "serving_bench", "serving_run", "report", "replay", "serve", "demo")],
         ["tui_app.cli"],
     ],
 )

@@ -394,13 +394,15 @@ def util_figure(session, phases=()) -> Figure:
 
 
 def runs_table_html(session) -> str:
-    from tui_app.ui.widgets.runs_table import COLUMNS
+    from tui_app.ui.widgets.runs_table import columns_for
 
-    head = "".join(f"<th>{html.escape(c.title)}</th>" for c in COLUMNS)
+    rows = session.rows(limit=len(session.timer.runs))
+    columns = columns_for(rows)
+    head = "".join(f"<th>{html.escape(c.title)}</th>" for c in columns)
     body = []
-    for row in session.rows(limit=len(session.timer.runs)):
+    for row in rows:
         cls = ' class="segment"' if row.segment is not None else ""
-        cells = "".join(f'<td class="{"l" if c.left else "r"}">{html.escape(c.cell(row))}</td>' for c in COLUMNS)
+        cells = "".join(f'<td class="{"l" if c.left else "r"}">{html.escape(c.cell(row))}</td>' for c in columns)
         body.append(f"<tr{cls}>{cells}</tr>")
     return f'<h2>Runs</h2><table id="runs"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 

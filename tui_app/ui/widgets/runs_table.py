@@ -31,10 +31,22 @@ class Column:
     cap: int = 30  # widest a cell may make its column; longer text ends in "…"
 
 
+def prompt_cell(r: Row) -> str:
+    """The prompt's tokens and, where a server's prefix cache held some of them, how many: the
+    server's newly computed count alone would read 0 for a prompt it had cached whole."""
+    cached = (r.finished.server or {}).get("cached_tokens") if r.finished else None
+    return f"{r.stats.prompt_tokens} ({cached} cached)" if cached else str(r.stats.prompt_tokens)
+
+
+def server_figure(key: str, digits: int = 1) -> Callable[[Row], str]:
+    """A figure of the server's own account of the run (its response's timings), in ms."""
+    return lambda r: fmt.num((r.finished.server or {}).get(key), digits) if r.finished else ""
+
+
 COLUMNS = (
     Column("run", lambda r: r.label, 0, left=True),
     Column("levers", lambda r: r.levers_label, 0, left=True, cap=40),
-    Column("prompt", lambda r: str(r.stats.prompt_tokens), 6),
+    Column("prompt", prompt_cell, 6),
     Column("new", lambda r: str(r.stats.n_tokens), 5),
     Column("TTFT ms", lambda r: fmt.ms(r.stats.ttft_s, 0, unit=False), 1),
     Column("ITL p50", lambda r: fmt.ms(r.stats.itl.p50, unit=False), 1),
@@ -48,23 +60,37 @@ COLUMNS = (
     Column("ppl", lambda r: fmt.num(r.finished.perplexity, 2) if r.finished else "", 5),
     Column("vs plain greedy", lambda r: r.note, 2, left=True),
 )
+# A server's runs: no perplexity, no plain greedy of our own to compare with, no KV cache measured
+# per run (the server pane has its gauge); their width goes to the server's own account.
+SERVER_COLUMNS = (
+    *(c for c in COLUMNS if c.title not in ("KV MiB", "ppl", "vs plain greedy")),
+    Column("server prefill ms", server_figure("prompt_ms"), 2),
+    Column("server ms/tok", server_figure("predicted_per_token_ms", 2), 3),
+    Column("end", lambda r: r.note, 2, left=True),
+)
+
+
+def columns_for(rows: list[Row]) -> tuple[Column, ...]:
+    return SERVER_COLUMNS if any(r.stats.levers.server for r in rows) else COLUMNS
+
+
 GAP = 2
 
 
-def fit_columns(rows: list[tuple[str, ...]], width: int) -> tuple[list[int], list[int]]:
+def fit_columns(rows: list[tuple[str, ...]], width: int, columns: tuple[Column, ...] = COLUMNS) -> tuple[list[int], list[int]]:
     """The columns to show (indexes) and their widths: every column sized to its widest cell
     (capped); the least important left out until the rest fit in `width`."""
-    widths = [min(max([len(c.title)] + [len(r[i]) for r in rows]), max(c.cap, len(c.title))) for i, c in enumerate(COLUMNS)]
-    shown = list(range(len(COLUMNS)))
+    widths = [min(max([len(c.title)] + [len(r[i]) for r in rows]), max(c.cap, len(c.title))) for i, c in enumerate(columns)]
+    shown = list(range(len(columns)))
 
     def total() -> int:
         return sum(widths[i] for i in shown) + GAP * (len(shown) - 1)
 
     while total() > width:
-        droppable = [i for i in shown if COLUMNS[i].priority > 0]
+        droppable = [i for i in shown if columns[i].priority > 0]
         if not droppable:
             break
-        shown.remove(max(droppable, key=lambda i: (COLUMNS[i].priority, i)))
+        shown.remove(max(droppable, key=lambda i: (columns[i].priority, i)))
     return shown, [widths[i] for i in shown]
 
 
@@ -101,12 +127,13 @@ class RunsTable(LinePane):
 
     def draw(self, width: int, height: int) -> list[Strip]:
         self._rows = self.session.rows()
-        cells = [tuple(c.cell(r) for c in COLUMNS) for r in self._rows]
-        shown, widths = fit_columns(cells, width)
+        columns = columns_for(self._rows)
+        cells = [tuple(c.cell(r) for c in columns) for r in self._rows]
+        shown, widths = fit_columns(cells, width, columns)
         gap = " " * GAP
 
         def line(values, style) -> Strip:
-            text = gap.join(_cell(values[i], w, COLUMNS[i].left) for i, w in zip(shown, widths, strict=True))
+            text = gap.join(_cell(values[i], w, columns[i].left) for i, w in zip(shown, widths, strict=True))
             return Strip([Segment(text, style)]).crop(0, width)
 
         # Compared servers: each against the first, on the table's last lines.
@@ -116,7 +143,7 @@ class RunsTable(LinePane):
         end = len(cells) - self.scrolled
         body = range(max(end - visible, 0), end)
         self.border_title = f"runs · {self.scrolled} newer below (wheel down)" if self.scrolled else "runs"
-        rows = [line([c.title for c in COLUMNS], self.HEADER)] + [
+        rows = [line([c.title for c in columns], self.HEADER)] + [
             line(cells[k], self.SEGMENT if self._rows[k].segment is not None else self.RUN if k == len(cells) - 1 else None) for k in body
         ]
         rows += [Strip.blank(width)] * (height - len(rows) - len(summary))
