@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup chromium prometheus run test bench bench-peer screenshots check clean gpu-wheels gpu-check lock test-latest test-oldest
+.PHONY: setup chromium prometheus run test bench bench-peer bench-agreement screenshots check clean gpu-wheels gpu-check lock test-latest test-oldest
 
 setup: $(VENV)/.installed
 
@@ -76,6 +76,20 @@ screenshots: setup chromium prometheus
 bench-peer: setup
 	$(PIP) install --target .peer --no-deps xllamacpp
 	PYTHONPATH=.peer $(PY) benchmarks/ceiling.py
+
+# The serving bench beside its peers on one real llama.cpp server (benchmarks/peer_agreement.py):
+# `vllm bench serve` from the vLLM venv, and NVIDIA's AIPerf in a venv of its own (about 2 minutes
+# to install, kept between runs); then the load generator's capacity beside vLLM's.
+AIPERF_VENV ?= $(HOME)/.cache/tokentop/aiperf-venv
+
+$(AIPERF_VENV)/.installed:
+	test -x $(AIPERF_VENV)/bin/python || python3 -m venv $(AIPERF_VENV)
+	$(AIPERF_VENV)/bin/python -m pip --disable-pip-version-check -q install aiperf==0.13.0
+	touch $@
+
+bench-agreement: setup $(VLLM_VENV)/.installed $(AIPERF_VENV)/.installed
+	$(PY) benchmarks/peer_agreement.py --vllm-python $(VLLM_VENV)/bin/python --aiperf $(AIPERF_VENV)/bin/aiperf
+	$(PY) benchmarks/generator_capacity.py --vllm-python $(VLLM_VENV)/bin/python
 
 bench: setup prometheus
 	$(PY) benchmarks/framework_overhead.py

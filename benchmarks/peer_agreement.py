@@ -1,0 +1,298 @@
+"""tokentop's serving bench beside the established ones, on the same server and the same workload:
+`vllm bench serve` (vLLM's, the module in the vLLM venv) and, where installed, NVIDIA's AIPerf
+(`make bench-agreement` puts it in a venv of its own). The target is one real llama.cpp server
+(tests/helpers/llama_server.py) unless --url names another.
+
+Cells: closed loop at concurrency 1 and 8, and a fixed rate (evenly spaced arrivals in every tool:
+`--burstiness inf` in both vLLM and tokentop, so no tool draws a luckier Poisson schedule). The
+tools take turns round by round (vLLM first in even rounds, tokentop first in odd), each round a
+fresh set of prompts (a new --seed for vLLM's random ones; tokentop's own start anew each run), so
+no tool finds the other's prompts in the server's prefix cache. Each figure is pooled over the
+rounds' requests, then divided: tokentop ÷ peer.
+
+Like with like, where the definitions differ:
+- ITL: vLLM records a gap for every chunk with a `choices` entry, the last one included (llama.cpp
+  ends each stream with a chunk that carries the finish reason and no token); tokentop's ITL is per
+  token. "ITL p50" compares vLLM's gaps of its first output_len − 1 chunks (one a token here) with
+  tokentop's; vLLM's own figure over every chunk is printed beside it ("ITL p50, every chunk").
+- TPOT: both (e2e − TTFT) ÷ (tokens − 1) a request, the first token left out; vLLM's e2e ends at
+  that last empty chunk, tokentop's at the last token (a gap of well under a millisecond here).
+- output tok/s: the tokens over the run's wall time from the first send to the last end, no warm-up
+  and no ramp inside it (AIPerf's: over its benchmark duration, the same span).
+- AIPerf: its records' TTFT, inter-chunk gaps (the final empty chunk not among them) and request
+  latency, pooled the same way; its start-up is outside the rounds, so it runs after the other two.
+- vLLM's client (aiohttp) reuses a connection after llama.cpp's HTTP server has closed it (a
+  request then fails with ServerDisconnectedError): its runs here send `Connection: close`, a TCP
+  connect on loopback per request (tens of µs, against TTFTs of tens of ms).
+
+    .venv/bin/python benchmarks/peer_agreement.py [--rounds 3] [--lengths 64:32] [--rate 2]
+        [--vllm-python ~/.cache/tokentop/vllm-venv/bin/python] [--aiperf PATH/bin/aiperf] [--url URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from monitors.timing import mean, percentile
+
+VLLM_VENV = Path.home() / ".cache" / "tokentop" / "vllm-venv"
+DRIVER = Path(__file__).with_name("vllm_bench_serve.py")
+FIGURES = (
+    ("TTFT p50", "ttft_p50", True),
+    ("TTFT p99", "ttft_p99", True),
+    ("TPOT mean", "tpot_mean", True),
+    ("ITL p50", "itl_p50", True),
+    ("output tok/s", "output_tok_s", False),
+)
+
+
+@dataclass
+class Cell:
+    name: str  # c1, c8, r2/s
+    concurrency: int | None  # closed loop
+    rate: float | None  # evenly spaced arrivals
+    requests: int
+
+
+@dataclass
+class Pooled:
+    """Requests of every round of one tool on one cell: what its figures are computed from."""
+
+    ttft: list[float] = field(default_factory=list)
+    itl: list[float] = field(default_factory=list)  # per token (one a chunk on llama.cpp)
+    itl_chunks: list[float] = field(default_factory=list)  # vLLM: every chunk's gap, its own definition
+    tpot: list[float] = field(default_factory=list)
+    tokens: int = 0
+    wall_s: float = 0.0
+    failed: int = 0
+
+    def figures(self) -> dict[str, float]:
+        return {
+            "ttft_p50": percentile(self.ttft, 50),
+            "ttft_p99": percentile(self.ttft, 99),
+            "tpot_mean": mean(self.tpot),
+            "itl_p50": percentile(self.itl, 50),
+            "itl_p50_chunks": percentile(self.itl_chunks, 50),
+            "output_tok_s": self.tokens / self.wall_s if self.wall_s else float("nan"),
+        }
+
+
+class VllmBench:
+    """`vllm bench serve` kept imported in a process of its own (benchmarks/vllm_bench_serve.py)."""
+
+    def __init__(self, python: str, workdir: Path):
+        from benchmarks.vllm_bench_serve import DONE
+
+        self.done = DONE
+        self.workdir = workdir
+        self.log = open(workdir / "vllm-bench.log", "w")  # noqa: SIM115 - open for the process's life
+        self.proc = subprocess.Popen([python, str(DRIVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        self._wait()
+
+    def _wait(self) -> None:
+        for line in self.proc.stdout:
+            if line.strip() == self.done:
+                return
+            self.log.write(line)
+        raise RuntimeError(f"vllm bench serve ended (exit {self.proc.wait()}); its log: {self.workdir / 'vllm-bench.log'}")
+
+    def run(self, url: str, tokenizer: str, cell: Cell, p_len: int, new: int, seed: int) -> dict:
+        name = f"vllm-{cell.name.replace('/', '')}-{seed}.json"
+        argv = [
+            "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions", "--model", "smollm2", "--tokenizer", tokenizer,
+            "--dataset-name", "random", "--random-input-len", str(p_len), "--random-output-len", str(new), "--ignore-eos",
+            "--num-prompts", str(cell.requests), "--seed", str(seed), "--temperature", "0",
+            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
+            "--save-result", "--save-detailed", "--result-dir", str(self.workdir), "--result-filename", name,
+            "--header", "Connection=close", "--disable-tqdm",
+        ]  # fmt: skip
+        if cell.concurrency:
+            argv += ["--max-concurrency", str(cell.concurrency), "--request-rate", "inf"]
+        else:
+            argv += ["--request-rate", str(cell.rate), "--burstiness", "inf"]
+        self.proc.stdin.write(json.dumps(argv) + "\n")
+        self.proc.stdin.flush()
+        self._wait()
+        return json.loads((self.workdir / name).read_text())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(60)
+        self.log.close()
+
+
+def add_vllm(pool: Pooled, data: dict) -> None:
+    for ttft, itls, latency, n, err in zip(data["ttfts"], data["itls"], data["latencies"], data["output_lens"], data["errors"], strict=True):
+        if err or not n:
+            pool.failed += 1
+            continue
+        pool.ttft.append(ttft)
+        pool.itl_chunks.extend(itls)
+        pool.itl.extend(itls[: n - 1])  # a gap a token: the stream's last, empty chunk left out
+        if n > 1:
+            pool.tpot.append((latency - ttft) / (n - 1))
+        pool.tokens += n
+    pool.wall_s += data["duration"]
+
+
+def tokentop_run(url: str, cell: Cell, p_len: int, new: int, workdir: Path, warmup: int) -> dict:
+    out = workdir / f"tokentop-{cell.name.replace('/', '')}"
+    load = ["--concurrency", str(cell.concurrency)] if cell.concurrency else ["--rate", str(cell.rate), "--burstiness", "inf"]
+    cmd = [sys.executable, "-m", "tui_app", "bench", "--endpoint", url, "--lengths", f"{p_len}:{new}", *load]
+    cmd += ["--requests", str(cell.requests), "--repeats", "1", "--warmup", str(warmup), "-o", "json", "--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"tokentop bench exited {done.returncode}: {done.stderr[-2000:]}")
+    return json.loads(out.with_suffix(".json").read_text())
+
+
+def add_tokentop(pool: Pooled, data: dict) -> None:
+    (row,), (reqs,) = data["results"], data["requests"]
+    for r in reqs:
+        if not r["ok"]:
+            pool.failed += 1
+            continue
+        pool.ttft.append(r["ttft_s"])
+        pool.itl.extend(r["itl_s"])
+        pool.itl_chunks.extend(r["itl_s"])
+        if r["tpot_s"] is not None:
+            pool.tpot.append(r["tpot_s"])
+        pool.tokens += r["tokens"]
+    pool.wall_s += row["wall_s"]
+
+
+def aiperf_run(aiperf: str, url: str, tokenizer: str, cell: Cell, p_len: int, new: int, workdir: Path, seed: int) -> tuple[list[dict], float]:
+    """AIPerf's profile of the same cell: its per-request records and its benchmark duration (s).
+    `--use-legacy-max-tokens`: llama.cpp's completions read max_tokens, not max_completion_tokens."""
+    out = workdir / f"aiperf-{cell.name.replace('/', '')}-{seed}"
+    cmd = [aiperf, "profile", "--model", "smollm2", "--url", url, "--endpoint-type", "completions", "--streaming", "--tokenizer", tokenizer, "--ui", "none"]
+    cmd += ["--synthetic-input-tokens-mean", str(p_len), "--synthetic-input-tokens-stddev", "0"]
+    cmd += ["--output-tokens-mean", str(new), "--output-tokens-stddev", "0", "--use-legacy-max-tokens"]
+    cmd += ["--extra-inputs", "ignore_eos:true", "--request-count", str(cell.requests), "--random-seed", str(seed), "--artifact-dir", str(out)]
+    cmd += ["--concurrency", str(cell.concurrency)] if cell.concurrency else ["--request-rate", str(cell.rate), "--arrival-pattern", "constant"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=workdir)
+    if done.returncode != 0:
+        raise RuntimeError(f"aiperf exited {done.returncode}: {done.stderr[-2000:] or done.stdout[-2000:]}")
+    records = [json.loads(line) for line in (out / "profile_export.jsonl").read_text().splitlines() if line.strip()]
+    duration = json.loads((out / "profile_export_aiperf.json").read_text())["benchmark_duration"]["avg"]
+    return records, duration
+
+
+def add_aiperf(pool: Pooled, run: tuple[list[dict], float]) -> None:
+    """AIPerf's records (ms): TTFT, a gap a chunk after the first (its inter_chunk_latency: the
+    final, empty chunk is not among them, so a gap a token here), the request's latency."""
+    records, duration = run
+    for rec in records:
+        m = rec.get("metrics") or {}
+        if rec.get("error") or "time_to_first_token" not in m:
+            pool.failed += 1
+            continue
+        ttft, latency, n = m["time_to_first_token"]["value"] / 1000, m["request_latency"]["value"] / 1000, int(m["output_sequence_length"]["value"])
+        gaps = [x / 1000 for x in (m.get("inter_chunk_latency") or {}).get("value") or []]
+        pool.ttft.append(ttft)
+        pool.itl.extend(gaps)
+        pool.itl_chunks.extend(gaps)
+        if n > 1:
+            pool.tpot.append((latency - ttft) / (n - 1))
+        pool.tokens += n
+    pool.wall_s += duration
+
+
+def compare(url: str, tokenizer: str, cells: list[Cell], p_len: int, new: int, rounds: int, vllm_python: str, aiperf: str | None = None, log=print) -> dict:
+    """Every cell, the tools taking turns round by round; {cell: {tool: figures}}."""
+    with tempfile.TemporaryDirectory(prefix="tokentop-peers-") as tmp:
+        work = Path(tmp)
+        vllm = VllmBench(vllm_python, work)
+        try:
+            out: dict = {}
+            # A seed of this run's own: a server that served an earlier run's random prompts would
+            # answer the peers' from its prefix cache (tokentop's start anew by themselves).
+            base = random.SystemRandom().randrange(1, 1_000_000)
+            for cell in cells:
+                pools = {"vllm": Pooled(), "tokentop": Pooled(), **({"aiperf": Pooled()} if aiperf else {})}
+                for k in range(rounds):
+                    seed = base + 1000 * len(out) + k
+                    warm = 1 if k == 0 else 0
+                    order = ("vllm", "tokentop") if k % 2 == 0 else ("tokentop", "vllm")
+                    for tool in order:
+                        if tool == "vllm":
+                            add_vllm(pools["vllm"], vllm.run(url, tokenizer, cell, p_len, new, seed))
+                        else:
+                            add_tokentop(pools["tokentop"], tokentop_run(url, cell, p_len, new, work, warm))
+                    if aiperf:  # after both: its start-up (~20 s) is not inside either's round
+                        add_aiperf(pools["aiperf"], aiperf_run(aiperf, url, tokenizer, cell, p_len, new, work, seed))
+                    log(f"{cell.name}: round {k + 1}/{rounds} done")
+                out[cell.name] = {tool: {**p.figures(), "failed": p.failed, "requests": len(p.ttft)} for tool, p in pools.items()}
+            return out
+        finally:
+            vllm.close()
+
+
+def table(results: dict) -> str:
+    peers = sorted({t for tools in results.values() for t in tools if t != "tokentop"}, key=lambda t: t != "vllm")
+    lines = []
+    for peer in peers:
+        name = "vllm bench serve" if peer == "vllm" else "AIPerf"
+        lines += [f"tokentop beside {name} (ratio tokentop ÷ peer):", "", "| cell | figure | peer | tokentop | ratio |", "|---|---|---|---|---|"]
+        for cell, tools in results.items():
+            if peer not in tools:
+                continue
+            a, b = tools[peer], tools["tokentop"]
+            for title, key, is_ms in FIGURES:
+                if a.get(key) != a.get(key):  # NaN: the peer has no such figure
+                    continue
+                show = (lambda x: f"{x * 1000:.2f} ms") if is_ms else (lambda x: f"{x:.1f}")
+                lines.append(f"| {cell} | {title} | {show(a[key])} | {show(b[key])} | {b[key] / a[key]:.3f} |")
+            if peer == "vllm":
+                chunks = a["itl_p50_chunks"]
+                ours = b["itl_p50"]
+                lines.append(f"| {cell} | ITL p50, every chunk (vLLM's own) | {chunks * 1000:.2f} ms | {ours * 1000:.2f} ms | {ours / chunks:.3f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--url", default=None, help="a running llama.cpp server (default: start one, 4 slots)")
+    p.add_argument("--lengths", default="64:32")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rate", type=float, default=2.0, help="the fixed-rate cell's requests/s")
+    p.add_argument("--requests", type=int, default=16, help="requests a round (c1's: half)")
+    p.add_argument("--vllm-python", default=str(VLLM_VENV / "bin" / "python"))
+    p.add_argument("--aiperf", default=None, help="AIPerf's command (make bench-agreement installs it)")
+    p.add_argument("--json", default=None, help="also write the figures here")
+    args = p.parse_args()
+    from tui_app.engine.models import converted_default
+
+    p_len, new = (int(x) for x in args.lengths.split(":"))
+    tokenizer = str(converted_default())
+    cells = [Cell("c1", 1, None, max(args.requests // 2, 2)), Cell("c8", 8, None, args.requests), Cell(f"r{args.rate:g}/s", None, args.rate, args.requests)]
+    server = None
+    if args.url is None:
+        from tests.helpers.llama_server import LlamaServer
+
+        server = LlamaServer()
+    url = args.url or server.url
+    try:
+        results = compare(url, tokenizer, cells, p_len, new, args.rounds, args.vllm_python, args.aiperf, log=lambda s: print(s, file=sys.stderr))
+    finally:
+        if server is not None:
+            server.close()
+    print(f"llama.cpp at {url}, {p_len} prompt tokens, {new} out (ignore-eos), {args.rounds} rounds interleaved\n")
+    print(table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
