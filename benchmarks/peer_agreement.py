@@ -106,7 +106,7 @@ class VllmBench:
             self.log.write(line)
         raise RuntimeError(f"vllm bench serve ended (exit {self.proc.wait()}); its log: {self.workdir / 'vllm-bench.log'}")
 
-    def run(self, url: str, tokenizer: str, cell: Cell, p_len: int, new: int, seed: int) -> dict:
+    def run(self, url: str, tokenizer: str, cell: Cell, p_len: int, new: int, seed: int, keep_alive: bool = False) -> dict:
         name = f"vllm-{cell.name.replace('/', '')}-{seed}.json"
         argv = [
             "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions", "--model", "smollm2", "--tokenizer", tokenizer,
@@ -114,8 +114,10 @@ class VllmBench:
             "--num-prompts", str(cell.requests), "--seed", str(seed), "--temperature", "0",
             "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
             "--save-result", "--save-detailed", "--result-dir", str(self.workdir), "--result-filename", name,
-            "--header", "Connection=close", "--disable-tqdm",
+            "--disable-tqdm",
         ]  # fmt: skip
+        if not keep_alive:  # llama.cpp's server: see the module's docstring
+            argv += ["--header", "Connection=close"]
         if cell.concurrency:
             argv += ["--max-concurrency", str(cell.concurrency), "--request-rate", "inf"]
         else:

@@ -16,6 +16,7 @@ timestamp and a stalled server never stalls a frame.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -75,6 +76,7 @@ class AttachConfig:
     watch: bool = False  # the operator's mode: /metrics only, no request of tokentop's own
     otlp: str | None = None  # HOST:PORT of the OTLP receiver for the servers' spans (tui_app/attach/otlp.py), None: off
     otlp_grace_s: float = 15.0  # how long a span may come after its stream's end before "no server span" is said
+    max_connections: int | None = max(CONCURRENCY) + 4  # None: as many as are in flight (a bench's open loop must never queue here)
 
 
 class AttachError(Exception):
@@ -198,7 +200,7 @@ class ServerClient:
         self.http = httpx.AsyncClient(
             timeout=httpx.Timeout(cfg.timeout_s, connect=5.0),
             verify=not cfg.insecure,
-            limits=httpx.Limits(max_connections=max(CONCURRENCY) + 4),
+            limits=httpx.Limits(max_connections=cfg.max_connections),
         )
 
     async def aclose(self) -> None:
@@ -488,12 +490,14 @@ class ServerClient:
         pending = ""
         prompt_n = None
         step = 0
-        async for sse in es.aiter_sse():
+        events = es.aiter_sse()
+        async for sse in events:
             t = now_ns()
             data = sse.data.strip()
             if not data:
                 continue
             if data == "[DONE]":
+                await _drained(events)
                 break
             try:
                 obj = json.loads(data)
@@ -760,6 +764,19 @@ def _get(commands):
             continue
         except (EOFError, OSError, ValueError):  # the UI went away
             return ("shutdown",)
+
+
+async def _drained(events, within_s: float = 0.2) -> None:
+    """The body's end after [DONE] (it follows at once): a response read whole lets httpx keep its
+    connection for the next request, where one left unread is closed and the next pays a connect.
+    A server that keeps the body open is not waited for."""
+
+    async def rest() -> None:
+        async for _ in events:
+            pass
+
+    with contextlib.suppress(asyncio.TimeoutError, httpx.HTTPError, SSEError):
+        await asyncio.wait_for(rest(), within_s)
 
 
 def _server_total(s: StreamResult) -> int | None:

@@ -72,6 +72,7 @@ def attach_configs(args) -> list:
             temperature=0.0,
             metrics_hz=4.0,
             otlp=otlp_address,
+            max_connections=None,
         )
         for i, u in enumerate(args.endpoint)
     ]
