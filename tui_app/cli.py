@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "bench":
             from tui_app.commands.bench import run_bench
 
-            return run_bench(args)
+            return run_bench(args, _tui)
         if args.command == "replay":
             from tui_app.commands.replay import replay_main
 

@@ -260,7 +260,8 @@ def environment(engine) -> dict:
     }
 
 
-def run_bench(args) -> int:
+def run_bench(args, tui=None) -> int:
+    """`tui(args, source, make=...)`: the CLI's, for bench --endpoint --live."""
     from tui_app.commands.run import load_engine
     from tui_app.core.options import EXIT_USAGE
     from tui_app.core.session import Session
@@ -293,6 +294,10 @@ def run_bench(args) -> int:
 
         from tui_app.commands.serving_run import run_endpoint_bench
 
+        if args.live and tui is not None:
+            from tui_app.commands.bench_live import run_live
+
+            return run_live(args, lengths, tui)
         return asyncio.run(run_endpoint_bench(args, lengths))
     session = Session()
     errors: list[str] = []  # why a configuration failed

@@ -59,7 +59,7 @@ class Progress:
         took = time.perf_counter() - self.cell_t0
         if self.tty:
             self._draw(force=True)
-        else:
+        elif self.sink is None:  # a sink (the --live TUI) shows it instead
             print(
                 f"tokentop: cell {self.cell}/{self.cells} {self.label}: {self.cell_done} requests in {took:.1f} s; ~{eta_text(self.left_s())} left",
                 file=self.stream,

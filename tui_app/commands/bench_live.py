@@ -1,0 +1,156 @@
+"""`tokentop bench --endpoint URL --live`: the attach TUI while the bench's load runs. The bench
+runs in a process of its own beside the UI (as an attached server's client does), its events feed
+the TUI's panes (the servers, the streams, the runs), its progress shows as a bar with the cell and
+the time left in the status line; its tables and files come when it ends, printed once the TUI has
+closed. Without a terminal, the bench runs as without --live (a progress line per cell on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+
+from tui_app.commands.progress import WIDTH, eta_text
+from tui_app.core.sources import AttachSource
+
+
+@dataclass
+class Job:
+    """What the bench's process is handed (plain values: it is spawned)."""
+
+    args: dict
+    lengths: list
+    out: str  # where its tables go, read back once the TUI has closed
+    status: str  # its exit status, as JSON
+
+
+def progress_text(st: dict) -> str:
+    filled = WIDTH * st["done"] // max(st["total"], 1)
+    return (
+        f"[{'█' * filled}{'·' * (WIDTH - filled)}] cell {st['cell']}/{st['cells']} {st['label']} "
+        f"{st['cell_done']}/{st['cell_total']}, ~{eta_text(st['left_s'])} left"
+    )
+
+
+class BenchSource(AttachSource):
+    """The bench's process as the TUI's source: its levers are the bench's own, not switched live.
+    Closed after the TUI (the terminal is the shell's again), it prints the bench's tables: the
+    CLI may end the process right after (a stuck input thread), so nothing is left for later."""
+
+    kind = "server"
+    printed = False
+
+    def restart(self, levers, first_run_id: int = 1) -> None:
+        pass
+
+    def number_from(self, first_run_id: int) -> None:
+        pass
+
+    def bench_code(self) -> int | None:
+        """The bench's exit status once it has ended, else None."""
+        try:
+            with open(self.config.status, encoding="utf-8") as f:
+                return int(json.load(f)["code"])
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def close(self) -> None:
+        super().close()
+        if not self.printed and os.path.exists(self.config.out):
+            self.printed = True
+            with open(self.config.out, encoding="utf-8") as f:
+                sys.stdout.write(f.read())
+            sys.stdout.flush()
+
+
+def bench_main(job: Job, commands, events, log_path: str | None) -> None:
+    """The bench's process (spawned by tui_app.process.EngineProcess)."""
+    from tui_app.process import quiet_process
+
+    if quiet_process(log_path, events):
+        asyncio.run(_run(job, commands, events))
+
+
+async def _run(job: Job, commands, events) -> None:
+    from monitors.events import EngineError, Phase
+    from tui_app.attach.client import _Batches, _get
+    from tui_app.commands.serving_run import run_endpoint_bench
+    from tui_app.core.options import UsageError
+
+    out = _Batches(events.put)
+    flusher = asyncio.create_task(out.run())
+    loop = asyncio.get_running_loop()
+    code = 2
+    with open(job.out, "w", encoding="utf-8") as tables:
+        sys.stderr = tables  # what the bench says (a server it cannot reach, a file it cannot write) follows its tables
+
+        def progress(st: dict) -> None:
+            out(Phase("bench", progress_text(st), False))
+
+        bench = asyncio.create_task(run_endpoint_bench(argparse.Namespace(**job.args), job.lengths, emit=out, out=tables, progress_sink=progress))
+
+        async def until_shutdown() -> None:
+            while (await loop.run_in_executor(None, _get, commands))[0] != "shutdown":
+                pass
+
+        quit_ = asyncio.create_task(until_shutdown())
+        try:
+            await asyncio.wait([bench, quit_], return_when=asyncio.FIRST_COMPLETED)
+            if bench.done():
+                code = bench.result()
+                tables.flush()
+                _status(job, code)
+                out(Phase("bench", "done: the tables follow when the TUI closes", True))
+            else:
+                bench.cancel()
+                await asyncio.gather(bench, return_exceptions=True)
+                print("tokentop: the bench was stopped before its end (q)", file=tables)
+        except UsageError as exc:
+            out(EngineError(str(exc), fatal=True))
+            print(f"tokentop: {exc}", file=tables)
+        finally:
+            sys.stderr = sys.__stderr__
+            quit_.cancel()
+            flusher.cancel()
+            await asyncio.gather(flusher, return_exceptions=True)
+            out.flush()
+    _status(job, code)
+
+
+def _status(job: Job, code: int) -> None:
+    with open(job.status, "w", encoding="utf-8") as f:
+        json.dump({"code": code}, f)
+
+
+def run_live(args, lengths, tui) -> int:
+    """The TUI over the bench (`tui` is the CLI's, which owns the terminal checks), then its tables."""
+    from tui_app.commands.serving_run import check, run_endpoint_bench
+    from tui_app.engine.models import cache_root
+
+    if not (sys.stdin.isatty() and sys.stdout.isatty()) and not os.environ.get("TOKENTOP_FORCE_TUI"):
+        print("tokentop: --live needs a terminal; without one, a progress line per cell on stderr", file=sys.stderr)
+        return asyncio.run(run_endpoint_bench(args, lengths))
+    check(args)  # a usage error is one line here, not a TUI that closes at once
+    log_dir = cache_root()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="tokentop-bench-") as tmp:
+        plain = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, type(None)))}
+        job = Job(plain, [list(x) for x in lengths], os.path.join(tmp, "tables.md"), os.path.join(tmp, "status.json"))
+        source = BenchSource(job, str(log_dir / "attach.log"), target=bench_main)
+        view = argparse.Namespace(**{**vars(args), "no_record": True, "record": None, "fps": 4.0, "hz": 4.0, "auto": False, "out_dir": None})
+        tui(view, source, make=make_app)
+        source.close()  # printed its tables, if the TUI's own close did not
+        code = source.bench_code()
+        return 1 if code is None else code  # None: stopped before its end, its tables not whole
+
+
+def make_app(args, source, recorder=None):
+    from monitors.sampler import Sampler
+    from tui_app.ui.bench_app import BenchApp
+
+    return BenchApp(source, None, recorder=recorder, sampler=Sampler(hz=args.hz), fps=args.fps, out_dir=args.out_dir)
