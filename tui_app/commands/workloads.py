@@ -108,6 +108,9 @@ def _burstiness(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{exc} (or inf: evenly spaced)") from None
 
 
+_burstiness.bounds = (float, 0, None, True)  # type: ignore[attr-defined]  # read by the bounds test
+
+
 def sample_path(kind: str) -> str:
     """The shipped sample of a format, as a path (package data)."""
     from importlib.resources import files
