@@ -39,6 +39,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tui_app.core import readings
+
 ROOT = Path(__file__).resolve().parent.parent
 WHEELS = ROOT / ".gpu-wheels"
 TOKENIZER = "default-tokenizer"  # inside the wheels folder: the default model's tokenizer and config
@@ -661,7 +663,7 @@ def check_bandwidth(folder: Path, device: str, levers: dict, dtype: str = "bf16"
     session = Session()  # the app's `mem bw`, as the status line shows it
     for ev in warm + events:
         session.feed(ev)
-    live = session.read_rate()
+    live = readings.read_rate(session)
     del bench
     gc.collect()  # the next model needs this one's memory back
     Clock(device).settle()

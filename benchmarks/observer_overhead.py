@@ -29,11 +29,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks._tmux import TmuxApp
 from monitors.events import RunFinished
 from monitors.record import read_recording
-from tui_app.commands.replay import fold
+from tui_app.core.session import Session
 
 
 def decode_tps(events, skip_first: int = 1) -> list[float]:
-    session = fold(events)
+    session = Session.from_events(events)
     runs = [r for r in session.timer.runs.values() if r.finished is not None]
     return [r.total.decode_tps for r in runs[skip_first:]]
 

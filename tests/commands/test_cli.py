@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from monitors.record import read_recording
-from tui_app.commands.replay import fold
+from tui_app.core.session import Session
 
 
 def tokentop(*args, timeout=180, env=None):
@@ -79,7 +79,7 @@ def test_headless_run_records_and_replay_gives_the_same_statistics(tmp_path):
     assert replayed.returncode == 0
     assert [line for line in replayed.stdout.splitlines() if line.startswith("run ")] == live
     # the same folding in-process, field by field
-    rows = fold(got.events).rows()
+    rows = Session.from_events(got.events).rows()
     assert [row.stats.n_tokens for row in rows] == [8, 8]
 
 

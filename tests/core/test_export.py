@@ -4,8 +4,8 @@ import json
 
 from monitors.events import Levers, RunStarted, Step
 from tests.helpers.synthetic import session_events
-from tui_app.commands.replay import fold
-from tui_app.ui.app import export_session
+from tui_app.core.export import export_session
+from tui_app.core.session import Session
 
 
 def _reject(constant):
@@ -17,7 +17,7 @@ def test_export_is_strict_json_with_null_for_missing_numbers(tmp_path):
     t = events[-1].t_ns
     # a run stopped after its prefill: no decode step, so ITL and tok/s have no value
     events += [RunStarted(3, Levers(), 5, 8, "p", t_ns=t + 1), Step(3, 1, "prefill", [1], "a", 1, t + 2, 1, 1, 0, 0, 6)]
-    session = fold(events)
+    session = Session.from_events(events)
     path = tmp_path / "x.json"
     export_session(session, str(path))
     data = json.loads(path.read_text(), parse_constant=_reject)

@@ -7,9 +7,10 @@ import itertools
 import pytest
 import torch
 
-from monitors.events import Bandwidth, LeverChanged, Levers, Phase, RunStarted, Sampled, Step
+from monitors.events import Bandwidth, Phase, RunStarted, Step
 from monitors.record import Recorder, read_recording
 from tui_app.commands.bench import apply_levers
+from tui_app.core import readings
 from tui_app.core.session import READ_WINDOW, Session
 from tui_app.engine import bandwidth
 from tui_app.engine.generation import RunRequest
@@ -50,7 +51,7 @@ def test_the_read_rate_shown_is_the_recorded_steps_bytes_over_their_intervals(pl
     session = Session()  # as replay folds the recording
     for ev in events:
         session.feed(ev)
-    rate, frac = session.read_rate()
+    rate, frac = readings.read_rate(session)
     assert rate == pytest.approx(expected, rel=0.01)
     assert frac == pytest.approx(expected / probe.read_bps, rel=0.01)
 
@@ -100,33 +101,3 @@ def test_spans_read_only_the_weights_a_step_reads_and_nearly_all_of_them(plain, 
     assert 0.94 * bandwidth.weight_bytes(model) <= nbytes <= bandwidth.weight_bytes(model) + 64 * len(tensors)
     read, rate = bandwidth.read_rate(model, repeats=2)
     assert read == nbytes and rate > 0
-
-
-def test_the_session_counts_decode_steps_of_the_current_weights_only():
-    s = Session()
-    mib = 2**20
-    s.feed(RunStarted(1, Levers(), 10, 8, "p"))
-    s.feed(Step(1, 1, "prefill", [1], "a", 1, 0, 5_000_000, 0, mib, mib, 10))
-    s.feed(Step(1, 2, "decode", [2], "b", 1, 1, 1_000_000, 0, mib, mib, 11))
-    assert s.read_rate() is None  # no measurement yet
-    s.feed(Bandwidth("off", 99 * mib, 98 * mib, 200e9, "a read"))
-    s.feed(Step(1, 3, "decode", [3], "c", 1, 2_000_000, 1_000_000, 0, mib, mib, 12))
-    s.feed(Step(1, 4, "decode", [4], "d", 1, 4_000_000, 3_000_000, 0, 3 * mib, mib, 13))
-    rate, frac = s.read_rate()
-    assert rate == pytest.approx((100 * mib + 102 * mib) / 4e-3)
-    assert frac == pytest.approx(rate / 200e9)
-    s.feed(Sampled(4_500_000))
-    s.feed(Sampled(4_000_000_000))  # long after the last step: nothing is being read
-    assert list(s.mem_read) == [pytest.approx(frac), None]
-    s.feed(LeverChanged(1, "compile", True, Levers(compile=True), 1))
-    assert s.read_rate() is None  # another step: its rate starts again
-    s.feed(Step(1, 5, "reprefill", [5], "e", 1, 9_000_000, 5_000_000, 0, mib, mib, 14))
-    assert s.read_rate() is None  # a prefill reads at compute speed: not a decode step
-
-
-def test_a_server_run_has_no_read_rate():
-    s = Session()
-    s.feed(Bandwidth("off", 100, 100, 1e9, "a read"))
-    s.feed(RunStarted(1, Levers(server="a"), 10, 8, "p"))
-    s.feed(Step(1, 1, "decode", [1], "a", 1, 0, 1_000_000, 0, 0, 0, 11))
-    assert s.read_rate() is None

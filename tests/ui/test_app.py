@@ -12,6 +12,7 @@ import pytest
 from monitors.sampler import Sampler
 from tests.helpers.synthetic import session_events
 from tui_app.commands.run import engine_source
+from tui_app.core import readings
 from tui_app.core.sources import ReplaySource
 from tui_app.engine.generation import EngineConfig, RunRequest
 from tui_app.ui.app import TokentopApp
@@ -166,7 +167,7 @@ async def test_replay_shows_the_recorded_runs_and_refuses_levers():
         await pilot.pause(0.1)
         assert any("memory read rate of its own engine only" in n for n in notes(app))
         # the recording's own measurement still draws the figure: the int8 run's last decode steps
-        assert app.session.bandwidth.quant == "int8" and app.session.read_rate() is not None
+        assert app.session.bandwidth.quant == "int8" and readings.read_rate(app.session) is not None
 
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -271,8 +272,8 @@ async def test_restart_of_a_working_engine_asks_first_and_keeps_every_run(tmp_pa
     import json
 
     from monitors.record import Recorder, read_recording
-    from tui_app.commands.replay import fold
-    from tui_app.ui.app import export_session
+    from tui_app.core.export import export_session
+    from tui_app.core.session import Session
     from tui_app.ui.screens.confirm import ConfirmScreen
 
     rec_path = tmp_path / "s.jsonl"
@@ -292,7 +293,7 @@ async def test_restart_of_a_working_engine_asks_first_and_keeps_every_run(tmp_pa
         export_session(app.session, str(tmp_path / "x.json"))
         assert [r["run"] for r in json.loads((tmp_path / "x.json").read_text())["runs"]] == ["1", "2"]
         await pilot.press("q")
-    replayed = fold(read_recording(rec_path).events)
+    replayed = Session.from_events(read_recording(rec_path).events)
     assert [row.label for row in replayed.rows()] == ["1", "2"] and all(row.finished for row in replayed.rows())
 
 

@@ -9,6 +9,7 @@ import os
 import sys
 
 from monitors.events import EngineError, RunFinished, ServerSample
+from tui_app.core import readings
 from tui_app.core.fmt import figure_text
 from tui_app.core.options import EXIT_USAGE, UsageError, make_recorder, run_request
 
@@ -168,7 +169,7 @@ async def _headless(args, configs, request) -> int:
                 latest = next((x for x in reversed(session.server) if x.server == c.levers.server and not x.error), None)
                 print(server_line(fin, latest), flush=True)
                 failed = failed or fin.stop_reason == "error"
-        for line in session.comparison():
+        for line in readings.comparison(session):
             print(line)
         if session.verdict and args.runs > 1 and len(servers.clients) == 1:
             print(session.verdict.text().replace("leak:", "server leak:"))

@@ -8,6 +8,7 @@ import sys
 from monitors.events import RunFinished
 from monitors.text import plural
 from tui_app.commands.run import load_engine
+from tui_app.core import readings
 from tui_app.core.braille import text_plot
 from tui_app.core.options import EXIT_USAGE, run_request
 from tui_app.core.session import DEVICE_BASELINES, Session
@@ -40,7 +41,7 @@ def leakcheck(args) -> int:
         for name, attr in DEVICE_BASELINES:
             if getattr(fin, attr) is not None:
                 baselines.setdefault(name, []).append(getattr(fin, attr) / MB)
-        device = f"  {session.device_leak_text()}" if session.device_verdicts else ""
+        device = f"  {readings.device_leak_text(session)}" if session.device_verdicts else ""
         line = f"run {i + 1}/{args.runs}  baseline {baselines['engine RSS'][-1]:.1f} MiB  {session.verdict.text()}{device}"
         print(f"\r{line}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
@@ -49,6 +50,6 @@ def leakcheck(args) -> int:
     print(session.verdict.text())
     suspected = session.verdict.status == "suspected"
     if session.device_verdicts:
-        print(session.device_leak_text())
-        suspected |= session.device_leak()[1].status == "suspected"
+        print(readings.device_leak_text(session))
+        suspected |= readings.device_leak(session)[1].status == "suspected"
     return 1 if suspected else 0

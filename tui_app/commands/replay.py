@@ -6,14 +6,7 @@ import os
 import sys
 
 from monitors.record import read_recording
-from tui_app.core.session import HISTORY, Session
-
-
-def fold(events, history: int = HISTORY) -> Session:
-    session = Session(history=history)
-    for ev in events:
-        session.feed(ev)
-    return session
+from tui_app.core.session import Session
 
 
 def replay_main(args) -> int:
@@ -27,7 +20,7 @@ def replay_main(args) -> int:
     if args.stats:
         from tui_app.commands.run import row_line
 
-        for row in fold(rec.events).rows():
+        for row in Session.from_events(rec.events).rows():
             print(row_line(row))
         return 0
     if not (sys.stdin.isatty() and sys.stdout.isatty()) and not os.environ.get("TOKENTOP_FORCE_TUI"):

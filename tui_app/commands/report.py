@@ -2,7 +2,7 @@
 result, as one HTML page to paste into a pull request, a slide or a chat.
 
 The page opens offline: figures are inline SVG drawn by matplotlib, the style sheet is inline, and it
-has no script and no link out. A session's numbers come from the fold replay uses (tui_app.commands.replay)
+has no script and no link out. A session's numbers come from the fold replay uses (Session.from_events)
 and its table from the runs table's own columns, so the report cannot disagree with the app.
 matplotlib is imported only here, so the app's start-up does not pay for it.
 """
@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tui_app.core import fmt
+from tui_app.core import fmt, readings
 
 MIB = 2**20
 # Colours that stay apart in print and for the common colour-vision deficiencies (Okabe–Ito).
@@ -98,15 +98,14 @@ def build(path: str) -> Report:
 def session_report(p: Path) -> Report:
     from monitors.events import Phase, Step
     from monitors.record import read_recording
-    from tui_app.commands.replay import fold
-    from tui_app.core.session import HISTORY, PREPARATION_PHASES
+    from tui_app.core.session import HISTORY, PREPARATION_PHASES, Session
 
     rec = read_recording(p, skip_unknown=True)
     if not rec.events:
         raise ReportError(rec.error or f"{p} holds no tokentop events")
     # Every token of the file on the charts, not only the app's last HISTORY.
     points = sum(max(ev.n_tokens, 1) for ev in rec.events if isinstance(ev, Step))
-    session = fold(rec.events, history=max(HISTORY, points + len(rec.events)))
+    session = Session.from_events(rec.events, history=max(HISTORY, points + len(rec.events)))
     if not session.timer.runs:
         raise ReportError(f"{p} holds no runs to report (only {len(rec.events)} other events)")
     notes = []
@@ -132,7 +131,7 @@ def session_meta(session, events) -> list[tuple[str, str]]:
     if session.verdict is not None:
         meta.append(("engine memory", session.verdict.text()))
     if session.device_verdicts:
-        meta.append(("device memory", session.device_leak_text()))
+        meta.append(("device memory", readings.device_leak_text(session)))
     if session.fatal:
         meta.append(("engine error", session.fatal))
     return meta
@@ -327,7 +326,7 @@ def memory_figure(session, phases=()) -> Figure:
     trend_ax.grid(alpha=0.3)
     trend_ax.legend(fontsize=8, loc="best")
     text = verdict.text() if verdict is not None else "leak: no finished run"
-    gpu = f"; {session.device_leak_text()}" if session.device_verdicts else ""
+    gpu = f"; {readings.device_leak_text(session)}" if session.device_verdicts else ""
     caption = (
         "Above: memory of the engine and UI processes over time, run ends dotted, preparation phases shaded. "
         f"Below: the engine's baseline (its memory once a run has ended), run by run, and the leak detector's fit over the runs after its warm-up: {text}{gpu}."
@@ -379,7 +378,7 @@ def util_figure(session, phases=()) -> Figure:
 
 
 def runs_table_html(session) -> str:
-    from tui_app.ui.widgets.runs_table import COLUMNS
+    from tui_app.core.columns import COLUMNS
 
     head = "".join(f"<th>{html.escape(c.title)}</th>" for c in COLUMNS)
     body = []

@@ -10,7 +10,7 @@ import sys
 from monitors.events import EngineError, LeverRefused
 from monitors.record import RecordError
 from monitors.text import plural
-from tui_app.core import fmt
+from tui_app.core import fmt, readings
 from tui_app.core.options import EXIT_USAGE, engine_config, make_recorder, run_request
 from tui_app.core.session import Row, Session
 
@@ -111,7 +111,7 @@ def run_headless(args) -> int:
             rows = [row for row in session.rows() if row.run_id == fin.run_id]
             for row in rows:
                 print(row_line(row), flush=True)
-            read = session.read_rate()
+            read = readings.read_rate(session)
             if read is not None:
                 bw = session.bandwidth
                 print(
@@ -122,7 +122,7 @@ def run_headless(args) -> int:
         if session.verdict and args.runs > 1:
             print(session.verdict.text())
             if session.device_verdicts:
-                print(session.device_leak_text())
+                print(readings.device_leak_text(session))
         return 0
     finally:
         if recorder is not None:

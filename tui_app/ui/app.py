@@ -6,11 +6,10 @@ the events to the Session, and redraws only the panes whose data changed, at --f
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from collections import deque
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -35,7 +34,9 @@ from monitors.events import (
 )
 from monitors.system import trim_heap
 from tui_app.core import fmt
-from tui_app.core.session import Session, short_value
+from tui_app.core.export import export_session
+from tui_app.core.readings import short_value
+from tui_app.core.session import Session
 from tui_app.process import yield_to_children
 from tui_app.ui.screens.confirm import ConfirmScreen
 from tui_app.ui.screens.help import HelpScreen
@@ -537,42 +538,6 @@ class TokentopApp(App):
         self.source.close()
         if self.session.recorder is not None:
             self.session.recorder.close()
-
-
-def export_session(session: Session, path: str) -> None:
-    rows = []
-    for row in session.rows():
-        s = row.stats
-        itl = s.itl
-        rows.append(
-            {
-                "run": row.label,
-                "levers": asdict(s.levers),
-                "levers_end": asdict(row.end_levers or s.levers),
-                "prompt_tokens": s.prompt_tokens,
-                "new_tokens": s.n_tokens,
-                "ttft_s": s.ttft_s,
-                "itl_mean_s": itl.mean,
-                "itl_p50_s": itl.p50,
-                "itl_p95_s": itl.p95,
-                "itl_p99_s": itl.p99,
-                "decode_tok_s": s.decode_tps,
-                "e2e_s": s.e2e_s,
-                "kv_bytes": s.kv_bytes,
-                "accept_rate": s.accept_rate,
-                "peak_rss": row.finished.peak_rss if row.finished else None,
-                "perplexity": row.finished.perplexity if row.finished else None,
-                "ended": row.finished.stop_reason if row.finished else row.note,
-                "output": row.finished.diff_note if row.finished else row.note,
-            }
-        )
-    data = {
-        "engine": asdict(session.ready) if session.ready else None,
-        "leak": asdict(session.verdict) if session.verdict else None,
-        "runs": rows,
-    }
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(fmt.strict_json(data), f, indent=2, default=str, allow_nan=False)
 
 
 def make_app(args, source, recorder=None) -> TokentopApp:

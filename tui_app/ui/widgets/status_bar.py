@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from tui_app.core import fmt
+from tui_app.core import fmt, readings
 
 
 class StatusBar(Static):
@@ -55,7 +55,7 @@ class StatusBar(Static):
             items.append(((f"TTFT {fmt.ms(st.ttft_s, 0)}",), 4, bold, None))
             items.append(((f"ITL p50 {fmt.ms(st.itl.p50)}", f"ITL {fmt.ms(st.itl.p50)}"), 2, bold, None))
             items.append(((f"{fmt.num(st.decode_tps)} tok/s",), 0, bold, None))  # the headline number: stays
-        read = session.read_rate()
+        read = readings.read_rate(session)
         if read is not None:
             rate, frac = read
             ceiling = session.bandwidth.read_bps / 1e9
