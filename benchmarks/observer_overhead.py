@@ -39,16 +39,17 @@ def decode_tps(events, skip_first: int = 1) -> list[float]:
 
 
 def engine_alone(runs: int, tokens: int, engine: dict) -> list[float]:
-    from tui_app.engine.generation import EngineConfig, RunRequest
+    from tui_app.engine.generation import EngineConfig
     from tui_app.engine.main import engine_main
     from tui_app.process import EngineProcess
+    from tui_app.requests import Run, RunRequest
 
     proc = EngineProcess(EngineConfig(**engine), target=engine_main).start()
     events = []
     try:
         req = RunRequest(max_new_tokens=tokens, ignore_eos=True)
         for _ in range(runs + 1):
-            proc.run(req)
+            proc.send(Run(req))
             while True:
                 ev = proc.get(timeout=120)
                 if ev is None:

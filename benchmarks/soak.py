@@ -26,7 +26,8 @@ from monitors.events import RunFinished
 from monitors.record import Recorder, read_recording
 from monitors.sampler import Sampler
 from tui_app.commands.run import engine_source
-from tui_app.engine.config import EngineConfig, RunRequest
+from tui_app.engine.config import EngineConfig
+from tui_app.requests import RunRequest
 from tui_app.ui.app import TokentopApp
 
 # q and ctrl+c end the app; c compiles for a minute on CPU, too long for the short variant.

@@ -1,7 +1,8 @@
 """The event stream: plain dataclasses that the engine emits and every reader consumes.
 
 One stream feeds the UI, the recorder, the headless benchmark and replay, so there is no
-second code path that computes numbers differently. Events serialize to one JSON object
+second code path that computes numbers differently. Every field is named where an event is made
+(kw_only): a Step has sixteen, and a value in the wrong place would still be an int. Events serialize to one JSON object
 per line and back without loss (only ints, floats, strings, bools, None, lists, dicts).
 """
 
@@ -15,6 +16,20 @@ QUANT_LEVELS = ("off", "int8", "int4")
 SPEC_MODES = ("off", "lookup", "draft")
 BATCH_SIZES = (1, 2, 4, 8)
 STEP_KINDS = ("prefill", "decode", "reprefill", "verify")
+
+
+def next_lever_value(lever: str, current, batch_sizes: tuple[int, ...] | None = None):
+    """What a lever's key switches it to from `current`: on/off, or the next of its values (the
+    first after the last). `batch_sizes`: on a server, the numbers of streams it may be asked for."""
+    if lever in ("cache", "compile"):
+        return not current
+    return cycled({"quant": QUANT_LEVELS, "spec": SPEC_MODES, "batch": batch_sizes or BATCH_SIZES}[lever], current)
+
+
+def cycled(values, current):
+    """The value after `current` among `values`: the first after the last, or where `current` is not one."""
+    values = list(values)
+    return values[(values.index(current) + 1) % len(values)] if current in values else values[0]
 
 
 def now_ns() -> int:
@@ -52,7 +67,7 @@ class Levers:
         return self == Levers(cache=self.cache)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EngineReady:
     model: str
     source: str
@@ -75,7 +90,7 @@ class EngineReady:
     placement: dict | None = None  # --device-map: weight bytes per device ("cuda:0", "cpu", "disk")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Phase:
     """A preparation phase (load, compile, quantize) with its own duration, never mixed into steady-state numbers."""
 
@@ -86,7 +101,7 @@ class Phase:
     t_ns: int = field(default_factory=now_ns)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunStarted:
     run_id: int
     levers: Levers
@@ -97,7 +112,7 @@ class RunStarted:
     t_ns: int = field(default_factory=now_ns)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Step:
     """One step's tokens as its source emitted them.
 
@@ -128,7 +143,7 @@ class Step:
     compute_ns: int = 0
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LeverChanged:
     run_id: int | None
     lever: str
@@ -138,7 +153,7 @@ class LeverChanged:
     t_ns: int = field(default_factory=now_ns)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LeverRefused:
     lever: str
     value: object
@@ -146,7 +161,7 @@ class LeverRefused:
     t_ns: int = field(default_factory=now_ns)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TorchMemory:
     device: str
     allocated: int
@@ -155,7 +170,7 @@ class TorchMemory:
     t_ns: int = field(default_factory=now_ns)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunFinished:
     run_id: int
     n_tokens: int
@@ -177,7 +192,7 @@ class RunFinished:
     gpu_proc_mem: int | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Sampled:
     """One sampler reading, recorded so that replay draws the same memory and utilization charts."""
 
@@ -201,7 +216,7 @@ class Sampled:
     gpus: list | None = None  # every GPU of the machine, each monitors.gpu.GpuSample as a dict
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Bandwidth:
     """The weights a decode step reads and this machine's rate of reading those bytes (the engine's
     measurement: tui_app/engine/bandwidth.py), taken when the weights change and on request.
@@ -216,7 +231,7 @@ class Bandwidth:
     t_ns: int = field(default_factory=now_ns)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ServerSample:
     """One scrape of an attached server's /metrics, as figures (monitors.servers): `values` by
     figure name (quantile figures as {p50, p95, p99, mean, n}), `sources` the metric each came from."""
@@ -228,7 +243,7 @@ class ServerSample:
     server: str = ""  # which attached server (its label), when several are compared
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EngineError:
     message: str
     fatal: bool = False

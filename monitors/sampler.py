@@ -99,7 +99,7 @@ def to_event(s: Sample) -> Sampled:
     """Flatten a sample into the recorded event (GPU figures summed over devices)."""
     eng, app = s.processes.get("engine"), s.processes.get("app")
     ev = Sampled(
-        s.t_ns,
+        t_ns=s.t_ns,
         engine_rss=eng.rss if eng else None,
         engine_cpu=eng.cpu_percent if eng else None,
         app_rss=app.rss if app else None,

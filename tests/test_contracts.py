@@ -68,3 +68,12 @@ def test_import_linter_contracts_hold():
         "no import cycle within any package",
     ):
         assert f"{name} KEPT" in r.stdout, r.stdout
+
+
+def test_the_command_line_is_parsed_without_torch_or_textual():
+    """Every subcommand's parser is built (tokentop --help) from modules that load neither."""
+    code = (
+        "import sys, tui_app.cli as c; c.build_parser(); c.serving_bench_parser(); print(*[m for m in ('torch', 'textual', 'matplotlib') if m in sys.modules])"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "", r.stdout + r.stderr

@@ -1,6 +1,6 @@
 """The process boundary: the engine, or an attached server's client, runs in its own (spawned)
 process beside the UI; commands in, events out. What runs there is the `target` (the engine's
-`tui_app.engine.main.engine_main`, the client's `tui_app.attach.client.client_main`); this module
+`tui_app.engine.main.engine_main`, the client's `tui_app.attach.loop.client_main`); this module
 imports neither, so the UI reaches the engine only through the process.
 
 Why a process and not a thread (measured on the 2-core machine, see DESIGN.md): a UI loop in the
@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from monitors.events import EngineError, Event
+from tui_app.requests import Shutdown, Stop
 
 UI_NICE = 5  # how far the UI steps back from the processes it measures (yield_to_children)
 
@@ -88,7 +89,7 @@ def quiet_process(log_path: str | None, events) -> bool:
         try:
             fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         except OSError as exc:  # a traceback here would be drawn over the TUI, and say nothing of the fix
-            events.put(EngineError(f"cannot write the log {log_path} ({exc.strerror or exc}); set TOKENTOP_CACHE to a writable folder", fatal=True))
+            events.put(EngineError(message=f"cannot write the log {log_path} ({exc.strerror or exc}); set TOKENTOP_CACHE to a writable folder", fatal=True))
             return False
         os.dup2(fd, 1)
         os.dup2(fd, 2)
@@ -132,17 +133,9 @@ class EngineProcess:
     def exit_info(self) -> ExitInfo:
         return ExitInfo(self.proc.exitcode, describe_exit(self.proc.exitcode))
 
-    def send(self, *cmd) -> None:
+    def send(self, cmd) -> None:
+        """A command (tui_app.requests) to the process."""
         self.commands.put(cmd)
-
-    def run(self, request) -> None:
-        self.send("run", request)
-
-    def lever(self, name: str, value) -> None:
-        self.send("lever", name, value)
-
-    def stop_run(self) -> None:
-        self.send("stop")
 
     def drain(self, limit: int = 10_000) -> list[Event]:
         """Every event waiting now, without blocking (the UI calls this once per frame)."""
@@ -169,8 +162,8 @@ class EngineProcess:
     def shutdown(self, timeout: float = 3.0) -> None:
         if self.proc.is_alive():
             try:
-                self.send("stop")
-                self.send("shutdown")
+                self.send(Stop())
+                self.send(Shutdown())
             except (OSError, ValueError):
                 pass
             self.proc.join(timeout)

@@ -9,10 +9,11 @@ import pytest
 
 from monitors.events import EngineError, LeverChanged, LeverRefused, ServerSample, Step
 from monitors.record import Recorder, read_recording
-from tui_app.attach.client import AttachConfig, AttachError, ServerClient, api_base
+from tui_app.attach.client import AttachConfig, ServerClient
+from tui_app.attach.errors import AttachError, api_base
 from tui_app.core import readings
 from tui_app.core.session import Session
-from tui_app.engine.config import RunRequest
+from tui_app.requests import RunRequest
 
 
 async def attached(url: str, **options) -> tuple[ServerClient, Session, list]:
@@ -144,7 +145,7 @@ async def test_metrics_figures_come_from_llamacpp_counters(llama_server):
 
 async def test_two_servers_take_turns_and_the_comparison_is_the_rows(llama_server):
     from tests.helpers.llama_server import LlamaServer
-    from tui_app.attach.client import Servers
+    from tui_app.attach.loop import Servers
 
     other = LlamaServer("--slots", "2")
     session = Session()

@@ -178,15 +178,18 @@ def test_headless_refuses_a_lever_it_cannot_apply_instead_of_dropping_it(levers,
 
 
 def _numeric_options():
-    """(subcommand, option, parse type) for every option that takes a number, in every subcommand."""
-    from tui_app.cli import build_parser
+    """(command line before the option, option, parse type) for every option that takes a number, in every subcommand."""
+    from tui_app.cli import build_parser, serving_bench_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.choices and isinstance(a.choices, dict))
-    for name, p in sub.choices.items():
+    parsers = [([name], p) for name, p in sub.choices.items()] + [(["bench", "--endpoint", "http://127.0.0.1:9"], serving_bench_parser())]
+    for before, p in parsers:
         for action in p._actions:
-            if action.option_strings and (isinstance(action.default, (int, float)) and not isinstance(action.default, bool)) and not action.choices:
-                yield name, action.option_strings[-1], action.type
+            numeric = isinstance(action.default, (int, float)) and not isinstance(action.default, bool)
+            bounded = hasattr(action.type, "bounds")  # those whose default is None (--rate) say so by their type
+            if action.option_strings and (numeric or bounded) and not action.choices:
+                yield before, action.option_strings[-1], action.type
 
 
 def test_every_numeric_option_has_bounds_and_refuses_each_side_with_the_range(capsys):
@@ -196,7 +199,8 @@ def test_every_numeric_option_has_bounds_and_refuses_each_side_with_the_range(ca
 
     options = list(_numeric_options())
     assert len(options) >= 15
-    for cmd, opt, typ in options:
+    for before, opt, typ in options:
+        cmd = before[0]
         assert hasattr(typ, "bounds"), f"{cmd} {opt} takes any number"
         kind, lo, hi, lo_open = typ.bounds
         step = 1 if kind is int else 0.5
@@ -204,7 +208,7 @@ def test_every_numeric_option_has_bounds_and_refuses_each_side_with_the_range(ca
         for value in bad:
             capsys.readouterr()
             with pytest.raises(SystemExit) as done:
-                main([cmd, opt, str(kind(value)), *(["x.jsonl"] if cmd == "replay" else [])])
+                main([*before, opt, str(kind(value)), *(["x.jsonl"] if cmd in ("replay", "report") else [])])
             err = capsys.readouterr().err
             assert done.value.code == 2 and f"argument {opt}: must be" in err and str(kind(value)) in err, (cmd, opt, value, err)
 

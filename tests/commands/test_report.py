@@ -18,6 +18,7 @@ from monitors.events import RunFinished, RunStarted, Step
 from monitors.record import Recorder, read_recording
 from tests.helpers import browser
 from tui_app.cli import main
+from tui_app.requests import SetLever
 
 SESSION_FIGURES = ("latency", "ttft", "kv", "memory", "utilization")
 BENCH_FIGURES = ("ttft", "itl", "tps")
@@ -31,7 +32,7 @@ def recorded(engine, tmp_path_factory):
     from monitors.sampler import Sampler, to_event
     from tui_app.commands.bench import apply_levers
     from tui_app.core.session import Session
-    from tui_app.engine.config import RunRequest
+    from tui_app.requests import RunRequest
 
     path = tmp_path_factory.mktemp("report") / "session.jsonl"
     recorder = Recorder(path)
@@ -61,7 +62,7 @@ def recorded(engine, tmp_path_factory):
         def poll():
             if steps[0] == 3 and not sent:
                 sent.append(1)
-                return [("lever", "quant", "int8")]
+                return [SetLever("quant", "int8")]
             return []
 
         assert engine.run(req, poll) is not None

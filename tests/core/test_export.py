@@ -16,7 +16,10 @@ def test_export_is_strict_json_with_null_for_missing_numbers(tmp_path):
     events = session_events(runs=2, tokens=8)
     t = events[-1].t_ns
     # a run stopped after its prefill: no decode step, so ITL and tok/s have no value
-    events += [RunStarted(3, Levers(), 5, 8, "p", t_ns=t + 1), Step(3, 1, "prefill", [1], "a", 1, t + 2, 1, 1, 0, 0, 6)]
+    events += [
+        RunStarted(run_id=3, levers=Levers(), prompt_tokens=5, max_new_tokens=8, prompt_text="p", t_ns=t + 1),
+        Step(run_id=3, step=1, kind="prefill", token_ids=[1], text="a", n_tokens=1, t_ns=t + 2, dt_ns=1, forward_ns=1, kv_bytes=0, kv_alloc_bytes=0, seq_len=6),
+    ]
     session = Session.from_events(events)
     path = tmp_path / "x.json"
     export_session(session, str(path))

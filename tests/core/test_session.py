@@ -17,30 +17,120 @@ MB = 2**20
 def test_the_session_counts_decode_steps_of_the_current_weights_only():
     s = Session()
     mib = 2**20
-    s.feed(RunStarted(1, Levers(), 10, 8, "p"))
-    s.feed(Step(1, 1, "prefill", [1], "a", 1, 0, 5_000_000, 0, mib, mib, 10))
-    s.feed(Step(1, 2, "decode", [2], "b", 1, 1, 1_000_000, 0, mib, mib, 11))
+    s.feed(RunStarted(run_id=1, levers=Levers(), prompt_tokens=10, max_new_tokens=8, prompt_text="p"))
+    s.feed(
+        Step(
+            run_id=1,
+            step=1,
+            kind="prefill",
+            token_ids=[1],
+            text="a",
+            n_tokens=1,
+            t_ns=0,
+            dt_ns=5_000_000,
+            forward_ns=0,
+            kv_bytes=mib,
+            kv_alloc_bytes=mib,
+            seq_len=10,
+        )
+    )
+    s.feed(
+        Step(
+            run_id=1,
+            step=2,
+            kind="decode",
+            token_ids=[2],
+            text="b",
+            n_tokens=1,
+            t_ns=1,
+            dt_ns=1_000_000,
+            forward_ns=0,
+            kv_bytes=mib,
+            kv_alloc_bytes=mib,
+            seq_len=11,
+        )
+    )
     assert readings.read_rate(s) is None  # no measurement yet
-    s.feed(Bandwidth("off", 99 * mib, 98 * mib, 200e9, "a read"))
-    s.feed(Step(1, 3, "decode", [3], "c", 1, 2_000_000, 1_000_000, 0, mib, mib, 12))
-    s.feed(Step(1, 4, "decode", [4], "d", 1, 4_000_000, 3_000_000, 0, 3 * mib, mib, 13))
+    s.feed(Bandwidth(quant="off", weight_bytes=99 * mib, read_bytes=98 * mib, read_bps=200e9, source="a read"))
+    s.feed(
+        Step(
+            run_id=1,
+            step=3,
+            kind="decode",
+            token_ids=[3],
+            text="c",
+            n_tokens=1,
+            t_ns=2_000_000,
+            dt_ns=1_000_000,
+            forward_ns=0,
+            kv_bytes=mib,
+            kv_alloc_bytes=mib,
+            seq_len=12,
+        )
+    )
+    s.feed(
+        Step(
+            run_id=1,
+            step=4,
+            kind="decode",
+            token_ids=[4],
+            text="d",
+            n_tokens=1,
+            t_ns=4_000_000,
+            dt_ns=3_000_000,
+            forward_ns=0,
+            kv_bytes=3 * mib,
+            kv_alloc_bytes=mib,
+            seq_len=13,
+        )
+    )
     rate, frac = readings.read_rate(s)
     assert rate == pytest.approx((100 * mib + 102 * mib) / 4e-3)
     assert frac == pytest.approx(rate / 200e9)
-    s.feed(Sampled(4_500_000))
-    s.feed(Sampled(4_000_000_000))  # long after the last step: nothing is being read
+    s.feed(Sampled(t_ns=4_500_000))
+    s.feed(Sampled(t_ns=4_000_000_000))  # long after the last step: nothing is being read
     assert list(s.mem_read) == [pytest.approx(frac), None]
-    s.feed(LeverChanged(1, "compile", True, Levers(compile=True), 1))
+    s.feed(LeverChanged(run_id=1, lever="compile", value=True, levers=Levers(compile=True), segment=1))
     assert readings.read_rate(s) is None  # another step: its rate starts again
-    s.feed(Step(1, 5, "reprefill", [5], "e", 1, 9_000_000, 5_000_000, 0, mib, mib, 14))
+    s.feed(
+        Step(
+            run_id=1,
+            step=5,
+            kind="reprefill",
+            token_ids=[5],
+            text="e",
+            n_tokens=1,
+            t_ns=9_000_000,
+            dt_ns=5_000_000,
+            forward_ns=0,
+            kv_bytes=mib,
+            kv_alloc_bytes=mib,
+            seq_len=14,
+        )
+    )
     assert readings.read_rate(s) is None  # a prefill reads at compute speed: not a decode step
 
 
 def test_a_server_run_has_no_read_rate():
     s = Session()
-    s.feed(Bandwidth("off", 100, 100, 1e9, "a read"))
-    s.feed(RunStarted(1, Levers(server="a"), 10, 8, "p"))
-    s.feed(Step(1, 1, "decode", [1], "a", 1, 0, 1_000_000, 0, 0, 0, 11))
+    s.feed(Bandwidth(quant="off", weight_bytes=100, read_bytes=100, read_bps=1e9, source="a read"))
+    s.feed(RunStarted(run_id=1, levers=Levers(server="a"), prompt_tokens=10, max_new_tokens=8, prompt_text="p"))
+    s.feed(
+        Step(
+            run_id=1,
+            step=1,
+            kind="decode",
+            token_ids=[1],
+            text="a",
+            n_tokens=1,
+            t_ns=0,
+            dt_ns=1_000_000,
+            forward_ns=0,
+            kv_bytes=0,
+            kv_alloc_bytes=0,
+            seq_len=11,
+        )
+    )
     assert readings.read_rate(s) is None
 
 
@@ -50,12 +140,40 @@ def test_a_preparation_phase_restarts_the_baseline_series():
 
     s = Session()
     for i in range(12):
-        s.feed(RunFinished(i, 1, "eos", "", 0, (900 + i) * MB, None, None, None, None, ""))
+        s.feed(
+            RunFinished(
+                run_id=i,
+                n_tokens=1,
+                stop_reason="eos",
+                text="",
+                peak_rss=0,
+                baseline_rss=(900 + i) * MB,
+                torch_peak=None,
+                gpu_baseline=None,
+                perplexity=None,
+                first_diff=None,
+                diff_note="",
+            )
+        )
     assert s.verdict.status == "suspected"
-    s.feed(Phase("quantize", "int8", True, 1.0))  # a quantized copy: +100 MB, legitimately
+    s.feed(Phase(name="quantize", detail="int8", done=True, seconds=1.0))  # a quantized copy: +100 MB, legitimately
     assert s.verdict is None and s.leak.seen == 0
     for i in range(12):
-        s.feed(RunFinished(100 + i, 1, "eos", "", 0, 1100 * MB, None, None, None, None, ""))
+        s.feed(
+            RunFinished(
+                run_id=100 + i,
+                n_tokens=1,
+                stop_reason="eos",
+                text="",
+                peak_rss=0,
+                baseline_rss=1100 * MB,
+                torch_peak=None,
+                gpu_baseline=None,
+                perplexity=None,
+                first_diff=None,
+                diff_note="",
+            )
+        )
     assert s.verdict.status == "none"
 
 
@@ -71,17 +189,17 @@ def test_device_memory_is_followed_by_each_source_and_the_nearest_to_a_leak_is_s
         allocated = (500 + i) * MB
         s.feed(
             RunFinished(
-                i,
-                8,
-                "max tokens",
-                "",
-                0,
-                900 * MB,
-                None,
-                allocated,
-                None,
-                None,
-                "",
+                run_id=i,
+                n_tokens=8,
+                stop_reason="max tokens",
+                text="",
+                peak_rss=0,
+                baseline_rss=900 * MB,
+                torch_peak=None,
+                gpu_baseline=allocated,
+                perplexity=None,
+                first_diff=None,
+                diff_note="",
                 gpu_reserved=(520 + 2 * (i // 2)) * MB,
                 gpu_proc_mem=int((1100 + 2 * (i // 2) + rng.gauss(0, 0.2)) * MB),
             )
@@ -92,12 +210,43 @@ def test_device_memory_is_followed_by_each_source_and_the_nearest_to_a_leak_is_s
     name, verdict = readings.device_leak(s)
     assert verdict.mb_per_run == pytest.approx(1.0, abs=0.1)
     assert readings.device_leak_text(s) == f"GPU {verdict.text()} in {name}" and "suspected" in readings.device_leak_text(s)
-    s.feed(Phase("compile", "graphs", True, 3.0))  # CUDA-graph pools: a legitimate rise, a new series
+    s.feed(Phase(name="compile", detail="graphs", done=True, seconds=3.0))  # CUDA-graph pools: a legitimate rise, a new series
     assert readings.device_leak_text(s) is None and all(d.seen == 0 for d in s.device_leaks.values())
     for i in range(12):
         reserved = (700 + (4 if i > 1 else 0)) * MB  # one more segment while the caches warm up: no trend
-        s.feed(RunFinished(100 + i, 8, "eos", "", 0, 900 * MB, None, 600 * MB, None, None, "", gpu_reserved=reserved, gpu_proc_mem=1300 * MB))
-        s.feed(RunFinished(200 + i, 3, "stopped", "", 0, 900 * MB, None, 900 * MB, None, None, "", gpu_reserved=2000 * MB))  # cut short: not a baseline
+        s.feed(
+            RunFinished(
+                run_id=100 + i,
+                n_tokens=8,
+                stop_reason="eos",
+                text="",
+                peak_rss=0,
+                baseline_rss=900 * MB,
+                torch_peak=None,
+                gpu_baseline=600 * MB,
+                perplexity=None,
+                first_diff=None,
+                diff_note="",
+                gpu_reserved=reserved,
+                gpu_proc_mem=1300 * MB,
+            )
+        )
+        s.feed(
+            RunFinished(
+                run_id=200 + i,
+                n_tokens=3,
+                stop_reason="stopped",
+                text="",
+                peak_rss=0,
+                baseline_rss=900 * MB,
+                torch_peak=None,
+                gpu_baseline=900 * MB,
+                perplexity=None,
+                first_diff=None,
+                diff_note="",
+                gpu_reserved=2000 * MB,
+            )
+        )  # cut short: not a baseline
     assert {v.status for v in s.device_verdicts.values()} == {"none"}
     assert readings.device_leak_text(s).startswith("GPU leak: none (")
 
@@ -107,12 +256,39 @@ def test_a_server_run_reports_no_device_memory():
     from tui_app.core.session import Session
 
     s = Session()
-    s.feed(RunFinished(1, 8, "eos", "", None, None, None, None, None, None, ""))
+    s.feed(
+        RunFinished(
+            run_id=1,
+            n_tokens=8,
+            stop_reason="eos",
+            text="",
+            peak_rss=None,
+            baseline_rss=None,
+            torch_peak=None,
+            gpu_baseline=None,
+            perplexity=None,
+            first_diff=None,
+            diff_note="",
+        )
+    )
     assert s.device_verdicts == {} and readings.device_leak_text(s) is None
 
 
 def test_run_finished_from_a_server_has_no_engine_only_fields():
-    fin = RunFinished(1, 3, "eos", "x", None, None, None, None, None, None, "reference", prompt_tokens=7)
+    fin = RunFinished(
+        run_id=1,
+        n_tokens=3,
+        stop_reason="eos",
+        text="x",
+        peak_rss=None,
+        baseline_rss=None,
+        torch_peak=None,
+        gpu_baseline=None,
+        perplexity=None,
+        first_diff=None,
+        diff_note="reference",
+        prompt_tokens=7,
+    )
     s = Session()
     s.feed(fin)  # a baseline the server does not report feeds no leak detector
     assert s.verdict is None
@@ -122,16 +298,79 @@ def test_a_stall_is_marked_with_what_the_server_said():
     from monitors.events import EngineReady, Levers, RunStarted
 
     s = Session()
-    s.feed(EngineReady("m", "http://h:1", "vLLM", "server", 0, 0, 0, 0, 0, 0, 2048, 0.1, 0, server={"engine": "vLLM"}))
-    s.feed(RunStarted(1, Levers(batch=2, server="a"), 0, 64, "p"))
+    s.feed(
+        EngineReady(
+            model="m",
+            source="http://h:1",
+            device="vLLM",
+            dtype="server",
+            n_params=0,
+            weight_bytes=0,
+            n_layers=0,
+            kv_heads=0,
+            head_dim=0,
+            kv_bytes_per_elem=0,
+            context_len=2048,
+            load_s=0.1,
+            threads=0,
+            server={"engine": "vLLM"},
+        )
+    )
+    s.feed(RunStarted(run_id=1, levers=Levers(batch=2, server="a"), prompt_tokens=0, max_new_tokens=64, prompt_text="p"))
     t = 0
     for i in range(20):
         t += 20_000_000
-        s.feed(Step(1, i + 1, "prefill" if i == 0 else "decode", [], "x", 1, t, 20_000_000, 0, 0, 0, 0))
-        s.feed(Step(1, i + 1, "decode", [], "y", 1, t, 300_000_000, 0, 0, 0, 0, segment=1))  # the other stream: not charted
-    s.feed(ServerSample(t, {"waiting": 3.0, "kv_usage": 0.97}, {}))
+        s.feed(
+            Step(
+                run_id=1,
+                step=i + 1,
+                kind="prefill" if i == 0 else "decode",
+                token_ids=[],
+                text="x",
+                n_tokens=1,
+                t_ns=t,
+                dt_ns=20_000_000,
+                forward_ns=0,
+                kv_bytes=0,
+                kv_alloc_bytes=0,
+                seq_len=0,
+            )
+        )
+        s.feed(
+            Step(
+                run_id=1,
+                step=i + 1,
+                kind="decode",
+                token_ids=[],
+                text="y",
+                n_tokens=1,
+                t_ns=t,
+                dt_ns=300_000_000,
+                forward_ns=0,
+                kv_bytes=0,
+                kv_alloc_bytes=0,
+                seq_len=0,
+                segment=1,
+            )
+        )  # the other stream: not charted
+    s.feed(ServerSample(t_ns=t, values={"waiting": 3.0, "kv_usage": 0.97}, sources={}))
     assert not [m for m in s.markers if m.label.startswith("stall")]
-    s.feed(Step(1, 21, "decode", [], "z", 1, t + 250_000_000, 250_000_000, 0, 0, 0, 0))
+    s.feed(
+        Step(
+            run_id=1,
+            step=21,
+            kind="decode",
+            token_ids=[],
+            text="z",
+            n_tokens=1,
+            t_ns=t + 250_000_000,
+            dt_ns=250_000_000,
+            forward_ns=0,
+            kv_bytes=0,
+            kv_alloc_bytes=0,
+            seq_len=0,
+        )
+    )
     assert [m.label for m in s.markers if m.label.startswith("stall")] == ["stall 250ms: waiting 3, KV 97%"]
     assert len(s.latency) == 21  # the first stream only
 
@@ -177,7 +416,7 @@ def test_every_history_is_a_ring_buffer_and_runs_are_trimmed():
 def test_a_restarted_engine_numbers_its_runs_after_every_run_seen():
     s = Session.from_events(session_events(runs=3))
     assert s.next_run_id == 4
-    s.feed(RunStarted(4, Levers(), 10, 8, "p"))
+    s.feed(RunStarted(run_id=4, levers=Levers(), prompt_tokens=10, max_new_tokens=8, prompt_text="p"))
     s.engine_died("engine process died from SIGKILL")
     assert s.next_run_id == 5 and s.died == {4: "engine died"}
     assert s.rows()[-1].note == "engine died" and s.fatal.endswith("SIGKILL")
@@ -188,12 +427,59 @@ def test_the_comparison_is_each_server_over_the_first_from_its_finished_runs():
 
     s = Session()
     for label in ("A", "B"):
-        s.feed(EngineReady("m", label, "vLLM", "server", 0, 0, 0, 0, 0, 0, 2048, 0.1, 0, server={"label": label}))
+        s.feed(
+            EngineReady(
+                model="m",
+                source=label,
+                device="vLLM",
+                dtype="server",
+                n_params=0,
+                weight_bytes=0,
+                n_layers=0,
+                kv_heads=0,
+                head_dim=0,
+                kv_bytes_per_elem=0,
+                context_len=2048,
+                load_s=0.1,
+                threads=0,
+                server={"label": label},
+            )
+        )
     t = 0
     for run, (label, ttft, itl) in enumerate((("A", 0.1, 0.01), ("B", 0.3, 0.02), ("A", 0.1, 0.01), ("B", 0.3, 0.02)), 1):
-        s.feed(RunStarted(run, Levers(server=label), 5, 4, "p", t_ns=t))
+        s.feed(RunStarted(run_id=run, levers=Levers(server=label), prompt_tokens=5, max_new_tokens=4, prompt_text="p", t_ns=t))
         for k in range(4):
             t += int((ttft if k == 0 else itl) * 1e9)
-            s.feed(Step(run, k + 1, "prefill" if k == 0 else "decode", [], "x", 1, t, int((ttft if k == 0 else itl) * 1e9), 0, 0, 0, 0))
-        s.feed(RunFinished(run, 4, "max tokens", "xxxx", None, None, None, None, None, None, "reference", t_ns=t))
+            s.feed(
+                Step(
+                    run_id=run,
+                    step=k + 1,
+                    kind="prefill" if k == 0 else "decode",
+                    token_ids=[],
+                    text="x",
+                    n_tokens=1,
+                    t_ns=t,
+                    dt_ns=int((ttft if k == 0 else itl) * 1e9),
+                    forward_ns=0,
+                    kv_bytes=0,
+                    kv_alloc_bytes=0,
+                    seq_len=0,
+                )
+            )
+        s.feed(
+            RunFinished(
+                run_id=run,
+                n_tokens=4,
+                stop_reason="max tokens",
+                text="xxxx",
+                peak_rss=None,
+                baseline_rss=None,
+                torch_peak=None,
+                gpu_baseline=None,
+                perplexity=None,
+                first_diff=None,
+                diff_note="reference",
+                t_ns=t,
+            )
+        )
     assert readings.comparison(s) == ["B ÷ A: TTFT 3.00, ITL p50 2.00, tok/s 0.50 (2 ÷ 2 runs)"]

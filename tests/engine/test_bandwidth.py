@@ -13,14 +13,14 @@ from tui_app.commands.bench import apply_levers
 from tui_app.core import readings
 from tui_app.core.session import READ_WINDOW, Session
 from tui_app.engine import bandwidth
-from tui_app.engine.generation import RunRequest
+from tui_app.requests import Probe, RunRequest
 
 
 def int8_bytes(engine) -> int:
     """The int8 variant's bytes a step reads, by its format: a byte per linear weight and an fp32
     scale per output row (the tied head has its own int8 copy), the fp32 norms and rotary tables;
     the embedding table is not read whole (one row per token)."""
-    q = engine._variants["int8"]
+    q = engine.control.variants["int8"]
     norms = sum(p.numel() for n, p in q.named_parameters() if "norm" in n)
     rotary = sum(b.numel() * b.element_size() for b in engine.model.buffers())
     linears = [m for m in engine.model.modules() if isinstance(m, torch.nn.Linear)]
@@ -60,7 +60,7 @@ def test_a_measurement_asked_for_in_a_run_is_a_phase_outside_the_steps_intervals
     plain.run(RunRequest(max_new_tokens=4))
     assert not any(isinstance(e, Bandwidth) for e in collect)  # the weights did not change: not measured again
     collect.clear()
-    plain.run(RunRequest(max_new_tokens=4), poll=lambda: [("probe",)] if not collect[1:] else [])
+    plain.run(RunRequest(max_new_tokens=4), poll=lambda: [Probe()] if not collect[1:] else [])
     started = next(e for e in collect if isinstance(e, RunStarted))
     probe = next(e for e in collect if isinstance(e, Bandwidth))
     phase = next(e for e in collect if isinstance(e, Phase) and e.name == "bandwidth")
@@ -91,7 +91,7 @@ def test_spans_read_only_the_weights_a_step_reads_and_nearly_all_of_them(plain, 
     their bytes (only runs under 1 MiB are left out)."""
     if level != "off":
         apply_levers(plain, {"quant": level})
-    model = plain._variants[level]
+    model = plain.control.variants[level]
     tensors = [p for t in bandwidth._read_tensors(model) for p in bandwidth._plain(t)]
     views = bandwidth.spans(model)
     ranges = sorted((v.data_ptr(), v.data_ptr() + v.numel() * 8) for v in views)

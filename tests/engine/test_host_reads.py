@@ -9,7 +9,7 @@ import torch
 from monitors.events import Step
 from monitors.host_reads import count_host_reads
 from tui_app.commands.bench import apply_levers
-from tui_app.engine.generation import RunRequest
+from tui_app.requests import RunRequest
 
 N = 8
 

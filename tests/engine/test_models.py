@@ -8,8 +8,9 @@ import torch
 
 from monitors.events import LeverRefused, Step
 from tui_app.engine import models
-from tui_app.engine.generation import Engine, EngineConfig, RunRequest
+from tui_app.engine.generation import Engine, EngineConfig
 from tui_app.engine.models import ModelError, load_model
+from tui_app.requests import RunRequest
 
 
 def test_default_gguf_is_found_without_importing_its_package():

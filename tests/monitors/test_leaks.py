@@ -47,7 +47,7 @@ def test_clean_noisy_runs_with_an_allocator_step_stay_quiet(seed):
 
 
 def _baselines(engine, runs):
-    from tui_app.engine.generation import RunRequest
+    from tui_app.requests import RunRequest
 
     det = LeakDetector()
     req = RunRequest(max_new_tokens=2, ignore_eos=True)

@@ -14,7 +14,8 @@ from tests.helpers.synthetic import session_events
 from tui_app.commands.run import engine_source
 from tui_app.core import readings
 from tui_app.core.sources import ReplaySource
-from tui_app.engine.generation import EngineConfig, RunRequest
+from tui_app.engine.generation import EngineConfig
+from tui_app.requests import RunRequest
 from tui_app.ui.app import TokentopApp
 from tui_app.ui.screens.help import HelpScreen
 from tui_app.ui.screens.prompt import PromptScreen
@@ -336,7 +337,7 @@ async def test_a_phase_in_progress_shows_its_elapsed_time():
 
     events = session_events(runs=1, tokens=4)
     first_step = next(i for i, e in enumerate(events) if type(e).__name__ == "Step")
-    events.insert(first_step, Phase("compile", "compiling the decode step (static cache 256, batch 1, off)", False))
+    events.insert(first_step, Phase(name="compile", detail="compiling the decode step (static cache 256, batch 1, off)", done=False))
     app = TokentopApp(ReplaySource(events, speed=0, step_mode=True), None)  # held at that step
     async with app.run_test(size=APP_SIZE) as pilot:
         await until(pilot, lambda: "compiling the decode step" in status_text(app), what="the phase shown")
@@ -346,16 +347,19 @@ async def test_a_phase_in_progress_shows_its_elapsed_time():
 
 async def test_palette_entries_are_sentences_for_every_key():
     """They read "tokentop: KV cache" and "help (question_mark)"."""
-    from tui_app.ui.app import PALETTE
+    from tui_app.ui.palette import ENTRIES, KeyCommands
 
     app = TokentopApp(ReplaySource(session_events(runs=1, tokens=4), speed=0), None)
     async with app.run_test(size=APP_SIZE):
-        ours = [c for c in app.get_system_commands(app.screen) if c.title in PALETTE.values()]
-    assert {b.action for b in app.BINDINGS if b.action not in ("quit",)} <= set(PALETTE)
-    assert len(ours) == len(PALETTE)
+        provider = KeyCommands(app.screen)
+        ours = [hit async for hit in provider.discover()]
+        found = [hit async for hit in provider.search("kv cache")]
+    assert {b.action for b in app.BINDINGS if b.action not in ("quit",)} <= set(ENTRIES)
+    assert len(ours) == len(ENTRIES)
     for c in ours:
-        assert c.title[0].isupper() and "tokentop:" not in c.title and "_" not in c.help, (c.title, c.help)
+        assert c.text[0].isupper() and "tokentop:" not in c.text and "_" not in c.help, (c.text, c.help)
     assert any(c.help == "key: ?" for c in ours)
+    assert [h.text for h in found][:1] == [ENTRIES["lever('cache')"]] and found[0].help == "key: k"
 
 
 LEGEND_NAMES = {"decode", "spec verify", "mean", "p95", "prefill", "lever", "measured", "formula", "allocated", "engine RSS", "UI RSS", "GPU proc"}
@@ -385,7 +389,7 @@ async def test_no_title_legend_status_or_key_is_cut(size):
             assert "│ compile" in status or "│ replay" in status, status
         keys = str(app.key_bar.render()).rstrip()
         assert len(keys) <= size[0] and "? help" in keys and "q quit" in keys
-        assert ("v view" in keys) == (app._mode != "wide")
+        assert ("v view" in keys) == (app.monitor.mode != "wide")
         for name in ("latency", "kv", "memory", "util"):
             pane = app.panes[name]
             if pane.display:

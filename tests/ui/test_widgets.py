@@ -107,8 +107,24 @@ async def test_kv_pane_shows_only_the_current_runs_cache():
 
     events = session_events(runs=1, tokens=8)
     t = events[-1].t_ns
-    events += [RunStarted(2, Levers(cache=False), 42, 8, "p", t_ns=t + 1)]
-    events += [Step(2, i + 1, "prefill" if i == 0 else "decode", [1], "a", 1, t + 2 + i, 1, 1, 0, 0, 43 + i) for i in range(3)]
+    events += [RunStarted(run_id=2, levers=Levers(cache=False), prompt_tokens=42, max_new_tokens=8, prompt_text="p", t_ns=t + 1)]
+    events += [
+        Step(
+            run_id=2,
+            step=i + 1,
+            kind="prefill" if i == 0 else "decode",
+            token_ids=[1],
+            text="a",
+            n_tokens=1,
+            t_ns=t + 2 + i,
+            dt_ns=1,
+            forward_ns=1,
+            kv_bytes=0,
+            kv_alloc_bytes=0,
+            seq_len=43 + i,
+        )
+        for i in range(3)
+    ]
     session = Session.from_events(events)
     chart = KVChart(session)
     async with One(chart).run_test(size=(80, 14)) as pilot:
@@ -116,7 +132,7 @@ async def test_kv_pane_shows_only_the_current_runs_cache():
         chart.redraw(force=True)
         shown = " ".join(strip.text for strip in chart._strips)
         assert "KV cache off" in shown and "measured" not in str(chart.border_subtitle)
-        session.feed(RunStarted(3, Levers(), 42, 8, "p", t_ns=t + 10))  # cache on again, no token yet
+        session.feed(RunStarted(run_id=3, levers=Levers(), prompt_tokens=42, max_new_tokens=8, prompt_text="p", t_ns=t + 10))  # cache on again, no token yet
         chart.dirty = True
         chart.redraw(force=True)
         assert "waiting for tokens" in " ".join(strip.text for strip in chart._strips) and not chart.border_subtitle

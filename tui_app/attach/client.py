@@ -9,8 +9,9 @@ so a chunk holding k tokens (speculative decoding, a stream interval) is one ste
 gap is spread over them, as the engine spreads a speculative verify step; elsewhere each chunk with
 text counts as one token, the run says so, and the server's final count is shown beside it.
 
-It runs in its own process beside the UI (like the engine), so a redraw never delays a chunk's
-timestamp and a stalled server never stalls a frame.
+The chunks are read by sse.py; what goes wrong is said by errors.py; loop.py runs the clients in a
+process of their own beside the UI (like the engine), so a redraw never delays a chunk's timestamp
+and a stalled server never stalls a frame.
 """
 
 from __future__ import annotations
@@ -19,9 +20,8 @@ import asyncio
 import json
 import math
 import os
-import queue
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import httpx
@@ -40,6 +40,8 @@ from monitors.events import (
     now_ns,
 )
 from monitors.servers import BY_NAME, OPENAI, EngineTable, MetricsParseError, MetricsWindow, Quantiles, engine_from_metrics, parse_metrics
+from tui_app.attach.errors import AttachError, api_base, describe_failure, describe_status, host_port, server_root
+from tui_app.attach.sse import ChunkReader, StreamResult
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32)
 # The levers a server sets when it starts; a client cannot switch them.
@@ -68,87 +70,6 @@ class AttachConfig:
     metrics_hz: float = 1.0
     label: str = ""
     first_run_id: int = 1  # run numbers go on across a reconnect
-
-
-class AttachError(Exception):
-    """Why the server cannot be used; one line for the user."""
-
-
-def api_base(url: str) -> str:
-    """The OpenAI API's base for a server URL: scheme added when missing, `/v1` when absent."""
-    url = url.strip().rstrip("/")
-    if "://" not in url:
-        url = "http://" + url
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise AttachError(f"{url!r} is not an http(s) URL (example: http://127.0.0.1:8000)")
-    return url if parts.path.endswith("/v1") else url + "/v1"
-
-
-def server_root(base: str) -> str:
-    return base[: -len("/v1")] if base.endswith("/v1") else base
-
-
-def host_port(url: str) -> str:
-    p = urlsplit(url)
-    return f"{p.hostname}:{p.port or (443 if p.scheme == 'https' else 80)}"
-
-
-def describe_failure(exc: Exception, url: str, timeout_s: float) -> str:
-    """One line for a failed request, naming the URL and what to do; never the request's headers."""
-    where = host_port(url)
-    text = str(exc)
-    if isinstance(exc, httpx.ConnectTimeout):
-        return f"no answer from {where} within the connect timeout: is the host right and reachable?"
-    if isinstance(exc, httpx.ConnectError):
-        if "CERTIFICATE" in text.upper() or "SSL" in text.upper():
-            return f"{where}: its TLS certificate is not trusted (self-signed?); pass --insecure to accept it"
-        if "Name or service not known" in text or "nodename nor servname" in text or "Temporary failure in name resolution" in text:
-            return f"cannot resolve the host of {url}: check the URL"
-        return f"cannot reach {where}: connection refused (is the server running, on this port?)"
-    if isinstance(exc, httpx.ReadTimeout):
-        return f"{where} sent nothing for {timeout_s:g} s: the stream stalled (--timeout sets the limit)"
-    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
-        return f"{where} closed the connection mid-stream (the server stopped or crashed?)"
-    if isinstance(exc, httpx.HTTPError):
-        return f"{where}: {type(exc).__name__}: {text[:200]}"
-    return f"{where}: {type(exc).__name__}: {text[:200]}"
-
-
-def describe_status(code: int, body: str, url: str, what: str) -> str:
-    where = host_port(url)
-    if code in (401, 403):
-        return f"{where} answered {code} to {what}: the API key is missing or wrong (set it in OPENAI_API_KEY, or name the variable with --api-key-env)"
-    if code == 404:
-        return f"{where} answered 404 to {what}: not an OpenAI-compatible API at {url} (is the URL the server's base?)"
-    detail = _error_text(body)
-    return f"{where} answered {code} to {what}" + (f": {detail}" if detail else "")
-
-
-def _error_text(body: str) -> str:
-    """The message of an OpenAI-style error body, or its start."""
-    try:
-        obj = json.loads(body)
-    except (json.JSONDecodeError, TypeError):
-        return body.strip().splitlines()[0][:200] if body.strip() else ""
-    err = obj.get("error", obj) if isinstance(obj, dict) else obj
-    if isinstance(err, dict):
-        return str(err.get("message") or err.get("detail") or err)[:200]
-    return str(err)[:200]
-
-
-@dataclass
-class StreamResult:
-    text: str = ""
-    counted: int = 0  # tokens counted from the stream (server running count, or chunks)
-    chunks: int = 0
-    from_server: bool = False  # counts came from the server's running count
-    finish: str | None = None
-    usage: dict | None = None
-    timings: dict | None = None
-    malformed: int = 0
-    error: str = ""
-    context: int = 0  # tokens in this stream's context now (prompt + cached + generated), when known
 
 
 def _json_safe(values: dict) -> dict:
@@ -297,7 +218,7 @@ class ServerClient:
         samples, error = await self._scrape()
         if error != self._metrics_error:
             if error or self._metrics_error:
-                self.emit(ServerSample(now_ns(), {}, {}, error=error or f"{self.metrics_url} answers again", server=self.levers.server))
+                self.emit(ServerSample(t_ns=now_ns(), values={}, sources={}, error=error or f"{self.metrics_url} answers again", server=self.levers.server))
             self._metrics_error = error
         values: dict = {}
         sources: dict = {}
@@ -312,7 +233,7 @@ class ServerClient:
                 sources["kv_usage"] = f"timings: our streams' context ÷ n_ctx {self.n_ctx}"
         if samples is None and not values:
             return None
-        ev = ServerSample(now_ns(), _json_safe(values), sources, server=self.levers.server)
+        ev = ServerSample(t_ns=now_ns(), values=_json_safe(values), sources=sources, server=self.levers.server)
         self.emit(ev)
         return ev
 
@@ -326,22 +247,22 @@ class ServerClient:
         if name in SERVER_OWNED:
             self.emit(
                 LeverRefused(
-                    name,
-                    value,
-                    f"{SERVER_OWNED[name]} is set when the {self.engine.name} server starts: restart it with the option, "
+                    lever=name,
+                    value=value,
+                    reason=f"{SERVER_OWNED[name]} is set when the {self.engine.name} server starts: restart it with the option, "
                     "or attach to a second server started with it and compare",
                 )
             )
             return
         if name == "batch":
             if value not in CONCURRENCY:
-                self.emit(LeverRefused(name, value, f"concurrency must be one of {', '.join(map(str, CONCURRENCY))}"))
+                self.emit(LeverRefused(lever=name, value=value, reason=f"concurrency must be one of {', '.join(map(str, CONCURRENCY))}"))
                 return
             self.levers = Levers(batch=value, server=self.levers.server)
             # Streams in flight keep going; the next run opens this many.
-            self.emit(LeverChanged(None, "batch", value, self.levers))
+            self.emit(LeverChanged(run_id=None, lever="batch", value=value, levers=self.levers))
             return
-        self.emit(LeverRefused(name, value, f"{name} is not a lever of an attached server"))
+        self.emit(LeverRefused(lever=name, value=value, reason=f"{name} is not a lever of an attached server"))
 
     # ------------------------------------------------------------ runs
     def _body(self, text: str, req) -> dict:
@@ -365,17 +286,24 @@ class ServerClient:
         try:
             text = req.prompt if req.prompt is not None else preset_prompt(req.preset, req.prompt_file)
         except ValueError as exc:
-            self.emit(EngineError(str(exc)))
+            self.emit(EngineError(message=str(exc)))
             return None
         if not text.strip():
-            self.emit(EngineError("the prompt is empty; type some text or choose a preset"))
+            self.emit(EngineError(message="the prompt is empty; type some text or choose a preset"))
             return None
         self.run_id += 1
         run_id = self.run_id
         levers = self.levers
         body = self._body(text, req)
         url = self.base + ("/chat/completions" if self.cfg.chat else "/completions")
-        started = RunStarted(run_id, levers, 0, req.max_new_tokens, text, req.preset if req.prompt is None else "custom")
+        started = RunStarted(
+            run_id=run_id,
+            levers=levers,
+            prompt_tokens=0,
+            max_new_tokens=req.max_new_tokens,
+            prompt_text=text,
+            preset=req.preset if req.prompt is None else "custom",
+        )
         streams = [StreamResult() for _ in range(levers.batch)]
         self._inflight.extend(streams)
         self.emit(started)
@@ -407,100 +335,55 @@ class ServerClient:
             out.error = f"{host_port(url)} did not answer with a stream (Content-Type is not text/event-stream)"
 
     async def _read(self, es, k: int, t0: int, run_id: int, out: StreamResult) -> None:
-        t_prev = t0
-        first = True
-        pending = ""
-        prompt_n = None
-        step = 0
+        """Each chunk that brings tokens as a Step of stream `k`: its latency the gap since the stream's previous one."""
+        reader = ChunkReader(out)
+        t_prev, step = t0, 0
         async for sse in es.aiter_sse():
             t = now_ns()
-            data = sse.data.strip()
-            if not data:
-                continue
-            if data == "[DONE]":
-                break
-            try:
-                obj = json.loads(data)
-            except json.JSONDecodeError:
-                out.malformed += 1
-                continue
-            if not isinstance(obj, dict):
-                out.malformed += 1
-                continue
-            if obj.get("error"):
-                out.error = f"the server sent an error mid-stream: {_error_text(json.dumps(obj))}"
+            got = reader.read(sse.data)
+            if out.error:
                 return
-            choices = obj.get("choices") or []
-            usage, timings = obj.get("usage"), obj.get("timings")
-            if usage:
-                out.usage = usage
-            running = None
-            if isinstance(timings, dict):
-                out.timings = timings
-                running = timings.get("predicted_n")
-                prompt_n = (timings.get("prompt_n") or 0) + (timings.get("cache_n") or 0)
-            elif isinstance(usage, dict) and choices:  # continuous usage stats: a running count on each chunk
-                running = usage.get("completion_tokens")
-                prompt_n = usage.get("prompt_tokens")
-            if not choices or not isinstance(choices[0], dict):
+            if out.done:
+                break
+            if got is None:
                 continue
-            c = choices[0]
-            delta = c.get("delta")
-            text = (delta.get("content") if isinstance(delta, dict) else None) or c.get("text") or ""
-            if c.get("finish_reason"):
-                out.finish = c["finish_reason"]
-            out.chunks += 1 if text else 0
-            if running is not None:
-                n = max(int(running) - out.counted, 0)
-                out.from_server = True
-            else:
-                n = 1 if text else 0
-            if n == 0:
-                pending += text  # text without a token of its own goes out with the next token
-                continue
-            out.counted += n
-            out.text += pending + text
-            if prompt_n is not None:
-                out.context = prompt_n + out.counted
+            text, n = got
             step += 1
             self.emit(
                 Step(
-                    run_id,
-                    step,
-                    "prefill" if first else "decode",
-                    [],
-                    pending + text,
-                    n,
-                    t,
-                    t - t_prev,
-                    0,
-                    0,
-                    0,
-                    out.context,
+                    run_id=run_id,
+                    step=step,
+                    kind="prefill" if step == 1 else "decode",
+                    token_ids=[],
+                    text=text,
+                    n_tokens=n,
+                    t_ns=t,
+                    dt_ns=t - t_prev,
+                    forward_ns=0,
+                    kv_bytes=0,
+                    kv_alloc_bytes=0,
+                    seq_len=out.context,
                     segment=k,
                 )
             )
-            pending = ""
-            first = False
             t_prev = t
-        if pending:
-            out.text += pending
+        reader.close()
 
     def _finish(self, run_id: int, req, body: dict, streams: list[StreamResult], stopped: bool) -> RunFinished:
         lead = streams[0]
         errors = [s.error for s in streams if s.error]
         for e in dict.fromkeys(errors):
-            self.emit(EngineError(e))
+            self.emit(EngineError(message=e))
         malformed = sum(s.malformed for s in streams)
         if malformed:
-            self.emit(EngineError(f"{malformed} stream line(s) were not JSON and were skipped"))
+            self.emit(EngineError(message=f"{malformed} stream line(s) were not JSON and were skipped"))
         if stopped:
             reason = "stopped"
         elif lead.error:
             reason = "error"
         else:
             reason = STOP_REASONS.get(lead.finish or "", lead.finish or "stream ended")
-        server_counts = [_server_total(s) for s in streams]
+        server_counts = [s.server_total() for s in streams]
         n_tokens = sum(c if c is not None else s.counted for c, s in zip(server_counts, streams, strict=True))
         usage = lead.usage or {}
         prompt_tokens = usage.get("prompt_tokens")
@@ -527,17 +410,17 @@ class ServerClient:
             exported = self.window.figures()[0].get("rss")
             rss = int(exported) if exported is not None else None
         ev = RunFinished(
-            run_id,
-            n_tokens,
-            reason,
-            lead.text,
-            rss,
-            rss,
-            None,
-            None,
-            None,
-            None,
-            note,
+            run_id=run_id,
+            n_tokens=n_tokens,
+            stop_reason=reason,
+            text=lead.text,
+            peak_rss=rss,
+            baseline_rss=rss,
+            torch_peak=None,
+            gpu_baseline=None,
+            perplexity=None,
+            first_diff=None,
+            diff_note=note,
             prompt_tokens=prompt_tokens,
             server=details,
         )
@@ -560,152 +443,3 @@ class ServerClient:
             return "identical"
         at = next((i for i, (a, b) in enumerate(zip(ref, lead.text, strict=False)) if a != b), min(len(ref), len(lead.text)))
         return f"differs at char {at}"
-
-
-class Servers:
-    """Up to four attached servers behind one command loop, for comparing them: runs go to the
-    active one (`t` moves to the next), run numbers are shared, each server's /metrics is scraped."""
-
-    def __init__(self, configs: list[AttachConfig], emit):
-        self.emit = emit
-        self.clients = [ServerClient(c, emit) for c in configs]
-        self.active = 0
-        self.next_run_id = configs[0].first_run_id
-
-    @property
-    def client(self) -> ServerClient:
-        return self.clients[self.active]
-
-    async def connect(self) -> None:
-        for c in self.clients:
-            await c.connect()
-        if len(self.clients) > 1:  # the first server is where runs start
-            self.emit(LeverChanged(None, "server", self.client.levers.server, self.client.levers))
-
-    async def run(self, req) -> RunFinished | None:
-        c = self.client
-        c.run_id = self.next_run_id - 1
-        fin = await c.run(req)
-        self.next_run_id = c.run_id + 1
-        return fin
-
-    def set_lever(self, name: str, value) -> None:
-        if name == "server":
-            labels = [c.levers.server for c in self.clients]
-            if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= len(labels):
-                value = labels[value - 1]  # a tour names a server by its place among the URLs
-            if value not in labels:
-                self.emit(LeverRefused(name, value, "t moves between attached servers: attach to two or more (tokentop attach URL_A URL_B)"))
-                return
-            self.active = labels.index(value)
-            self.emit(LeverChanged(None, "server", value, self.client.levers))
-            return
-        self.client.set_lever(name, value)
-        if name == "batch":  # one concurrency for every server, so their runs compare
-            for c in self.clients:
-                c.levers = replace(c.levers, batch=self.client.levers.batch)
-
-    async def aclose(self) -> None:
-        for c in self.clients:
-            await c.aclose()
-
-    async def serve(self, commands) -> None:
-        """Commands in (run, stop, lever, pause, resume, shutdown), events out, until shutdown."""
-        loop = asyncio.get_running_loop()
-        try:
-            await self.connect()
-        except AttachError as exc:
-            self.emit(EngineError(str(exc), fatal=True))
-            await self.aclose()
-            return
-        metrics = [asyncio.create_task(c.metrics_loop()) for c in self.clients]
-        current: asyncio.Task | None = None
-        try:
-            while True:
-                cmd = await loop.run_in_executor(None, _get, commands)
-                kind = cmd[0]
-                if kind == "shutdown":
-                    return
-                if kind in ("stop", "run") and current is not None and not current.done():
-                    current.cancel()
-                    await asyncio.gather(current, return_exceptions=True)
-                if kind == "run":
-                    current = asyncio.create_task(self.run(cmd[1]))
-                elif kind == "lever":
-                    self.set_lever(cmd[1], cmd[2])
-                elif kind in ("pause", "resume"):
-                    self.emit(
-                        LeverRefused(
-                            "pause",
-                            kind == "pause",
-                            "a server's generation cannot be paused by a client; the stream goes on (a turns auto-repeat off, r stops and reruns)",
-                        )
-                    )
-        finally:
-            for task in [*metrics, *([current] if current else [])]:
-                task.cancel()
-            await asyncio.gather(*metrics, *([current] if current else []), return_exceptions=True)
-            await self.aclose()
-
-
-def _get(commands):
-    while True:
-        try:
-            return commands.get(timeout=0.5)
-        except queue.Empty:
-            continue
-        except (EOFError, OSError, ValueError):  # the UI went away
-            return ("shutdown",)
-
-
-def _server_total(s: StreamResult) -> int | None:
-    if s.usage and s.usage.get("completion_tokens") is not None:
-        return int(s.usage["completion_tokens"])
-    if s.timings and s.timings.get("predicted_n") is not None:
-        return int(s.timings["predicted_n"])
-    return None
-
-
-class _Batches:
-    """Events to the UI a few milliseconds at a time, one queue put per batch: at a fast server's
-    thousands of chunks a second, a put and a get per event cost the two processes more than the
-    events themselves (measured by benchmarks/chunk_rate.py). Timestamps are taken on arrival, so
-    batching moves none of them."""
-
-    EVERY_S = 0.005
-
-    def __init__(self, put):
-        self.put = put
-        self.pending: list = []
-
-    def __call__(self, event) -> None:
-        self.pending.append(event)
-
-    def flush(self) -> None:
-        if self.pending:
-            batch, self.pending = self.pending, []
-            self.put(batch)
-
-    async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.EVERY_S)
-            self.flush()
-
-
-async def _serve(configs: list[AttachConfig], commands, events) -> None:
-    out = _Batches(events.put)
-    flusher = asyncio.create_task(out.run())
-    try:
-        await Servers(configs, out).serve(commands)
-    finally:
-        flusher.cancel()
-        await asyncio.gather(flusher, return_exceptions=True)
-        out.flush()
-
-
-def client_main(configs: list[AttachConfig], commands, events, log_path: str | None) -> None:
-    """The client process's entry point (spawned by tui_app.process.EngineProcess)."""
-    from tui_app.process import quiet_process
-
-    if quiet_process(log_path, events):
-        asyncio.run(_serve(configs, commands, events))

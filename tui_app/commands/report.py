@@ -9,6 +9,7 @@ matplotlib is imported only here, so the app's start-up does not pay for it.
 
 from __future__ import annotations
 
+import argparse
 import html
 import io
 import json
@@ -48,15 +49,26 @@ class Report:
     notes: list[str] = field(default_factory=list)
 
 
-def add_report_args(p) -> None:
+PARSER = {"help": "a recording or a `bench -o json` result as one self-contained HTML page (and PNGs)"}
+
+
+@dataclass(kw_only=True)
+class Options:
+    file: str
+    output: str
+    png: str | None
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="a session recording (JSONL) or a `tokentop bench -o json` result")
     p.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default report.html)")
     p.add_argument("--png", metavar="DIR", default=None, help="also write each figure as a PNG into DIR")
 
 
-def report_main(args) -> int:
-    from tui_app.core.options import EXIT_USAGE
+def main(args: Options) -> int:
+    from tui_app.core.options import EXIT_USAGE, require_extra
 
+    require_extra("report")
     try:
         report = build(args.file)
         for note in report.notes:

@@ -11,6 +11,7 @@ over the cell's window. Goodput: requests per second that met every SLO given wi
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import csv
 import json
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from monitors.events import RunFinished
 from monitors.servers import MetricsWindow
 from monitors.timing import Summary
+from tui_app.commands.bench import SweepOptions, add_sweep, outputs_writable, sweep_lengths
 from tui_app.core import fmt
 from tui_app.core.options import EXIT_USAGE, UsageError, bounded
 
@@ -30,9 +32,35 @@ SLO_KEYS = ("ttft", "itl", "tpot", "e2e")
 STATS = ("mean", "std", "p50", "p90", "p95", "p99")
 
 
-def add_endpoint_args(p) -> None:
-    g = p.add_argument_group("serving benchmark (with --endpoint)")
-    g.add_argument("--endpoint", action="append", default=[], metavar="URL", help="a running server to benchmark instead of the engine (repeatable)")
+PARSER = {
+    "prog": "tokentop bench",
+    "usage": "tokentop bench --endpoint URL [--endpoint URL ...] [options]",
+    "description": "A serving benchmark of running servers: prompt length × output length × load (concurrent clients, "
+    "or Poisson arrivals with --rate), each request through the attach client; TTFT, ITL, TPOT, e2e, throughput and goodput, "
+    "with the servers' own figures from their /metrics.",
+}
+
+
+@dataclass(kw_only=True)
+class Options(SweepOptions):
+    endpoint: list[str]
+    model: str | None
+    label: list[str]
+    concurrency: str
+    rate: float | None
+    duration: float | None
+    slo: str
+    prompts: str | None
+    shared_prefix: int
+    api_key_env: str | None
+    insecure: bool
+    seed_arrivals: int
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("servers and load")
+    g.add_argument("--endpoint", action="append", default=[], metavar="URL", help="a running server to benchmark (repeatable)")
+    g.add_argument("--model", default=None, help="the served model to ask (default: the first of /v1/models)")
     g.add_argument("--label", action="append", default=[], help="a name per --endpoint (default host:port)")
     g.add_argument("--concurrency", default="1", help="closed loop: comma-separated numbers of concurrent clients (default 1)")
     g.add_argument("--rate", type=bounded(float, 0, lo_open=True), default=None, help="open loop: Poisson arrivals at this many requests/s instead")
@@ -43,6 +71,18 @@ def add_endpoint_args(p) -> None:
     g.add_argument("--api-key-env", default=None, metavar="VAR", help="the environment variable holding the API key")
     g.add_argument("--insecure", action="store_true", help="accept a self-signed TLS certificate")
     g.add_argument("--seed-arrivals", type=bounded(int, 0, 2**63 - 1), default=0, help="seed of the open loop's arrival times")
+    add_sweep(p)
+
+
+def main(opts: Options) -> int:
+    try:
+        lengths = sweep_lengths(opts)
+    except ValueError as exc:
+        print(f"tokentop: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if not outputs_writable(opts):
+        return EXIT_USAGE
+    return asyncio.run(run_endpoint_bench(opts, lengths))
 
 
 def parse_slo(spec: str) -> dict[str, float]:
@@ -220,7 +260,7 @@ def _rotated(items: list, keep: int, by: int) -> list:
 async def measure_cell(
     client, session, prompts: list[str], new: int, load: str, concurrency: int, rate: float | None, arrivals: list[float], warmup: int, slo: dict
 ) -> Cell:
-    from tui_app.engine.config import RunRequest
+    from tui_app.requests import RunRequest
 
     cell = Cell(client.levers.server, load, 0, new, slo=slo)
     reqs = [RunRequest(prompt=p, max_new_tokens=new, ignore_eos=True) for p in prompts]
@@ -328,7 +368,7 @@ def markdown(cells: list[Cell]) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(args, cells: list[Cell], env: dict) -> None:
+def write_outputs(args: Options, cells: list[Cell], env: dict) -> None:
     rows = [c.flat() for c in cells]
     for kind in args.output:
         path = f"{args.out}.{kind}"
@@ -369,8 +409,10 @@ def read_prompts(path: str) -> list[str]:
     return out
 
 
-async def run_endpoint_bench(args, lengths: list[tuple[int, int]]) -> int:
-    from tui_app.attach.client import AttachConfig, AttachError, Servers
+async def run_endpoint_bench(args: Options, lengths: list[tuple[int, int]]) -> int:
+    from tui_app.attach.client import AttachConfig
+    from tui_app.attach.errors import AttachError
+    from tui_app.attach.loop import Servers
     from tui_app.core.session import Session
 
     slo = parse_slo(args.slo)
@@ -383,11 +425,10 @@ async def run_endpoint_bench(args, lengths: list[tuple[int, int]]) -> int:
     if args.label and len(args.label) != len(args.endpoint):
         raise UsageError("--label: give one per --endpoint, or none")
     texts = read_prompts(args.prompts) if args.prompts else None
-    model = None if args.model == "default" else args.model
     configs = [
         AttachConfig(
             url=u,
-            model=model,
+            model=args.model,
             label=args.label[i] if args.label else "",
             api_key_env=args.api_key_env,
             insecure=args.insecure,

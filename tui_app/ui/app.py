@@ -6,6 +6,8 @@ the events to the Session, and redraws only the panes whose data changed, at --f
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import signal
 import time
 from collections import deque
@@ -13,72 +15,24 @@ from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
 
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App
 from textual.binding import Binding, BindingType
-from textual.containers import Container, Horizontal
-from textual.widgets import Static
+from textual.screen import Screen
 
-from monitors.events import (
-    BATCH_SIZES,
-    QUANT_LEVELS,
-    SPEC_MODES,
-    EngineError,
-    EngineReady,
-    LeverChanged,
-    LeverRefused,
-    Phase,
-    RunFinished,
-    RunStarted,
-    Sampled,
-    Step,
-)
+from monitors.events import EngineError, EngineReady, LeverChanged, LeverRefused, Phase, RunFinished, RunStarted, Sampled, Step, cycled, next_lever_value
 from monitors.system import trim_heap
-from tui_app.core import fmt
 from tui_app.core.export import export_session
 from tui_app.core.readings import short_value
 from tui_app.core.session import Session
+from tui_app.core.sources import EventSource
 from tui_app.process import yield_to_children
+from tui_app.requests import Pause, Probe, Run, SetLever, Stop
+from tui_app.ui import status_text
+from tui_app.ui.palette import KeyCommands
 from tui_app.ui.screens.confirm import ConfirmScreen
 from tui_app.ui.screens.help import HelpScreen
+from tui_app.ui.screens.monitor import NARROW_H, NARROW_W, TINY_H, TINY_W, MonitorScreen
 from tui_app.ui.screens.prompt import PromptScreen
-from tui_app.ui.widgets.key_bar import KeyBar
-from tui_app.ui.widgets.kv_chart import KVChart
-from tui_app.ui.widgets.latency_chart import LatencyChart
-from tui_app.ui.widgets.memory_chart import MemoryChart
-from tui_app.ui.widgets.runs_table import RunsTable
-from tui_app.ui.widgets.server_pane import ServerPane
-from tui_app.ui.widgets.status_bar import StatusBar
-from tui_app.ui.widgets.token_stream import TokenStream
-from tui_app.ui.widgets.util_chart import UtilChart
-
-CHARTS = ("latency", "kv", "memory", "util")
-# The command palette's entries: sentences, with the key as their help line.
-PALETTE = {
-    "lever('cache')": "Switch the KV cache on or off",
-    "lever('compile')": "Switch the compiled decode step on or off",
-    "lever('quant')": "Cycle the weight quantization: off, int8, int4",
-    "lever('spec')": "Cycle speculative decoding: off, prompt lookup, draft model",
-    "lever('batch')": "Cycle the batch size: 1, 2, 4, 8",
-    "preset": "Switch the prompt length preset",
-    "next_server": "Send the next run to the next attached server",
-    "new_prompt": "Type a new prompt",
-    "rerun": "Run the prompt again",
-    "pause": "Pause or resume generation",
-    "auto": "Switch auto-repeat on or off",
-    "next_view": "Show the next chart (small terminals)",
-    "probe": "Measure the memory read rate again",
-    "export": "Export the session as JSON",
-    "screenshot": "Save a screenshot (SVG)",
-    "restart": "Restart the engine",
-    "help": "Show the keys and what each pane shows",
-}
-NARROW_W, NARROW_H = 120, 34
-TINY_W, TINY_H = 60, 16
-
-
-def _cycle(values, current):
-    values = list(values)
-    return values[(values.index(current) + 1) % len(values)] if current in values else values[0]
 
 
 class TokentopApp(App):
@@ -86,6 +40,7 @@ class TokentopApp(App):
     CSS_PATH = Path(__file__).with_name("app.tcss")
     TITLE = "tokentop"
     ENABLE_COMMAND_PALETTE = True
+    COMMANDS = App.COMMANDS | {KeyCommands}
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("k", "lever('cache')", "cache"),
         Binding("c", "lever('compile')", "compile"),
@@ -111,7 +66,7 @@ class TokentopApp(App):
 
     def __init__(
         self,
-        source,
+        source: EventSource,
         request=None,
         *,
         recorder=None,
@@ -133,42 +88,24 @@ class TokentopApp(App):
         self.session = Session(recorder=recorder, history=history)
         self.running = False
         self.paused = False
-        self.view = 0
         self.state = "starting engine…"
         self._last_sample_t = 0
         self._table_t = 0.0
         self._wanted: dict[str, object] = {}
         self._text: list[str] = []  # this frame's tokens, added to the text pane once per frame
-        self._mode = ""
         self._phase_since: float | None = None  # when the phase in progress began, on this clock
         self.told: deque[str] = deque(maxlen=50)  # what notify() said, for tests and export
+        self.above_status: list = []  # widgets over the status line (the demo's caption)
 
     def notify(self, message: str, **kwargs) -> None:
         self.told.append(message)
         super().notify(message, **kwargs)
 
     # ------------------------------------------------------------ layout
-    def compose(self) -> ComposeResult:
-        # References, not queries: with a modal open, queries search the modal's screen.
-        self.status = StatusBar(id="status")
-        self.tokens = TokenStream(id="tokens")
-        charts = [
-            LatencyChart(self.session, id="latency"),
-            # On a server the KV pane is its own figures: its cache is not ours to measure.
-            ServerPane(self.session, id="kv") if self.source.kind == "server" else KVChart(self.session, id="kv"),
-            MemoryChart(self.session, id="memory"),
-            UtilChart(self.session, id="util"),
-        ]
-        self.panes = {w.id: w for w in (self.tokens, RunsTable(self.session, id="runs"), *charts)}
-        yield self.status
-        with Horizontal(id="main"):
-            yield self.tokens
-            with Container(id="charts"):
-                yield from charts
-        yield self.panes["runs"]  # full width: its columns are the comparison the levers exist for
-        yield Static("terminal too small for the charts: enlarge it (60×16 or more)", id="tiny-note")
-        self.key_bar = KeyBar(id="keys")
-        yield self.key_bar
+    def get_default_screen(self) -> Screen:
+        self.monitor = m = MonitorScreen(self.session, server=self.source.kind == "server", above=self.above_status)
+        self.status, self.tokens, self.panes, self.key_bar = m.status, m.tokens, m.panes, m.key_bar
+        return m
 
     def on_mount(self) -> None:
         self.source.start()
@@ -179,37 +116,15 @@ class TokentopApp(App):
         self.set_interval(1.0 / self.fps, self.tick)
         self._apply_size()
         for sig in (signal.SIGTERM, signal.SIGHUP):
-            try:
-                import asyncio
-
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 asyncio.get_running_loop().add_signal_handler(sig, self.exit)
-            except (NotImplementedError, RuntimeError, ValueError):
-                pass
 
     def on_resize(self) -> None:
         self._apply_size()
 
     def _apply_size(self) -> None:
-        if not self.screen_stack:
-            return
-        w, h = self.size
-        mode = "tiny" if (w < TINY_W or h < TINY_H) else "narrow" if (w < NARROW_W or h < NARROW_H) else "wide"
-        if mode == self._mode:
-            return
-        self._mode = mode
-        screen = self.screen_stack[0]
-        screen.set_class(mode == "tiny", "-tiny")
-        screen.set_class(mode != "wide", "-narrow")
-        self._show_view()
-        if self.key_bar.is_mounted:
-            self.key_bar.draw()  # v shows where it does something
-
-    def _show_view(self) -> None:
-        single = self._mode != "wide"
-        for i, name in enumerate(CHARTS):
-            chart = self.panes[name]
-            chart.display = (not single) or i == self.view
-            chart.dirty = True
+        if self.screen_stack:
+            self.monitor.fit(*self.size)
 
     # ------------------------------------------------------------ the frame
     def tick(self) -> None:
@@ -235,11 +150,7 @@ class TokentopApp(App):
             self._mark("runs")
         for widget in self.panes.values():
             widget.redraw()
-        phase = self.session.phase
-        state = self.state
-        if phase is not None and not phase.done and self._phase_since is not None and state.startswith(f"{phase.name}: "):
-            # A first compile takes a minute or more: the clock shows it is working, not stuck.
-            state = f"{state} {time.monotonic() - self._phase_since:.0f} s"
+        state = status_text.with_clock(self.state, self.session.phase, self._phase_since, time.monotonic())
         self.status.show(self.session, state, self.request.preset if self.request else "replay", self.auto)
         if not self.source.live and self.source.done and self.state != "replay finished":
             self.state = "replay finished"
@@ -262,16 +173,15 @@ class TokentopApp(App):
             self._mark("latency", "kv")
             return
         self._flush_text()  # what follows in the pane comes after the text so far
+        self.state = status_text.after(ev, self.auto) or self.state
         if isinstance(ev, Sampled):
             self._mark("memory", "util")
         elif isinstance(ev, RunStarted):
             self.running = True
-            self.state = f"run {ev.run_id}: generating"
             tokens.add_prompt(ev.run_id, ev.prompt_text, ev.levers.label())
             self._mark("runs", "latency", "kv")
         elif isinstance(ev, RunFinished):
             self.running = False
-            self.state = f"run {ev.run_id} done ({ev.stop_reason})" + (" · auto" if self.auto else "")
             self.session.trim()
             trim_heap()  # the UI's own RSS then tracks its live memory, which the soak checks stays flat
             self._mark("runs", "memory")
@@ -283,28 +193,18 @@ class TokentopApp(App):
                 self._follow_server()
             if ev.run_id is not None:
                 tokens.add_mark(f"{ev.lever}→{short_value(ev.value)}")
-                self.state = f"run {ev.run_id}: generating"  # not the preparation phase that came before
-            else:
-                self.state = f"{ev.lever} → {short_value(ev.value)} for the next run (r starts it)"
             self._mark("runs", "latency")
         elif isinstance(ev, LeverRefused):
             self._wanted.pop(ev.lever, None)
             self.notify(ev.reason, title=f"{ev.lever} refused", severity="warning")
         elif isinstance(ev, Phase):
-            self.state = f"{ev.name}: {ev.detail}" + (f" ({ev.seconds:.1f} s)" if ev.done else "…")
             self._phase_since = None if ev.done else time.monotonic()
-            if ev.name == "pause":
-                self.state = "paused" if not ev.done else "generating"
         elif isinstance(ev, EngineReady):
+            self.sub_title = status_text.subtitle(ev)
             if ev.server:
                 if len(self.session.servers) == 2:  # t now moves between them
                     self.key_bar.draw()
-                self.state = f"{ev.model} on the {ev.device} server at {ev.server['url']}"
-                self.sub_title = f"{ev.model} · {ev.device} · {ev.server['url']}"
                 self._follow_server()
-            else:
-                self.state = f"{ev.model} on {fmt.where(ev)} ({ev.dtype}) ready in {ev.load_s:.1f} s"
-                self.sub_title = f"{ev.model} · {fmt.where(ev)} · {ev.dtype}"
             if self.source.live and self.request is not None and not self.running:  # compared servers: one ready each
                 self.start_run()
         elif isinstance(ev, EngineError):
@@ -312,13 +212,11 @@ class TokentopApp(App):
                 self.running = False
             tokens.add_mark(ev.message.splitlines()[0], error=True)
             self.notify(ev.message.splitlines()[0], title="engine", severity="error", timeout=8)
-            if ev.fatal:
-                self.state = "engine failed — fix the cause and press R to restart, or q to quit"
 
     def key_applies(self, action: str) -> bool:
         """Whether a key does something here (the key bar leaves out those that do not)."""
         if action == "next_view":
-            return self._mode != "wide"
+            return self.monitor.mode != "wide"
         if action == "next_server":
             return len(self.session.servers) > 1
         return True
@@ -349,8 +247,8 @@ class TokentopApp(App):
         if self.request is None or not self.source.live:
             return
         if self.running:
-            self.source.send("stop")
-        self.source.send("run", self.request)
+            self.source.send(Stop())
+        self.source.send(Run(self.request))
         self.running = True
 
     # ------------------------------------------------------------ actions
@@ -362,29 +260,19 @@ class TokentopApp(App):
             self._refuse(name, "replay shows recorded levers; they cannot be switched")
             return
         current = self._wanted.get(name, getattr(self.session.levers, name))
-        value = {
-            "cache": lambda v: not v,
-            "compile": lambda v: not v,
-            "quant": lambda v: _cycle(QUANT_LEVELS, v),
-            "spec": lambda v: _cycle(SPEC_MODES, v),
-            "batch": lambda v: _cycle(self._batch_sizes(), v),
-        }[name](current)
+        server = self.session.ready.server if self.session.ready else None  # its streams are the batch lever
+        value = next_lever_value(name, current, server and tuple(server["concurrency"]))
         self._wanted[name] = value
-        self.source.send("lever", name, value)
+        self.source.send(SetLever(name, value))
         if not self.running:  # answered now; the engine's LeverChanged or LeverRefused follows
-            self.state = f"{name} → {short_value(value)} for the next run (r starts it)"
+            self.state = status_text.for_next_run(name, value)
 
     def action_probe(self) -> None:
         if not self.source.live or (self.session.ready is not None and self.session.ready.server):
             self._refuse("bandwidth", "tokentop measures the memory read rate of its own engine only (not a replay's or a server's)")
             return
-        self.source.send("probe")
+        self.source.send(Probe())
         self.state = "measuring the memory read rate" + (" at the next token" if self.running else "")
-
-    def _batch_sizes(self) -> tuple[int, ...]:
-        """Batch sizes, or on a server the numbers of concurrent streams it is asked for."""
-        server = self.session.ready.server if self.session.ready else None
-        return tuple(server["concurrency"]) if server else BATCH_SIZES
 
     def action_next_server(self) -> None:
         labels = list(self.session.servers)
@@ -394,13 +282,13 @@ class TokentopApp(App):
         current = self._wanted.get("server", self.session.levers.server)
         value = labels[(labels.index(current) + 1) % len(labels)] if current in labels else labels[0]
         self._wanted["server"] = value
-        self.source.send("lever", "server", value)
+        self.source.send(SetLever("server", value))
 
     def action_preset(self) -> None:
         if self.request is None:
             return
         presets = ["short", "long"] + (["file"] if self.prompt_file else [])
-        self.request = replace(self.request, prompt=None, preset=_cycle(presets, self.request.preset))
+        self.request = replace(self.request, prompt=None, preset=cycled(presets, self.request.preset))
         if self.running:  # a prompt cannot change mid-run: the run starts again on the new one
             self.notify(f"prompt {self.request.preset}: run {self._current_id()} stopped, a new run starts")
             self.start_run()
@@ -432,17 +320,13 @@ class TokentopApp(App):
 
     def action_pause(self) -> None:
         if not self.source.can_pause:
-            self.source.send("pause")  # the source says why not
+            self.source.send(Pause())  # the source says why not
+            return
+        if self.source.step_mode:  # a replay a step at a time: space releases the next
+            self.source.advance()
             return
         self.paused = not self.paused
-        if self.source.live:
-            self.source.send("pause" if self.paused else "resume")
-        else:
-            if getattr(self.source, "step_mode", False):
-                self.source.advance()
-                self.paused = False
-                return
-            self.source.pause(self.paused)
+        self.source.pause(self.paused)
         self.state = "paused" if self.paused else ("generating" if self.running else "idle")
 
     def action_auto(self) -> None:
@@ -451,14 +335,13 @@ class TokentopApp(App):
         self._auto_next()
 
     def action_next_view(self) -> None:
-        if self._mode == "wide":
+        if self.monitor.mode == "wide":
             self.notify(f"all four charts already show; v cycles them on a terminal smaller than {NARROW_W}×{NARROW_H}")
             return
-        if self._mode == "tiny":
+        if self.monitor.mode == "tiny":
             self.notify(f"the terminal is too small for charts: enlarge it to {TINY_W}×{TINY_H} or more")
             return
-        self.view = (self.view + 1) % len(CHARTS)
-        self._show_view()
+        self.monitor.next_view()
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
@@ -467,7 +350,7 @@ class TokentopApp(App):
         if not self.source.live:
             self.notify("a replay has no engine to restart")
             return
-        if self.session.fatal is None and getattr(self.source, "alive", lambda: False)():
+        if self.session.fatal is None and self.source.alive():
             cur = self.session.current
             in_flight = f" Run {cur.started.run_id}, in flight, is stopped." if cur is not None and cur.finished is None else ""
             question = f"The engine is working. Restart it?{in_flight} Finished runs are kept; compiled and quantized variants are rebuilt when next used."
@@ -486,48 +369,29 @@ class TokentopApp(App):
         if self.sampler is not None:
             self.sampler.watch("engine", self.source.pid)
 
-    def _out_folder(self, what: str):
-        """The folder exports and screenshots go to, created; None after saying why it cannot be written."""
-        from tui_app.folders import FolderError, recordings_dir, require
+    def action_export(self) -> None:
+        self._save("the export", "export", "json", lambda path: export_session(self.session, str(path)), "session exported to")
+
+    def action_screenshot(self) -> None:
+        self._save("the screenshot", "screenshot", "svg", lambda path: self.save_screenshot(filename=path.name, path=str(path.parent)), "screenshot saved to")
+
+    def _save(self, what: str, kind: str, ext: str, write, told: str) -> None:
+        """`write(path)` into the output folder (--out-dir, else the recordings folder), then where it
+        went; or, in one line, why it cannot be written."""
+        from tui_app.folders import FolderError, recordings_dir, require, stamped
 
         try:
-            return require(Path(self.out_dir) if self.out_dir else recordings_dir(), what, "--out-dir" if self.out_dir else "--out-dir or TOKENTOP_DATA")
+            folder = require(Path(self.out_dir) if self.out_dir else recordings_dir(), what, "--out-dir" if self.out_dir else "--out-dir or TOKENTOP_DATA")
         except FolderError as exc:
             self.notify(str(exc), severity="error", timeout=10)
-            return None
-
-    def action_export(self) -> None:
-        from tui_app.folders import stamped
-
-        folder = self._out_folder("the export")
-        if folder is None:
             return
-        path = stamped(folder, "export", "json")
+        path = stamped(folder, kind, ext)
         try:
-            export_session(self.session, str(path))
+            write(path)
         except OSError as exc:
             self.notify(f"cannot write {path}: {exc.strerror or exc}", severity="error")
             return
-        self.notify(f"session exported to {path}")
-
-    def action_screenshot(self) -> None:
-        from tui_app.folders import stamped
-
-        folder = self._out_folder("the screenshot")
-        if folder is None:
-            return
-        try:
-            path = self.save_screenshot(filename=stamped(folder, "screenshot", "svg").name, path=str(folder))
-        except OSError as exc:
-            self.notify(f"cannot write the screenshot in {folder}: {exc.strerror or exc}", severity="error")
-            return
-        self.notify(f"screenshot saved to {path}")
-
-    def get_system_commands(self, screen):
-        yield from super().get_system_commands(screen)
-        for b in self.BINDINGS:
-            if b.action in PALETTE:
-                yield SystemCommand(PALETTE[b.action], f"key: {self.get_key_display(b)}", lambda a=b.action: self.run_action(a))
+        self.notify(f"{told} {path}")
 
     async def action_quit(self) -> None:
         self.exit()
@@ -538,20 +402,3 @@ class TokentopApp(App):
         self.source.close()
         if self.session.recorder is not None:
             self.session.recorder.close()
-
-
-def make_app(args, source, recorder=None) -> TokentopApp:
-    """The app for parsed command-line arguments (the entry point; `serve` runs the same command)."""
-    from monitors.sampler import Sampler
-    from tui_app.core.options import run_request
-
-    return TokentopApp(
-        source,
-        run_request(args),
-        recorder=recorder,
-        sampler=Sampler(hz=args.hz or 4.0),
-        fps=args.fps,
-        auto=args.auto,
-        prompt_file=args.prompt_file,
-        out_dir=args.out_dir,
-    )

@@ -1,0 +1,111 @@
+"""A completion stream's chunks read one at a time: the text each brings and how many tokens, by
+the server's own running count where the stream carries one (llama.cpp `timings.predicted_n`, vLLM
+and SGLang `continuous_usage_stats`), else one per chunk with text. Pure: no network, no clock;
+the client (client.py) timestamps each chunk and turns each token-bearing one into a Step.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from tui_app.attach.errors import error_text
+
+
+@dataclass
+class StreamResult:
+    text: str = ""
+    counted: int = 0  # tokens counted from the stream (server running count, or chunks)
+    chunks: int = 0
+    from_server: bool = False  # counts came from the server's running count
+    finish: str | None = None
+    usage: dict | None = None
+    timings: dict | None = None
+    malformed: int = 0
+    error: str = ""
+    context: int = 0  # tokens in this stream's context now (prompt + cached + generated), when known
+    done: bool = False  # the stream said [DONE]
+
+    def server_total(self) -> int | None:
+        """The server's final count of the tokens it generated, where it said one."""
+        if self.usage and self.usage.get("completion_tokens") is not None:
+            return int(self.usage["completion_tokens"])
+        if self.timings and self.timings.get("predicted_n") is not None:
+            return int(self.timings["predicted_n"])
+        return None
+
+
+class ChunkReader:
+    """Reads one stream's SSE data into `out`; `read(data)` says what a chunk brought as a step."""
+
+    def __init__(self, out: StreamResult | None = None):
+        self.out = out if out is not None else StreamResult()
+        self.pending = ""  # text without a token of its own: it goes out with the next token
+        self.prompt_n: int | None = None
+
+    def read(self, data: str) -> tuple[str, int] | None:
+        """(text, tokens) of a chunk that brings tokens; None for one that brings none (empty,
+        malformed, usage only, text the server has not counted yet). A [DONE] or an error sets
+        `out.done` or `out.error`: the stream is over."""
+        out = self.out
+        data = data.strip()
+        if not data:
+            return None
+        if data == "[DONE]":
+            out.done = True
+            return None
+        try:
+            obj = json.loads(data)
+        except json.JSONDecodeError:
+            out.malformed += 1
+            return None
+        if not isinstance(obj, dict):
+            out.malformed += 1
+            return None
+        if obj.get("error"):
+            out.error = f"the server sent an error mid-stream: {error_text(json.dumps(obj))}"
+            return None
+        choices = obj.get("choices") or []
+        running = self._running_count(obj, choices)
+        if not choices or not isinstance(choices[0], dict):
+            return None
+        c = choices[0]
+        delta = c.get("delta")
+        text = (delta.get("content") if isinstance(delta, dict) else None) or c.get("text") or ""
+        if c.get("finish_reason"):
+            out.finish = c["finish_reason"]
+        out.chunks += 1 if text else 0
+        if running is not None:
+            n = max(int(running) - out.counted, 0)
+            out.from_server = True
+        else:
+            n = 1 if text else 0
+        if n == 0:
+            self.pending += text
+            return None
+        text, self.pending = self.pending + text, ""
+        out.counted += n
+        out.text += text
+        if self.prompt_n is not None:
+            out.context = self.prompt_n + out.counted
+        return text, n
+
+    def _running_count(self, obj: dict, choices: list) -> int | None:
+        """The server's count of generated tokens so far, where this chunk carries one (and the prompt's size)."""
+        out = self.out
+        usage, timings = obj.get("usage"), obj.get("timings")
+        if usage:
+            out.usage = usage
+        if isinstance(timings, dict):
+            out.timings = timings
+            self.prompt_n = (timings.get("prompt_n") or 0) + (timings.get("cache_n") or 0)
+            return timings.get("predicted_n")
+        if isinstance(usage, dict) and choices:  # continuous usage stats: a running count on each chunk
+            self.prompt_n = usage.get("prompt_tokens")
+            return usage.get("completion_tokens")
+        return None
+
+    def close(self) -> None:
+        """The stream ended: text still waiting for a token of its own is the output's end."""
+        self.out.text += self.pending
+        self.pending = ""
