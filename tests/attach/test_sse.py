@@ -3,7 +3,7 @@ through it in test_attach.py and the vLLM tier)."""
 
 import json
 
-from tui_app.attach.sse import ChunkReader
+from tui_app.attach.sse import ChunkReader, run_end
 
 
 def chat(content=None, finish=None, **extra) -> str:
@@ -90,3 +90,19 @@ def test_text_still_waiting_for_a_token_ends_the_output_when_the_stream_closes()
     assert reader.read(chat("!", timings={"predicted_n": 1})) is None
     reader.close()
     assert reader.out.text == "a!" and reader.out.counted == 1
+
+
+def test_the_runs_end_takes_the_servers_final_counts_and_the_first_streams_reason():
+    lead, other = ChunkReader(), ChunkReader()
+    for n, text in enumerate(("a", "b", "c"), 1):
+        lead.read(chat(text, timings={"prompt_n": 5, "cache_n": 2, "predicted_n": n, "prompt_ms": 12.5}))
+    lead.read(chat("", finish="length", timings={"prompt_n": 5, "cache_n": 2, "predicted_n": 3, "prompt_ms": 12.5}))
+    other.read(chat("x"))
+    other.read(chat("y"))
+    reason, n_tokens, prompt_tokens, details = run_end([lead.out, other.out], stopped=False)
+    assert reason == "max tokens" and n_tokens == 3 + 2 and prompt_tokens == 7  # the second stream counted by its chunks
+    assert details["tokens_from"] == "server running count" and details["server_tokens"] == 3 and details["cached_tokens"] == 2
+    assert details["prompt_ms"] == 12.5
+    assert run_end([lead.out], stopped=True)[0] == "stopped" and run_end([other.out], stopped=False)[0] == "stream ended"
+    other.out.error = "cannot reach h:1"
+    assert run_end([other.out], stopped=False)[0] == "error"

@@ -29,7 +29,7 @@ def tokentop(*args, timeout=180, env=None):
         (["run", "--no-tui", "--preset", "file"], "--preset file needs --prompt-file"),
         (["bench", "--lengths", "12x4"], "bad length pair"),
         (["bench", "--levers", "turbo"], "unknown lever preset 'turbo'"),
-        (["leakcheck", "--runs", "5"], "use --runs 11 or more"),  # it used to exit 0 with no verdict
+        (["leakcheck", "--runs", "5"], "use --runs 11 or more"),  # too few runs for a verdict: not a silent exit 0
     ],
 )
 def test_command_line_misuse_exits_2_with_one_clear_line(args, needle):
@@ -171,7 +171,7 @@ def test_serve_binds_to_localhost_and_serves_the_page():
     ],
 )
 def test_headless_refuses_a_lever_it_cannot_apply_instead_of_dropping_it(levers, needle):
-    """It used to run without the lever, exit 0 and label the numbers without it."""
+    """Numbers labelled without the lever asked for would answer another question: exit 2, no numbers."""
     r = tokentop("run", "--no-tui", "--no-record", "--max-new-tokens", "2", *levers)
     assert r.returncode == 2 and needle in r.stderr, r.stderr
     assert " tok/s" not in r.stdout
@@ -193,8 +193,8 @@ def _numeric_options():
 
 
 def test_every_numeric_option_has_bounds_and_refuses_each_side_with_the_range(capsys):
-    """Before, --top-p 1.5, --threads -3, --port 0, --speed -1, --fps 0 or --repeats 0 were taken
-    (or refused later, by another option's name)."""
+    """--top-p 1.5, --threads -3, --port 0, --speed -1, --fps 0, --repeats 0: each refused by its own
+    name, with its range, before anything runs."""
     from tui_app.cli import main
 
     options = list(_numeric_options())
@@ -259,7 +259,7 @@ def test_model_errors_name_the_option_and_the_kind_of_path(tmp_path):
 
 
 def test_headless_output_has_no_library_noise_unless_verbose():
-    """torchao's optional kernels, torch's pytree deprecations and the weight-loading bar were printed."""
+    """Not torchao's optional kernels, torch's pytree deprecations or the weight-loading bar: the numbers alone."""
     r = tokentop("run", "--no-tui", "--no-record", "--quant", "int8", "--max-new-tokens", "2")
     assert r.returncode == 0 and r.stderr.strip() == "", r.stderr
     loud = tokentop("run", "--no-tui", "--no-record", "--quant", "int8", "--max-new-tokens", "2", "--verbose", env={"TRANSFORMERS_VERBOSITY": "info"})

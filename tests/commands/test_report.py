@@ -333,7 +333,7 @@ def test_the_memory_figure_draws_the_leak_detectors_trend_and_interval_as_scipy_
 
     from monitors.events import RunFinished as Finished
     from tests.helpers.synthetic import session_events
-    from tui_app.commands.report import memory_figure
+    from tui_app.commands.report.session import memory_figure
     from tui_app.core.session import Session
 
     events = session_events(runs=12, tokens=6)

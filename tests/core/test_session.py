@@ -376,8 +376,8 @@ def test_a_stall_is_marked_with_what_the_server_said():
 
 
 def test_a_run_switched_midway_is_labelled_with_the_levers_its_numbers_come_from():
-    """Run 2 switches to int8 halfway: its ppl and output are int8's, so the row says cache→cache int8
-    (it said "cache", the starting levers, beside int8's perplexity)."""
+    """Run 2 switches to int8 halfway: its ppl and output are int8's, so the row says cache→cache int8,
+    not "cache", the starting levers, beside int8's perplexity."""
     from tui_app.commands.run import row_line
 
     rows = {row.label: row for row in Session.from_events(session_events(runs=2)).rows()}

@@ -112,7 +112,7 @@ def test_counts_are_singular_for_one(tmp_path):
 
 
 def test_a_failed_start_leaves_no_recording(tmp_path):
-    """`--device` wrong: the default recording was left 0 bytes, and replay then rejected it."""
+    """`--device` wrong: no 0-byte default recording is left behind, which replay would reject."""
     import os
     import subprocess
     import sys

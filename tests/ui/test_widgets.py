@@ -101,7 +101,7 @@ async def test_runs_table_shows_every_number_whole():
 
 
 async def test_kv_pane_shows_only_the_current_runs_cache():
-    """A no-cache run used to keep the previous run's "7.4 MiB measured = 7.4 MiB formula"."""
+    """A run without the cache shows no KV figures, not the previous run's "7.4 MiB measured = 7.4 MiB formula"."""
     from monitors.events import Levers, RunStarted, Step
     from tui_app.ui.widgets.kv_chart import KVChart
 

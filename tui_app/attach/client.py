@@ -39,9 +39,10 @@ from monitors.events import (
     Step,
     now_ns,
 )
-from monitors.servers import BY_NAME, OPENAI, EngineTable, MetricsParseError, MetricsWindow, Quantiles, engine_from_metrics, parse_metrics
+from monitors.servers import OPENAI, EngineTable, MetricsWindow, Quantiles
 from tui_app.attach.errors import AttachError, api_base, describe_failure, describe_status, host_port, server_root
-from tui_app.attach.sse import ChunkReader, StreamResult
+from tui_app.attach.metrics import detect, scrape
+from tui_app.attach.sse import ChunkReader, StreamResult, run_end
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32)
 # The levers a server sets when it starts; a client cannot switch them.
@@ -51,7 +52,6 @@ SERVER_OWNED = {
     "quant": "the weights' format",
     "spec": "speculative decoding",
 }
-STOP_REASONS = {"stop": "eos", "length": "max tokens", "eos_token": "eos", "abort": "stopped"}
 
 
 @dataclass
@@ -98,7 +98,7 @@ class ServerClient:
         self.pid: int | None = None
         self.n_ctx: int | None = None
         self.run_id = cfg.first_run_id - 1
-        self._references: dict[tuple, str] = {}
+        self._answers = Answers(cfg)
         self._inflight: list[StreamResult] = []  # every stream now open, of every run (a bench runs several)
         self._metrics_error = ""
         key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
@@ -141,7 +141,7 @@ class ServerClient:
         elif self.model not in ids:
             raise AttachError(f"{host_port(self.base)} has no model {self.model!r}; it serves: {', '.join(ids)}")
         meta = next((m.get("meta") or {} for m in models if m["id"] == self.model), {})
-        self.engine = await self._detect()
+        self.engine = await detect(self.http, self.root, self._headers, (await self._scrape())[0])
         self.window = MetricsWindow(self.engine)
         self.n_ctx = meta.get("n_ctx") or next((m.get("max_model_len") for m in models if m["id"] == self.model), None)
         from tui_app.attach.discover import local_pid
@@ -178,40 +178,8 @@ class ServerClient:
         self.emit(ready)
         return ready
 
-    async def _detect(self) -> EngineTable:
-        """The engine family, from its metric names, else from what only it answers."""
-        samples, _ = await self._scrape()
-        if samples is not None:
-            found = engine_from_metrics(set(samples))
-            if found is not None:
-                return found
-        try:
-            r = await self.http.get(self.root + "/props", headers=self._headers, timeout=3.0)
-            if r.status_code == 200 and "default_generation_settings" in r.text:
-                return BY_NAME["llama.cpp"]
-            r = await self.http.get(self.root + "/api/version", headers=self._headers, timeout=3.0)
-            if r.status_code == 200 and "version" in r.text:
-                return BY_NAME["Ollama"]
-        except httpx.HTTPError:
-            pass
-        return OPENAI
-
-    # ------------------------------------------------------------ /metrics
     async def _scrape(self) -> tuple[dict | None, str]:
-        """One parse of /metrics, or (None, why not)."""
-        try:
-            r = await self.http.get(self.metrics_url, headers=self._headers, timeout=min(5.0, self.cfg.timeout_s))
-        except httpx.HTTPError as exc:
-            return None, describe_failure(exc, self.metrics_url, self.cfg.timeout_s)
-        if r.status_code in (404, 501):
-            return None, f"no Prometheus metrics at {self.metrics_url}: {self.engine.enable_metrics}"
-        if r.status_code != 200:
-            return None, describe_status(r.status_code, r.text, self.metrics_url, "GET /metrics")
-        try:
-            samples = parse_metrics(r.text)
-        except MetricsParseError as exc:
-            return None, f"{self.metrics_url}: {exc}"
-        return (samples, "") if samples else (None, f"{self.metrics_url} is empty")
+        return await scrape(self.http, self.metrics_url, self._headers, self.cfg.timeout_s, self.engine)
 
     async def sample(self) -> ServerSample | None:
         """A scrape as figures, emitted; why there is none is said once, and its return too."""
@@ -377,32 +345,11 @@ class ServerClient:
         malformed = sum(s.malformed for s in streams)
         if malformed:
             self.emit(EngineError(message=f"{malformed} stream line(s) were not JSON and were skipped"))
-        if stopped:
-            reason = "stopped"
-        elif lead.error:
-            reason = "error"
-        else:
-            reason = STOP_REASONS.get(lead.finish or "", lead.finish or "stream ended")
-        server_counts = [s.server_total() for s in streams]
-        n_tokens = sum(c if c is not None else s.counted for c, s in zip(server_counts, streams, strict=True))
-        usage = lead.usage or {}
-        prompt_tokens = usage.get("prompt_tokens")
-        if prompt_tokens is None and lead.timings:
-            prompt_tokens = (lead.timings.get("prompt_n") or 0) + (lead.timings.get("cache_n") or 0)
-        details = {
-            "tokens_from": "server running count" if lead.from_server else "chunks (the server streams no running count)",
-            "chunks": lead.chunks,
-            "server_tokens": server_counts[0],
-            "cached_tokens": ((usage.get("prompt_tokens_details") or {}).get("cached_tokens") if usage else None)
-            if not lead.timings
-            else lead.timings.get("cache_n"),
-        }
-        if lead.timings:
-            for key in ("prompt_ms", "prompt_n", "predicted_ms", "predicted_n", "predicted_per_token_ms", "predicted_per_second"):
-                details[key] = lead.timings.get(key)
-        note = self._compare(body, req, lead, reason)
-        if not lead.from_server and server_counts[0] is not None and server_counts[0] != lead.counted:
-            note += f"; {lead.counted} chunks, {server_counts[0]} tokens (server)"
+        reason, n_tokens, prompt_tokens, details = run_end(streams, stopped)
+        key = (self.levers.server, json.dumps(body.get("messages") or body.get("prompt")), req.max_new_tokens, req.ignore_eos)
+        note = self._answers.note(key, lead.text, reason)
+        if not lead.from_server and details["server_tokens"] is not None and details["server_tokens"] != lead.counted:
+            note += f"; {lead.counted} chunks, {details['server_tokens']} tokens (server)"
         from tui_app.attach.discover import process_rss
 
         rss = process_rss(self.pid)
@@ -427,19 +374,26 @@ class ServerClient:
         self.emit(ev)
         return ev
 
-    def _compare(self, body: dict, req, lead: StreamResult, reason: str) -> str:
-        """Greedy output against this server's first greedy answer to the same request: a server
-        that batches or runs speculation may not be deterministic, and this shows it."""
+
+class Answers:
+    """Greedy output against this server's first greedy answer to the same request: a server that
+    batches or runs speculation may not be deterministic, and this shows it."""
+
+    def __init__(self, cfg: AttachConfig):
+        self.cfg = cfg
+        self._first: dict[tuple, str] = {}
+
+    def note(self, key: tuple, text: str, reason: str) -> str:
+        """The runs table's note for this answer to the request `key`; the first complete one is the reference."""
         if self.cfg.temperature > 0:
             return "sampled: not compared"
         if reason not in ("eos", "max tokens"):
             return reason
-        key = (self.levers.server, json.dumps(body.get("messages") or body.get("prompt")), req.max_new_tokens, req.ignore_eos)
-        ref = self._references.get(key)
+        ref = self._first.get(key)
         if ref is None:
-            self._references[key] = lead.text
+            self._first[key] = text
             return "reference"
-        if ref == lead.text:
+        if ref == text:
             return "identical"
-        at = next((i for i, (a, b) in enumerate(zip(ref, lead.text, strict=False)) if a != b), min(len(ref), len(lead.text)))
+        at = next((i for i, (a, b) in enumerate(zip(ref, text, strict=False)) if a != b), min(len(ref), len(text)))
         return f"differs at char {at}"

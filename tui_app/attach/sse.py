@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from tui_app.attach.errors import error_text
 
+STOP_REASONS = {"stop": "eos", "length": "max tokens", "eos_token": "eos", "abort": "stopped"}
+
 
 @dataclass
 class StreamResult:
@@ -109,3 +111,34 @@ class ChunkReader:
         """The stream ended: text still waiting for a token of its own is the output's end."""
         self.out.text += self.pending
         self.pending = ""
+
+
+def run_end(streams: list[StreamResult], stopped: bool) -> tuple[str, int, int | None, dict]:
+    """What a run's streams say at its end: (why it ended, its tokens — by the server's final
+    counts where it gave them —, its prompt's tokens, the server's own figures for RunFinished.server),
+    the first stream's standing for the run."""
+    lead = streams[0]
+    if stopped:
+        reason = "stopped"
+    elif lead.error:
+        reason = "error"
+    else:
+        reason = STOP_REASONS.get(lead.finish or "", lead.finish or "stream ended")
+    server_counts = [s.server_total() for s in streams]
+    n_tokens = sum(c if c is not None else s.counted for c, s in zip(server_counts, streams, strict=True))
+    usage = lead.usage or {}
+    prompt_tokens = usage.get("prompt_tokens")
+    if prompt_tokens is None and lead.timings:
+        prompt_tokens = (lead.timings.get("prompt_n") or 0) + (lead.timings.get("cache_n") or 0)
+    details = {
+        "tokens_from": "server running count" if lead.from_server else "chunks (the server streams no running count)",
+        "chunks": lead.chunks,
+        "server_tokens": server_counts[0],
+        "cached_tokens": ((usage.get("prompt_tokens_details") or {}).get("cached_tokens") if usage else None)
+        if not lead.timings
+        else lead.timings.get("cache_n"),
+    }
+    if lead.timings:
+        for key in ("prompt_ms", "prompt_n", "predicted_ms", "predicted_n", "predicted_per_token_ms", "predicted_per_second"):
+            details[key] = lead.timings.get(key)
+    return reason, n_tokens, prompt_tokens, details

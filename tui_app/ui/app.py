@@ -16,22 +16,21 @@ from pathlib import Path
 from typing import ClassVar
 
 from textual.app import App
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.screen import Screen
 
-from monitors.events import EngineError, EngineReady, LeverChanged, LeverRefused, Phase, RunFinished, RunStarted, Sampled, Step, cycled, next_lever_value
+from monitors.events import EngineError, EngineReady, LeverChanged, LeverRefused, Phase, RunFinished, RunStarted, Step, cycled, next_lever_value
 from monitors.system import trim_heap
 from tui_app.core.export import export_session
-from tui_app.core.readings import short_value
 from tui_app.core.session import Session
 from tui_app.core.sources import EventSource
 from tui_app.process import yield_to_children
 from tui_app.requests import Pause, Probe, Run, SetLever, Stop
 from tui_app.ui import status_text
-from tui_app.ui.palette import KeyCommands
+from tui_app.ui.palette import KEYS, KeyCommands
 from tui_app.ui.screens.confirm import ConfirmScreen
 from tui_app.ui.screens.help import HelpScreen
-from tui_app.ui.screens.monitor import NARROW_H, NARROW_W, TINY_H, TINY_W, MonitorScreen
+from tui_app.ui.screens.monitor import MonitorScreen
 from tui_app.ui.screens.prompt import PromptScreen
 
 
@@ -41,28 +40,7 @@ class TokentopApp(App):
     TITLE = "tokentop"
     ENABLE_COMMAND_PALETTE = True
     COMMANDS = App.COMMANDS | {KeyCommands}
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("k", "lever('cache')", "cache"),
-        Binding("c", "lever('compile')", "compile"),
-        Binding("w", "lever('quant')", "quant"),
-        Binding("s", "lever('spec')", "spec"),
-        Binding("b", "lever('batch')", "batch"),
-        Binding("l", "preset", "length"),
-        Binding("t", "next_server", "next server", show=False),
-        Binding("n", "new_prompt", "prompt"),
-        Binding("r", "rerun", "rerun"),
-        Binding("space", "pause", "pause"),
-        Binding("a", "auto", "auto"),
-        Binding("v", "next_view", "view", show=False),
-        Binding("m", "probe", "measure mem bw", show=False),
-        Binding("e", "export", "export"),
-        Binding("ctrl+s", "screenshot", "screenshot", show=False),
-        Binding("R", "restart", "restart", show=False),
-        Binding("question_mark", "help", "help"),
-        Binding("q", "quit", "quit"),
-        Binding("ctrl+q", "quit", "quit", show=False, priority=True),
-        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = KEYS
 
     def __init__(
         self,
@@ -92,7 +70,6 @@ class TokentopApp(App):
         self._last_sample_t = 0
         self._table_t = 0.0
         self._wanted: dict[str, object] = {}
-        self._text: list[str] = []  # this frame's tokens, added to the text pane once per frame
         self._phase_since: float | None = None  # when the phase in progress began, on this clock
         self.told: deque[str] = deque(maxlen=50)  # what notify() said, for tests and export
         self.above_status: list = []  # widgets over the status line (the demo's caption)
@@ -140,86 +117,51 @@ class TokentopApp(App):
         for ev in events:
             self.session.feed(ev)
             self._on_event(ev)
-        self._flush_text()
+        self.monitor.flush_text()
         death = self.source.death()
         if death:
             self._engine_died(death)
         now = time.monotonic()
         if self.running and now - self._table_t > 1.0:
             self._table_t = now
-            self._mark("runs")
-        for widget in self.panes.values():
-            widget.redraw()
+            self.monitor.mark("runs")
+        self.monitor.redraw()
         state = status_text.with_clock(self.state, self.session.phase, self._phase_since, time.monotonic())
         self.status.show(self.session, state, self.request.preset if self.request else "replay", self.auto)
         if not self.source.live and self.source.done and self.state != "replay finished":
             self.state = "replay finished"
 
-    def _flush_text(self) -> None:
-        """The frame's tokens into the text pane at once: a fast server sends thousands a second."""
-        if self._text:
-            self.tokens.add_text("".join(self._text))
-            self._text.clear()
-
-    def _mark(self, *names: str) -> None:
-        for name in names:
-            self.panes[name].dirty = True
-
     def _on_event(self, ev) -> None:
-        tokens = self.tokens
+        self.monitor.show(ev)
         if isinstance(ev, Step):
-            if ev.text and not (self.session.levers.server and ev.segment):  # a server run's first stream is the one shown
-                self._text.append(ev.text)
-            self._mark("latency", "kv")
             return
-        self._flush_text()  # what follows in the pane comes after the text so far
         self.state = status_text.after(ev, self.auto) or self.state
-        if isinstance(ev, Sampled):
-            self._mark("memory", "util")
-        elif isinstance(ev, RunStarted):
+        if isinstance(ev, RunStarted):
             self.running = True
-            tokens.add_prompt(ev.run_id, ev.prompt_text, ev.levers.label())
-            self._mark("runs", "latency", "kv")
         elif isinstance(ev, RunFinished):
             self.running = False
             self.session.trim()
             trim_heap()  # the UI's own RSS then tracks its live memory, which the soak checks stays flat
-            self._mark("runs", "memory")
             if self.auto and not self.paused and self.source.live:
                 self.set_timer(0.3, self._auto_next)
-        elif isinstance(ev, LeverChanged):
+        elif isinstance(ev, LeverChanged | LeverRefused):
             self._wanted.pop(ev.lever, None)
-            if ev.lever == "server":
+            if isinstance(ev, LeverRefused):
+                self.notify(ev.reason, title=f"{ev.lever} refused", severity="warning")
+            elif ev.lever == "server":
                 self._follow_server()
-            if ev.run_id is not None:
-                tokens.add_mark(f"{ev.lever}→{short_value(ev.value)}")
-            self._mark("runs", "latency")
-        elif isinstance(ev, LeverRefused):
-            self._wanted.pop(ev.lever, None)
-            self.notify(ev.reason, title=f"{ev.lever} refused", severity="warning")
         elif isinstance(ev, Phase):
             self._phase_since = None if ev.done else time.monotonic()
         elif isinstance(ev, EngineReady):
             self.sub_title = status_text.subtitle(ev)
             if ev.server:
-                if len(self.session.servers) == 2:  # t now moves between them
-                    self.key_bar.draw()
                 self._follow_server()
             if self.source.live and self.request is not None and not self.running:  # compared servers: one ready each
                 self.start_run()
         elif isinstance(ev, EngineError):
             if not self.session.current or self.session.current.finished is not None:
                 self.running = False
-            tokens.add_mark(ev.message.splitlines()[0], error=True)
             self.notify(ev.message.splitlines()[0], title="engine", severity="error", timeout=8)
-
-    def key_applies(self, action: str) -> bool:
-        """Whether a key does something here (the key bar leaves out those that do not)."""
-        if action == "next_view":
-            return self.monitor.mode != "wide"
-        if action == "next_server":
-            return len(self.session.servers) > 1
-        return True
 
     def _follow_server(self) -> None:
         """The memory pane and the leak detector follow the active server's process when it runs here."""
@@ -235,7 +177,7 @@ class TokentopApp(App):
         self.state = f"{message} — press R to restart; finished runs are kept"
         self.tokens.add_mark(message, error=True)
         self.notify(f"{message}. Press R to restart the engine.", title="engine", severity="error", timeout=15)
-        self._mark("runs")
+        self.monitor.mark("runs")
 
     def _auto_next(self) -> None:
         if self.auto and not self.running and not self.paused:
@@ -335,13 +277,9 @@ class TokentopApp(App):
         self._auto_next()
 
     def action_next_view(self) -> None:
-        if self.monitor.mode == "wide":
-            self.notify(f"all four charts already show; v cycles them on a terminal smaller than {NARROW_W}×{NARROW_H}")
-            return
-        if self.monitor.mode == "tiny":
-            self.notify(f"the terminal is too small for charts: enlarge it to {TINY_W}×{TINY_H} or more")
-            return
-        self.monitor.next_view()
+        why_not = self.monitor.next_view()
+        if why_not:
+            self.notify(why_not)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
@@ -360,7 +298,7 @@ class TokentopApp(App):
 
     def _restart(self) -> None:
         """A new engine process, numbering its runs after the last one: ids stay unique in the runs
-        table, the export and the recording (a second run 1 used to replace the first)."""
+        table, the export and the recording (a second run 1 would replace the first)."""
         self.state = "restarting engine…"
         self.session.engine_died("restarting", why="stopped by the engine restart")
         self.running = False
@@ -376,22 +314,13 @@ class TokentopApp(App):
         self._save("the screenshot", "screenshot", "svg", lambda path: self.save_screenshot(filename=path.name, path=str(path.parent)), "screenshot saved to")
 
     def _save(self, what: str, kind: str, ext: str, write, told: str) -> None:
-        """`write(path)` into the output folder (--out-dir, else the recordings folder), then where it
-        went; or, in one line, why it cannot be written."""
-        from tui_app.folders import FolderError, recordings_dir, require, stamped
+        """`write(path)` into the output folder, then where it went; or, in one line, why it could not."""
+        from tui_app.folders import FolderError, write_stamped
 
         try:
-            folder = require(Path(self.out_dir) if self.out_dir else recordings_dir(), what, "--out-dir" if self.out_dir else "--out-dir or TOKENTOP_DATA")
+            self.notify(f"{told} {write_stamped(self.out_dir, what, kind, ext, write)}")
         except FolderError as exc:
             self.notify(str(exc), severity="error", timeout=10)
-            return
-        path = stamped(folder, kind, ext)
-        try:
-            write(path)
-        except OSError as exc:
-            self.notify(f"cannot write {path}: {exc.strerror or exc}", severity="error")
-            return
-        self.notify(f"{told} {path}")
 
     async def action_quit(self) -> None:
         self.exit()

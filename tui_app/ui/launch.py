@@ -59,8 +59,8 @@ def _app(opts, source, recorder):
 def _leave_if_stuck(code: int) -> None:
     """Textual's input thread reads the terminal until its driver tells it to stop. A terminal that
     closes while the app is quitting (SIGHUP just after q, an SSH drop) can end the app before
-    that, and the thread then spins on the closed terminal, keeping the process alive for good
-    (seen: orphans at 30-45 % CPU). By now the engine is stopped and the recording closed."""
+    that, and the thread then spins on the closed terminal, keeping the process alive for good at
+    30-45 % of a core. By now the engine is stopped and the recording closed."""
     import threading
 
     others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]

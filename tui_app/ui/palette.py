@@ -1,9 +1,34 @@
-"""The command palette's tokentop entries (ctrl+p): every key's action as a sentence, with its key
-as the help line, so the palette teaches the keys."""
+"""The app's keys, and its entries in the command palette (ctrl+p): every key's action as a sentence,
+with its key as the help line, so the palette teaches the keys."""
 
 from __future__ import annotations
 
+from textual.binding import Binding, BindingType
 from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+# Every key of the app: its action, its word on the key bar (none: only on `?` and the palette).
+KEYS: list[BindingType] = [
+    Binding("k", "lever('cache')", "cache"),
+    Binding("c", "lever('compile')", "compile"),
+    Binding("w", "lever('quant')", "quant"),
+    Binding("s", "lever('spec')", "spec"),
+    Binding("b", "lever('batch')", "batch"),
+    Binding("l", "preset", "length"),
+    Binding("t", "next_server", "next server", show=False),
+    Binding("n", "new_prompt", "prompt"),
+    Binding("r", "rerun", "rerun"),
+    Binding("space", "pause", "pause"),
+    Binding("a", "auto", "auto"),
+    Binding("v", "next_view", "view", show=False),
+    Binding("m", "probe", "measure mem bw", show=False),
+    Binding("e", "export", "export"),
+    Binding("ctrl+s", "screenshot", "screenshot", show=False),
+    Binding("R", "restart", "restart", show=False),
+    Binding("question_mark", "help", "help"),
+    Binding("q", "quit", "quit"),
+    Binding("ctrl+q", "quit", "quit", show=False, priority=True),
+    Binding("ctrl+c", "quit", "quit", show=False, priority=True),
+]
 
 ENTRIES = {
     "lever('cache')": "Switch the KV cache on or off",

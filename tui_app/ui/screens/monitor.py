@@ -12,6 +12,8 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Static
 
+from monitors.events import EngineError, EngineReady, LeverChanged, RunFinished, RunStarted, Sampled, Step
+from tui_app.core.readings import short_value
 from tui_app.ui.widgets.key_bar import KeyBar
 from tui_app.ui.widgets.kv_chart import KVChart
 from tui_app.ui.widgets.latency_chart import LatencyChart
@@ -32,7 +34,9 @@ class MonitorScreen(Screen):
         """`server`: an attached server's figures in the KV pane (its cache is not ours to measure);
         `above`: widgets over the status line (the demo's caption)."""
         super().__init__()
+        self.session = session
         self.above = list(above)
+        self._text: list[str] = []  # this frame's tokens, added to the text pane once per frame
         self.status = StatusBar(id="status")
         self.tokens = TokenStream(id="tokens")
         self.charts = [
@@ -57,6 +61,57 @@ class MonitorScreen(Screen):
         yield Static(f"terminal too small for the charts: enlarge it ({TINY_W}×{TINY_H} or more)", id="tiny-note")
         yield self.key_bar
 
+    # ------------------------------------------------------------ events on the panes
+    def show(self, ev) -> None:
+        """What an event changes on the panes: the text (lever switches and errors marked inline),
+        and which panes redraw at the end of the frame."""
+        if isinstance(ev, Step):
+            if ev.text and not (self.session.levers.server and ev.segment):  # a server run's first stream is the one shown
+                self._text.append(ev.text)
+            self.mark("latency", "kv")
+            return
+        self.flush_text()  # what follows in the pane comes after the text so far
+        if isinstance(ev, Sampled):
+            self.mark("memory", "util")
+        elif isinstance(ev, RunStarted):
+            self.tokens.add_prompt(ev.run_id, ev.prompt_text, ev.levers.label())
+            self.mark("runs", "latency", "kv")
+        elif isinstance(ev, RunFinished):
+            self.mark("runs", "memory")
+        elif isinstance(ev, LeverChanged):
+            if ev.run_id is not None:
+                self.tokens.add_mark(f"{ev.lever}→{short_value(ev.value)}")
+            self.mark("runs", "latency")
+        elif isinstance(ev, EngineReady) and ev.server and len(self.session.servers) == 2:
+            self.key_bar.draw()  # t now moves between them
+        elif isinstance(ev, EngineError):
+            self.tokens.add_mark(ev.message.splitlines()[0], error=True)
+
+    def flush_text(self) -> None:
+        """The frame's tokens into the text pane at once: a fast server sends thousands a second."""
+        if self._text:
+            self.tokens.add_text("".join(self._text))
+            self._text.clear()
+
+    def mark(self, *names: str) -> None:
+        for name in names:
+            self.panes[name].dirty = True
+
+    def redraw(self) -> None:
+        """The frame's end: the text so far, then each pane marked since the last frame."""
+        self.flush_text()
+        for widget in self.panes.values():
+            widget.redraw()
+
+    def key_applies(self, action: str) -> bool:
+        """Whether a key does something here (the key bar leaves out those that do not)."""
+        if action == "next_view":
+            return self.mode != "wide"
+        if action == "next_server":
+            return len(self.session.servers) > 1
+        return True
+
+    # ------------------------------------------------------------ layout
     def fit(self, width: int, height: int) -> None:
         """The layout for this size; cheap when its class (wide, narrow, tiny) is unchanged."""
         mode = "tiny" if (width < TINY_W or height < TINY_H) else "narrow" if (width < NARROW_W or height < NARROW_H) else "wide"
@@ -76,6 +131,12 @@ class MonitorScreen(Screen):
             chart.display = (not single) or i == self.view
             chart.dirty = True
 
-    def next_view(self) -> None:
+    def next_view(self) -> str | None:
+        """The next chart where one shows at a time; otherwise why `v` does nothing here."""
+        if self.mode == "wide":
+            return f"all four charts already show; v cycles them on a terminal smaller than {NARROW_W}×{NARROW_H}"
+        if self.mode == "tiny":
+            return f"the terminal is too small for charts: enlarge it to {TINY_W}×{TINY_H} or more"
         self.view = (self.view + 1) % len(CHARTS)
         self.show_view()
+        return None
