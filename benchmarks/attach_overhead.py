@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks._tmux import TmuxApp
 from monitors.events import RunFinished
 from monitors.record import read_recording
-from tests.llama_server import LlamaServer
+from tests.helpers.llama_server import LlamaServer
 
 PROMPT = "Write a short story about a robot who learns to paint."
 

@@ -192,12 +192,12 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: the engine's, cores - 1); llama.cpp is compared at the same count")
     ap.add_argument("--variants", default="fp32,fp32+compile,int8,int8+compile,int4,int4+compile")
     args = ap.parse_args()
-    from tui_app import fmt
-    from tui_app.bench import apply_levers
+    from tui_app.commands.bench import apply_levers
+    from tui_app.core import fmt
+    from tui_app.core.session import Session
     from tui_app.engine.bandwidth import weight_bytes
     from tui_app.engine.generation import Engine, EngineConfig, RunRequest
     from tui_app.engine.models import find_default_gguf
-    from tui_app.session import Session
 
     variants = {
         "fp32": {},

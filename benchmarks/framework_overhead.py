@@ -89,7 +89,7 @@ def main() -> int:
     args = ap.parse_args()
     from transformers import DynamicCache
 
-    from tui_app.bench import apply_levers
+    from tui_app.commands.bench import apply_levers
     from tui_app.engine.generation import Engine, EngineConfig, RunRequest
 
     folder = tempfile.mkdtemp(prefix="tiny-llama-")

@@ -320,7 +320,7 @@ class Bench:
         return [t for e in events if isinstance(e, Step) for t in e.token_ids], events
 
     def plain(self, req) -> list[int]:
-        from tui_app.bench import apply_levers
+        from tui_app.commands.bench import apply_levers
 
         key = (req.preset, req.max_new_tokens)
         if key not in self._plain:
@@ -341,7 +341,7 @@ class Bench:
     def switched(self, combo: dict, req, switch_at: int = SWITCH_AT) -> tuple[list[int], list]:
         """A run that starts plain and changes to `combo` at the start of step `switch_at`, as a user would."""
         from monitors.events import LeverRefused, Levers
-        from tui_app.bench import _APPLY_ORDER, apply_levers
+        from tui_app.commands.bench import _APPLY_ORDER, apply_levers
 
         apply_levers(self.engine, {})
         target, calls = Levers(**combo), 0
@@ -385,8 +385,8 @@ def check_device_leak(bench: Bench, combo: dict, req, runs: int, leak_mb: float 
     `combo` set: quiet on clean runs; with `leak_mb` kept on the device each run (--debug-leak-mb),
     suspected within `runs`."""
     from monitors.events import Phase, RunFinished
-    from tui_app.bench import apply_levers
-    from tui_app.session import DEVICE_BASELINES, Session
+    from tui_app.commands.bench import apply_levers
+    from tui_app.core.session import DEVICE_BASELINES, Session
 
     apply_levers(bench.engine, combo)
     session = Session()
@@ -554,7 +554,7 @@ def check_timing(bench: Bench, req) -> tuple[str, str]:
     (CUDA events on a GPU) made as each event reaches the UI's side."""
     from monitors.events import RunStarted, Step
     from monitors.timing import RunTimer, percentile
-    from tui_app.bench import apply_levers
+    from tui_app.commands.bench import apply_levers
 
     apply_levers(bench.engine, {})
     clock = Clock(bench.engine.device)
@@ -596,7 +596,7 @@ def check_timing(bench: Bench, req) -> tuple[str, str]:
 
 def check_syncs(bench: Bench, combo: dict, req) -> tuple[str, str]:
     from monitors.host_reads import count_host_reads
-    from tui_app.bench import apply_levers
+    from tui_app.commands.bench import apply_levers
 
     refused = apply_levers(bench.engine, combo)
     if refused:
@@ -641,10 +641,10 @@ def copy_bandwidth(device: str, nbytes: int = 2**30, repeats: int = 20) -> float
 
 def check_bandwidth(folder: Path, device: str, levers: dict, dtype: str = "bf16", copy_bytes: int = 2**30) -> tuple[str, str]:
     """Decode reads every weight once per token: weight bytes × tokens/s is the bandwidth achieved."""
-    from tui_app.bench import apply_levers
+    from tui_app.commands.bench import apply_levers
+    from tui_app.core.session import Session
     from tui_app.engine import bandwidth
     from tui_app.engine.config import RunRequest
-    from tui_app.session import Session
 
     bench = Bench(folder, device, dtype)
     refused = apply_levers(bench.engine, levers)
@@ -690,7 +690,7 @@ def check_device_map(folder: Path, device: str, limits: dict, dtype: str = "bf16
     import torch
 
     from monitors.events import Step, TorchMemory
-    from tui_app import fmt
+    from tui_app.core import fmt
     from tui_app.engine.config import RunRequest
 
     req = RunRequest(preset="short", max_new_tokens=16, ignore_eos=True)
@@ -730,12 +730,12 @@ def check_tui(folder: Path, device: str, out: Path, size: tuple[int, int] = (160
     import asyncio
 
     from monitors.sampler import Sampler
-    from tui_app.app import TokentopApp
+    from tui_app.commands.run import engine_source
     from tui_app.engine.config import EngineConfig, RunRequest
-    from tui_app.sources import LiveSource
+    from tui_app.ui.app import TokentopApp
 
     async def drive() -> tuple[TokentopApp, Path, dict[str, str]]:
-        source = LiveSource(EngineConfig(model=str(folder), device=device, dtype="bf16"))
+        source = engine_source(EngineConfig(model=str(folder), device=device, dtype="bf16"))
         app = TokentopApp(source, RunRequest(max_new_tokens=200, ignore_eos=True), sampler=Sampler(hz=4), fps=8)
         async with app.run_test(size=size) as pilot:
             for runs, keys in ((1, ("w", "r")), (2, ())):
@@ -792,7 +792,7 @@ def make_model(folder: Path, tok: Path, device: str, overrides: dict | None = No
 
 def check_real_weights(device: str) -> tuple[str, str]:
     """Perplexity of the reference text under each quant level: meaningful on real weights only."""
-    from tui_app.bench import apply_levers
+    from tui_app.commands.bench import apply_levers
     from tui_app.engine.models import ModelError, find_default_gguf
 
     try:

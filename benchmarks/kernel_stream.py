@@ -39,7 +39,7 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    from tui_app import fmt
+    from tui_app.core import fmt
     from tui_app.engine.generation import Engine, EngineConfig
     from tui_app.engine.levers import quantize
 

@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks._tmux import TmuxApp
 from monitors.events import RunFinished
 from monitors.record import read_recording
-from tui_app.replay import fold
+from tui_app.commands.replay import fold
 
 
 def decode_tps(events, skip_first: int = 1) -> list[float]:
@@ -40,9 +40,10 @@ def decode_tps(events, skip_first: int = 1) -> list[float]:
 
 def engine_alone(runs: int, tokens: int, engine: dict) -> list[float]:
     from tui_app.engine.generation import EngineConfig, RunRequest
-    from tui_app.engine.process import EngineProcess
+    from tui_app.engine.main import engine_main
+    from tui_app.process import EngineProcess
 
-    proc = EngineProcess(EngineConfig(**engine)).start()
+    proc = EngineProcess(EngineConfig(**engine), target=engine_main).start()
     events = []
     try:
         req = RunRequest(max_new_tokens=tokens, ignore_eos=True)

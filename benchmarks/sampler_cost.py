@@ -16,8 +16,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from monitors.sampler import Sampler
+from tui_app.core.session import Session
 from tui_app.engine.generation import Engine, EngineConfig, RunRequest
-from tui_app.session import Session
 
 
 def main() -> int:

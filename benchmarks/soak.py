@@ -1,6 +1,6 @@
 """Soak: drive the real app on the real model with random key presses, then check that nothing
 crashed, the UI's memory stayed flat, the leak detector stayed quiet, and every finished run is in
-the recording. The full soak (30 minutes or 500 runs) runs from here; tests/test_soak.py runs a
+the recording. The full soak (30 minutes or 500 runs) runs from here; tests/system/test_soak.py runs a
 one-minute variant in CI.
 
     .venv/bin/python benchmarks/soak.py [--minutes 30] [--runs 500] [--seed 1]
@@ -39,10 +39,10 @@ from monitors.events import RunFinished, to_json
 from monitors.leaks import fit_slope, t_quantile_975
 from monitors.record import Recorder, read_recording
 from monitors.sampler import Sampler
-from tui_app.app import TokentopApp
 from tui_app.attach.client import CONCURRENCY
+from tui_app.commands.run import engine_source
 from tui_app.engine.config import EngineConfig, RunRequest
-from tui_app.sources import LiveSource
+from tui_app.ui.app import TokentopApp
 
 # q and ctrl+c end the app; c compiles for a minute on CPU, too long for the short variant.
 KEYS = ["k", "w", "s", "b", "l", "r", "space", "a", "v", "question_mark", "escape", "e", "n"]
@@ -76,7 +76,7 @@ async def soak(
     out_dir = out_dir or tempfile.mkdtemp(prefix="tokentop-soak-")
     rec_path = os.path.join(out_dir, "soak.jsonl")
     app = TokentopApp(
-        LiveSource(EngineConfig()),
+        engine_source(EngineConfig()),
         RunRequest(max_new_tokens=24),
         recorder=Recorder(rec_path),
         sampler=Sampler(hz=4, history=history),
@@ -237,7 +237,7 @@ async def attached_soak(
 ) -> AttachedSoak:
     from monitors.events import EngineError, LeverRefused
     from tui_app.attach.client import AttachConfig
-    from tui_app.sources import AttachSource
+    from tui_app.core.sources import AttachSource
 
     out_dir = out_dir or tempfile.mkdtemp(prefix="tokentop-soak-")
     rec_path = os.path.join(out_dir, "soak.jsonl")

@@ -24,8 +24,8 @@ from textual._styles_cache import StylesCache
 
 from benchmarks._tmux import TmuxApp
 from monitors.record import read_recording
-from tui_app.app import TokentopApp
-from tui_app.sources import ReplaySource
+from tui_app.core.sources import ReplaySource
+from tui_app.ui.app import TokentopApp
 
 
 def record_session(path: str, runs: int = 8) -> None:

@@ -9,6 +9,9 @@ demo picture: `tokentop demo`'s caption over three steps of the default tour.
 Then `tokentop report` pages, rendered whole by headless Chromium: one of a recorded auto-repeat
 session (int8 switched on in the first run, enough runs after it for the leak detector's verdict)
 and one of a small `tokentop bench -o json`; and `tokentop serve` in Chromium, with `?` pressed.
+With TOKENTOP_VLLM_PYTHON (the real vLLM's venv, as the test tier has it): the X-ray of a run of
+eight streams on vLLM with four sequences at a time, its spans sent to tokentop's OTLP receiver,
+and the report's timeline of a `bench --endpoint --otlp` on it.
 Timed figures in them were taken on whatever load the machine had at the time.
 """
 
@@ -26,12 +29,13 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from monitors.record import Recorder  # noqa: E402
 from monitors.sampler import Sampler  # noqa: E402
-from tests import browser  # noqa: E402
-from tests.llama_server import LlamaServer  # noqa: E402
-from tui_app.app import TokentopApp  # noqa: E402
+from tests.helpers import browser  # noqa: E402
+from tests.helpers.llama_server import LlamaServer  # noqa: E402
 from tui_app.attach.client import AttachConfig  # noqa: E402
+from tui_app.commands.run import engine_source  # noqa: E402
+from tui_app.core.sources import AttachSource  # noqa: E402
 from tui_app.engine.config import EngineConfig, RunRequest  # noqa: E402
-from tui_app.sources import AttachSource, LiveSource  # noqa: E402
+from tui_app.ui.app import TokentopApp  # noqa: E402
 
 SIZES = [(160, 45), (80, 24)]
 
@@ -53,7 +57,7 @@ def to_png(svg: str, size: tuple[int, int]) -> str:
 
 
 async def shoot(size: tuple[int, int]) -> str:
-    app = TokentopApp(LiveSource(EngineConfig()), RunRequest(max_new_tokens=120, ignore_eos=True), sampler=Sampler(hz=4), fps=8)
+    app = TokentopApp(engine_source(EngineConfig()), RunRequest(max_new_tokens=120, ignore_eos=True), sampler=Sampler(hz=4), fps=8)
     steps = lambda: sum(1 for p in app.session.latency)  # noqa: E731
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: steps() > 40)
@@ -90,12 +94,12 @@ async def shoot_demo(size: tuple[int, int]) -> str:
     """`tokentop demo`'s caption: three steps of the default tour, held on int4 once its effect is measured."""
     from dataclasses import replace
 
-    from tui_app.demo import DemoApp
-    from tui_app.tour import default_tour
+    from tui_app.commands.demo import DemoApp
+    from tui_app.core.tour import default_tour
 
     tour = {s.label: s for s in default_tour(tokens=48, seconds=0)}
     steps = [tour["plain"], tour["int8"], replace(tour["int4"], seconds=600)]
-    app = DemoApp(steps, LiveSource(EngineConfig()), sampler=Sampler(hz=4), fps=8)
+    app = DemoApp(steps, engine_source(EngineConfig()), sampler=Sampler(hz=4), fps=8)
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: "int4" in app.tour_log.results)
         await pilot.pause(1.0)
@@ -108,7 +112,7 @@ async def shoot_demo(size: tuple[int, int]) -> str:
 async def record_session(path: str, runs: int = 12) -> None:
     """An auto-repeat session of short runs, recorded: int8 is switched on in the first run (a
     re-prefill), and the rest give the leak detector the runs it needs after that preparation."""
-    app = TokentopApp(LiveSource(EngineConfig()), RunRequest(max_new_tokens=24), recorder=Recorder(path), sampler=Sampler(hz=4), fps=4, auto=True)
+    app = TokentopApp(engine_source(EngineConfig()), RunRequest(max_new_tokens=24), recorder=Recorder(path), sampler=Sampler(hz=4), fps=4, auto=True)
     async with app.run_test(size=(160, 45)) as pilot:
         await until(pilot, lambda: len(app.session.latency) > 10)
         await pilot.press("w")
@@ -118,7 +122,7 @@ async def record_session(path: str, runs: int = 12) -> None:
 
 
 def reports(tmp: str) -> list[str]:
-    from tui_app.report import build, write_html
+    from tui_app.commands.report import build, write_html
 
     recording = os.path.join(tmp, "session.jsonl")
     asyncio.run(record_session(recording))
@@ -149,6 +153,44 @@ def served() -> list[str]:
     return [first, help_]
 
 
+async def shoot_xray(url: str, address: str, size: tuple[int, int]) -> str:
+    source = AttachSource([AttachConfig(url=url, concurrency=8, otlp=address, metrics_hz=4, label="vLLM", timeout_s=600)])
+    app = TokentopApp(source, RunRequest(max_new_tokens=32, ignore_eos=True), sampler=Sampler(hz=4), fps=8)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: len(app.session.finished_ids) >= 1, timeout=600)
+        run_id = app.session.finished_ids[-1]
+        spans = lambda: app.session.xray.requests(run_id)  # noqa: E731
+        await until(pilot, lambda: all(r.server is not None and r.server.source == "otlp" for r in spans()), timeout=60)
+        await pilot.press("x", "down", "down", "down", "down")
+        await pilot.pause(1.0)
+        svg = app.save_screenshot(filename=f"xray-vllm-c8-{size[0]}x{size[1]}.svg", path=HERE)
+        await pilot.press("escape", "q")
+    return to_png(svg, size)
+
+
+def xray_pictures(tmp: str) -> list[str]:
+    from pathlib import Path
+
+    from tests.helpers.vllm import VLLM_PYTHON, free_port, vllm_server
+    from tui_app.commands.report import build
+
+    if not VLLM_PYTHON:
+        print("no X-ray pictures: they need the real vLLM (TOKENTOP_VLLM_PYTHON, as `make test` sets it)", file=sys.stderr)
+        return []
+    address = f"127.0.0.1:{free_port()}"
+    env = {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf", "OTEL_BSP_SCHEDULE_DELAY": "500"}
+    flags = ("--max-num-seqs", "4", "--otlp-traces-endpoint", f"http://{address}/v1/traces")
+    with vllm_server(Path(tmp) / "vllm.log", *flags, env=env) as url:
+        out = [asyncio.run(shoot_xray(url, address, (160, 45)))]
+        stem = os.path.join(tmp, "serving")
+        bench = [sys.executable, "-m", "tui_app", "bench", "--endpoint", url, "--label", "vLLM", "--otlp", address, "--lengths", "32:12"]
+        subprocess.run([*bench, "--concurrency", "2,8", "--repeats", "2", "--warmup", "0", "-o", "json", "--out", stem], check=True, stdout=subprocess.DEVNULL)
+    (timeline,) = build(stem + ".json").figures
+    png = os.path.join(HERE, "report-timeline.png")
+    timeline.fig.savefig(png, dpi=120, metadata={"Software": None})
+    return [*out, png]
+
+
 def main() -> int:
     if shutil.which("rsvg-convert") is None:
         print("rsvg-convert is missing: apt-get install librsvg2-bin", file=sys.stderr)
@@ -160,6 +202,9 @@ def main() -> int:
         print("wrote", asyncio.run(shoot(size)))
     print("wrote", asyncio.run(shoot_attach((160, 45))))
     print("wrote", asyncio.run(shoot_demo((160, 45))))
+    with tempfile.TemporaryDirectory() as tmp:
+        for png in xray_pictures(tmp):
+            print("wrote", png)
     with tempfile.TemporaryDirectory() as tmp:
         for png in reports(tmp):
             print("wrote", png)

@@ -2,7 +2,8 @@ import os
 
 import pytest
 
-from tests.llama_server import LlamaServer
+from tests.helpers.llama_server import LlamaServer
+from tests.helpers.vllm import VLLM_PYTHON, VllmError, vllm_server
 
 # Library chatter (torchao's optional kernels, transformers' progress bars) is not what tests check.
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -70,11 +71,23 @@ def collect(engine, engine_events):
 @pytest.fixture
 def plain(engine):
     """Reset the shared engine's levers to plain before and after a test."""
-    from tui_app.bench import apply_levers
+    from tui_app.commands.bench import apply_levers
 
     apply_levers(engine, {})
     yield engine
     apply_levers(engine, {})
+
+
+@pytest.fixture(scope="session")
+def vllm_url(tmp_path_factory):
+    """The real vLLM (its CPU build) on the default model's safetensors copy, shared by the vLLM tier."""
+    try:
+        with vllm_server(tmp_path_factory.mktemp("vllm") / "vllm.log") as url:
+            yield url
+    except VllmError as exc:
+        if not VLLM_PYTHON:
+            pytest.skip(str(exc))
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="session")

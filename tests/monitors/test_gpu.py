@@ -1,0 +1,106 @@
+import os
+import shutil
+
+import pytest
+
+from monitors.gpu import NvmlReader
+from monitors.sampler import Sampler, to_event
+from tests.helpers.fake_nvml import (
+    NVML_ERROR_DRIVER_NOT_LOADED,
+    NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+    NVML_ERROR_LIBRARY_NOT_FOUND,
+    FakeNVML,
+)
+
+
+def test_readings_of_every_device():
+    nv = FakeNVML(n=2, procs={1: [(1234, 3 * 2**30), (999, 2**30)]})
+    r = NvmlReader(nv).read({1234})
+    assert r.available and len(r.gpus) == 2
+    g0, g1 = r.gpus
+    assert (g0.name, g0.sm_util, g0.mem_util, g0.mem_used, g0.mem_total) == ("NVIDIA Fake H100", 40.0, 20.0, 2**30, 80 * 2**30)
+    assert g0.power_w == pytest.approx(250.0) and g0.temp_c == 55 and (g0.sm_clock_mhz, g0.mem_clock_mhz) == (1980, 2619)
+    assert g0.proc_mem == 0 and g1.proc_mem == 3 * 2**30  # only our pids count
+
+
+def test_process_memory_sums_the_pids_over_every_device_and_says_none_when_nvml_cannot_tell():
+    nv = FakeNVML(n=3, procs={0: [(1234, 5 * 2**20)], 2: [(1234, 7 * 2**20), (999, 2**30)]})
+    reader = NvmlReader(nv)
+    assert reader.process_memory({1234}) == 12 * 2**20
+    nv.lost.add(2)  # a GPU lost since: the others still count
+    assert reader.process_memory({1234}) == 5 * 2**20
+    assert NvmlReader(FakeNVML(n=1, unsupported={"procs"})).process_memory({1234}) is None
+    assert NvmlReader(FakeNVML(init_error=NVML_ERROR_DRIVER_NOT_LOADED)).process_memory({1234}) is None
+
+
+@pytest.mark.parametrize(
+    "code,needle",
+    [
+        (NVML_ERROR_LIBRARY_NOT_FOUND, "Library Not Found"),
+        (NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded"),
+        (NVML_ERROR_LIB_RM_VERSION_MISMATCH, "version mismatch"),
+    ],
+)
+def test_nvml_failing_at_init_is_na_with_the_reason(code, needle):
+    reader = NvmlReader(FakeNVML(init_error=code))
+    r = reader.read()
+    assert not r.available and r.reason.startswith("n/a") and needle in r.reason
+
+
+def test_nvml_module_missing_is_na():
+    reader = NvmlReader(load=lambda: None)
+    assert not reader.read().available and "not installed" in reader.reason
+
+
+def test_no_devices_is_na():
+    assert "no NVIDIA GPU" in NvmlReader(FakeNVML(n=0)).read().reason
+
+
+def test_unsupported_query_leaves_the_others():
+    r = NvmlReader(FakeNVML(n=1, unsupported={"power"})).read()
+    g = r.gpus[0]
+    assert g.power_w is None and "Not Supported" in g.reason and g.mem_used == 2**30
+
+
+def test_gpu_lost_mid_session_stays_na_and_others_go_on():
+    nv = FakeNVML(n=2)
+    reader = NvmlReader(nv)
+    assert reader.read().gpus[1].mem_used is not None
+    nv.lost.add(1)
+    r = reader.read()
+    assert r.gpus[1].mem_used is None and "lost" in r.gpus[1].reason
+    assert r.gpus[0].mem_used == 2**30
+    calls = nv.calls
+    nv.lost.discard(1)  # a lost GPU is not queried again (NVML calls on it can hang)
+    r = reader.read()
+    assert "lost" in r.gpus[1].reason
+    assert nv.calls - calls == 8  # only GPU 0's eight queries
+
+
+def test_sampler_and_event_carry_the_reason_without_a_gpu():
+    s = Sampler(gpu=NvmlReader(FakeNVML(init_error=NVML_ERROR_DRIVER_NOT_LOADED)))
+    ev = to_event(s.sample_once())
+    assert ev.gpu_sm is None and "Driver Not Loaded" in ev.gpu_reason
+    s.stop()
+
+
+def test_sampler_event_sums_gpu_memory():
+    nv = FakeNVML(n=2, procs={0: [(os.getpid(), 5)]})
+    s = Sampler(gpu=NvmlReader(nv))
+    ev = to_event(s.sample_once())
+    assert ev.gpu_mem_used == 3 * 2**30 and ev.gpu_proc_mem == 5 and ev.gpu_sm == pytest.approx(40.5)
+    s.stop()
+    assert nv.shutdown_called
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="real NVML path: runs where an NVIDIA GPU is present")
+def test_real_nvml_reads_every_gpu():
+    import subprocess
+
+    reader = NvmlReader()
+    r = reader.read({os.getpid()})
+    assert r.available, r.reason
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"], capture_output=True, text=True, check=True)
+    totals = [int(x) for x in smi.stdout.split()]
+    assert [round(g.mem_total / 2**20) for g in r.gpus] == totals
+    reader.close()

@@ -1,0 +1,412 @@
+"""The TUI with Textual's pilot: every key changes the state and the panes show it (live engine, real model),
+and snapshots of the main layouts on deterministic data."""
+
+import asyncio
+import os
+import re
+import signal
+from pathlib import Path
+
+import pytest
+
+from monitors.sampler import Sampler
+from tests.helpers.synthetic import session_events
+from tui_app.commands.run import engine_source
+from tui_app.core.sources import ReplaySource
+from tui_app.engine.generation import EngineConfig, RunRequest
+from tui_app.ui.app import TokentopApp
+from tui_app.ui.screens.help import HelpScreen
+from tui_app.ui.screens.prompt import PromptScreen
+from tui_app.ui.widgets.token_stream import TokenStream
+
+APP_SIZE = (160, 45)
+
+
+async def until(pilot, cond, timeout=90.0, what=""):
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while loop.time() < end:
+        if cond():
+            return
+        await pilot.pause(0.1)
+    raise AssertionError(f"timed out waiting for {what or cond}")
+
+
+def live_app(tmp_path, max_new=40):
+    return TokentopApp(engine_source(EngineConfig()), RunRequest(max_new_tokens=max_new), sampler=Sampler(hz=4), fps=8, out_dir=str(tmp_path))
+
+
+def status_text(app) -> str:
+    return str(app.query_one("#status").render())
+
+
+def finished(app):
+    return len(app.session.finished_ids)
+
+
+def notes(app):
+    """What the app told the user (refusals, errors, lever switches)."""
+    return [text for _, text in app.session.messages] + list(app.told)
+
+
+async def test_every_key_on_the_live_engine(tmp_path):
+    app = live_app(tmp_path)
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await until(pilot, lambda: finished(app) >= 1, what="the first run")
+        assert "cache" in status_text(app) and "tok/s" in status_text(app)
+        assert "run 1" in "".join(t for t, _ in app.query_one(TokenStream).chunks)
+        assert app.session.samples, "the sampler feeds the memory and utilization charts"
+
+        await pilot.press("k")
+        await until(pilot, lambda: not app.session.levers.cache, what="cache off")
+        assert "k:no-cache" in status_text(app)
+        await pilot.press("c")  # compile needs the cache: refused, with the reason, and the session goes on
+        await until(pilot, lambda: any("static" in n for n in notes(app)), what="compile refused")
+        await pilot.press("k")
+        await until(pilot, lambda: app.session.levers.cache, what="cache on")
+
+        await pilot.press("w")
+        await until(pilot, lambda: app.session.levers.quant == "int8", what="int8")
+        assert "int8" in status_text(app)
+        await pilot.press("s")
+        await until(pilot, lambda: app.session.levers.spec == "lookup", what="lookup")
+        await pilot.press("b")  # batch > 1 with speculation: refused
+        await until(pilot, lambda: any("batch" in n and "turn speculation off" in n for n in notes(app)), what="batch refused")
+        await pilot.press("s", "s")
+        await until(pilot, lambda: app.session.levers.spec == "off", what="spec off")
+        await pilot.press("b")
+        await until(pilot, lambda: app.session.levers.batch == 2, what="batch 2")
+        await pilot.press("w", "w")
+        await until(pilot, lambda: app.session.levers.quant == "off", what="quant off")
+
+        n = finished(app)
+        await pilot.press("r")
+        await until(pilot, lambda: finished(app) > n, what="rerun")
+        rows = app.session.rows()
+        assert rows[-1].stats.levers.batch == 2
+
+        n = len(app.session.timer.runs)
+        await pilot.press("l", "r")  # idle: the preset, like a lever, applies to the next run
+        await until(pilot, lambda: len(app.session.timer.runs) > n, what="long preset run")
+        assert app.session.current.started.preset == "long" and app.session.current.started.prompt_tokens > 300
+
+        await pilot.press("space")
+        await until(pilot, lambda: app.state == "paused", what="paused")
+        tokens_then = app.session.token_count
+        await pilot.pause(1.0)
+        assert app.session.token_count - tokens_then <= 1
+        await pilot.press("space")
+        await until(pilot, lambda: app.session.token_count > tokens_then + 2, what="resumed")
+
+        await pilot.press("n")
+        assert isinstance(app.screen, PromptScreen)
+        await pilot.press(*"Say hi.", "enter")
+        await until(pilot, lambda: app.session.current and app.session.current.started.prompt_text == "Say hi.", what="custom prompt")
+
+        await pilot.press("a")
+        assert app.auto
+        n = finished(app)
+        await until(pilot, lambda: finished(app) >= n + 2, timeout=120, what="auto-repeat")
+        await pilot.press("a")
+
+        await pilot.press("e")
+        await until(pilot, lambda: list(Path(tmp_path).glob("tokentop-*-export.json")), what="export")
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: list(Path(tmp_path).glob("tokentop-*-screenshot.svg")), what="screenshot")
+
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+        table = app.query_one("#runs")
+        assert table.row_count >= finished(app)
+        await pilot.press("q")
+    assert app.return_code in (0, None)
+
+
+async def test_engine_killed_mid_run_is_shown_and_restart_recovers(tmp_path):
+    app = live_app(tmp_path, max_new=400)
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await until(pilot, lambda: app.session.token_count > 3, what="tokens")
+        os.kill(app.source.pid, signal.SIGKILL)
+        await until(pilot, lambda: app.session.fatal is not None, what="death noticed")
+        assert "SIGKILL" in app.state and "R" in app.state
+        assert app.session.rows()[-1].note == "engine died"
+        await pilot.press("R")
+        await until(pilot, lambda: finished(app) >= 1, timeout=120, what="run after restart")
+
+
+async def test_small_terminals_stack_then_hide_panes():
+    app = TokentopApp(ReplaySource(session_events(), speed=0), None)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.5)
+        shown = [c.id for c in app.query("#charts > *") if c.display]
+        assert shown == ["latency"]
+        await pilot.press("v")
+        assert [c.id for c in app.query("#charts > *") if c.display] == ["kv"]
+        await pilot.resize_terminal(20, 5)
+        await pilot.pause(0.3)
+        assert app.screen.has_class("-tiny")
+        await pilot.resize_terminal(200, 60)
+        await pilot.pause(0.3)
+        assert not app.screen.has_class("-narrow") and all(c.display for c in app.query("#charts > *"))
+
+
+async def test_replay_shows_the_recorded_runs_and_refuses_levers():
+    app = TokentopApp(ReplaySource(session_events(), speed=0), None)
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await pilot.pause(0.5)
+        assert len(app.session.finished_ids) == 3
+        assert app.query_one("#runs").row_count == 3 + 2  # run 2 has two lever segments
+        await pilot.press("w")
+        await pilot.pause(0.1)
+        assert any("replay" in n for n in notes(app))
+        await pilot.press("m")  # the memory read rate is measured by a live engine only
+        await pilot.pause(0.1)
+        assert any("memory read rate of its own engine only" in n for n in notes(app))
+        # the recording's own measurement still draws the figure: the int8 run's last decode steps
+        assert app.session.bandwidth.quant == "int8" and app.session.read_rate() is not None
+
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+
+
+def normalized_svg(svg: str) -> str:
+    # Textual names each export's CSS classes terminal-<hash>; the hash varies between runs of
+    # an identical screen, so it is replaced before comparing.
+    import re
+
+    return re.sub(r"terminal-\d+", "terminal", svg)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 60)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_layout_snapshots(size):
+    """Deterministic data (no model, no clock); TOKENTOP_UPDATE_SNAPSHOTS=1 rewrites the files.
+    Two runs (four table rows) fit the runs table at 80×24 unscrolled: where a scroll lands is timing."""
+    app = TokentopApp(ReplaySource(session_events(runs=2), speed=0), None)
+    async with app.run_test(size=size) as pilot:
+        # Wait for the state being photographed, not a fixed time: on a loaded machine (an engine
+        # from an earlier test still loading) the first frames can take longer than any pause.
+        await until(pilot, lambda: app.state == "replay finished", timeout=30, what="replay drawn")
+        await pilot.pause(0.5)
+        await until(pilot, lambda: not any(w.dirty for w in app.panes.values() if w.display), timeout=30, what="panes drawn")
+
+        svg = normalized_svg(app.export_screenshot())
+    path = SNAPSHOTS / f"layout-{size[0]}x{size[1]}.svg"
+    if os.environ.get("TOKENTOP_UPDATE_SNAPSHOTS"):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(svg, encoding="utf-8")
+    assert path.exists(), f"no snapshot {path.name}: run with TOKENTOP_UPDATE_SNAPSHOTS=1 and look at it"
+    if svg != path.read_text(encoding="utf-8"):
+        got = path.with_name(f"failed-{path.name}")
+        got.write_text(svg, encoding="utf-8")
+        raise AssertionError(f"the {size[0]}x{size[1]} layout changed: compare {got} with {path}")
+
+
+async def test_events_keep_flowing_while_a_modal_is_open():
+    """With help or the prompt dialog open, the engine's events still reach the panes behind."""
+    from tests.helpers.synthetic import session_events as events
+
+    source = ReplaySource(events(), speed=5)  # about 2 s of events, most arriving behind the modal
+    app = TokentopApp(source, None)
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await pilot.press("question_mark")
+        assert len(app.session.finished_ids) < 3
+        await pilot.pause(3.5)
+        assert isinstance(app.screen, HelpScreen)
+        assert len(app.session.finished_ids) == 3 and app.tokens.chunks
+        await pilot.press("escape")
+
+
+async def test_opening_help_and_the_palette_keeps_no_widgets_behind():
+    """Textual's Footer kept every key widget it rebuilt on a screen change (0.8 MB per help
+    opening; the soak's UI memory climbed 6 MB a minute): after many openings, no widget is left."""
+    import gc
+    from collections import Counter
+
+    from textual.widget import Widget
+
+    def widgets():
+        gc.collect()
+        return Counter(type(o).__name__ for o in gc.get_objects() if issubclass(type(o), Widget))
+
+    app = TokentopApp(ReplaySource(session_events(runs=2), speed=0), None)
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await until(pilot, lambda: app.state == "replay finished", timeout=30, what="replay drawn")
+        for key in ("question_mark", "ctrl+p"):  # each once first: widgets made on first use stay
+            await pilot.press(key)
+            await pilot.pause(0.05)
+            await pilot.press("escape")
+        await pilot.pause(0.3)
+        before = widgets()
+        for i in range(10):
+            await pilot.press("question_mark" if i % 2 else "ctrl+p")
+            await pilot.pause(0.05)
+            await pilot.press("escape")
+            await pilot.pause(0.05)
+        await pilot.pause(0.3)
+        assert widgets() - before == Counter()
+
+
+async def test_replay_step_mode_advances_one_step_per_space():
+    from monitors.events import Step as StepEvent
+
+    evs = session_events()
+    app = TokentopApp(ReplaySource(evs, step_mode=True), None)
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await pilot.pause(0.5)
+        assert app.session.token_count == 0  # nothing before the first step is asked for
+        for n in (1, 2, 3):
+            await pilot.press("space")
+            await pilot.pause(0.4)
+            assert app.session.token_count == n
+        first_steps = [e.text for e in evs if isinstance(e, StepEvent)][:3]
+        assert "".join(t for t, _ in app.tokens.chunks).endswith("".join(first_steps))
+
+
+async def test_restart_of_a_working_engine_asks_first_and_keeps_every_run(tmp_path):
+    """Run numbers continue across engine restarts: a second "run 1" replaced the first in the runs
+    table, the export and replay --stats. A working engine is restarted only after a yes."""
+    import json
+
+    from monitors.record import Recorder, read_recording
+    from tui_app.commands.replay import fold
+    from tui_app.ui.app import export_session
+    from tui_app.ui.screens.confirm import ConfirmScreen
+
+    rec_path = tmp_path / "s.jsonl"
+    app = TokentopApp(engine_source(EngineConfig()), RunRequest(max_new_tokens=4), recorder=Recorder(rec_path), fps=8, out_dir=str(tmp_path))
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await until(pilot, lambda: finished(app) >= 1, what="the first run")
+        pid = app.source.pid
+        await pilot.press("R")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        assert app.source.pid == pid and any("not restarted" in n for n in notes(app))
+        await pilot.press("R")
+        await pilot.press("y")
+        await until(pilot, lambda: finished(app) >= 2, timeout=120, what="a run on the new engine")
+        assert app.source.pid != pid
+        assert list(app.session.finished_ids) == [1, 2]
+        export_session(app.session, str(tmp_path / "x.json"))
+        assert [r["run"] for r in json.loads((tmp_path / "x.json").read_text())["runs"]] == ["1", "2"]
+        await pilot.press("q")
+    replayed = fold(read_recording(rec_path).events)
+    assert [row.label for row in replayed.rows()] == ["1", "2"] and all(row.finished for row in replayed.rows())
+
+
+async def test_every_key_answers_at_once(tmp_path):
+    """r mid-run says the run stopped and its row says so; a lever or the prompt preset while idle
+    says it applies to the next run (and starts none); v with every chart shown says so; after
+    s → off the status no longer names the draft."""
+    app = live_app(tmp_path, max_new=120)
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await until(pilot, lambda: app.session.token_count > 3, what="tokens")
+        await pilot.press("r")
+        assert any("run 1 stopped" in n for n in notes(app))
+        await until(pilot, lambda: finished(app) >= 2, timeout=120, what="the rerun")
+        assert app.session.rows()[0].note.startswith("stopped")
+        assert "stopped" in app.query_one("#runs")._strips[1].text
+
+        runs = len(app.session.timer.runs)
+        await pilot.press("k")
+        await until(pilot, lambda: "for the next run" in status_text(app), timeout=1, what="the answer, within a frame or two")
+        await until(pilot, lambda: not app.session.levers.cache, what="cache off")
+        assert "cache → off for the next run" in status_text(app)
+        await pilot.press("l")
+        await until(pilot, lambda: "prompt long for the next run" in status_text(app), timeout=1, what="the preset's answer")
+        await pilot.pause(1.0)
+        assert len(app.session.timer.runs) == runs and not app.running
+
+        await pilot.press("v")
+        assert any("all four charts already show" in n for n in notes(app))
+
+        await pilot.press("k", "s", "s")
+        await until(pilot, lambda: app.session.levers.spec == "draft", what="draft")
+        await pilot.press("s")
+        await until(pilot, lambda: app.session.levers.spec == "off", what="spec off")
+        assert "draft" not in status_text(app)
+        await pilot.press("q")
+
+
+async def test_a_phase_in_progress_shows_its_elapsed_time():
+    from monitors.events import Phase
+
+    events = session_events(runs=1, tokens=4)
+    first_step = next(i for i, e in enumerate(events) if type(e).__name__ == "Step")
+    events.insert(first_step, Phase("compile", "compiling the decode step (static cache 256, batch 1, off)", False))
+    app = TokentopApp(ReplaySource(events, speed=0, step_mode=True), None)  # held at that step
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await until(pilot, lambda: "compiling the decode step" in status_text(app), what="the phase shown")
+        await pilot.pause(1.2)
+        assert re.search(r"compiling the decode step .*… [1-9]\d* s", status_text(app)), status_text(app)
+
+
+async def test_palette_entries_are_sentences_for_every_key():
+    """They read "tokentop: KV cache" and "help (question_mark)"."""
+    from tui_app.ui.app import PALETTE
+
+    app = TokentopApp(ReplaySource(session_events(runs=1, tokens=4), speed=0), None)
+    async with app.run_test(size=APP_SIZE):
+        ours = [c for c in app.get_system_commands(app.screen) if c.title in PALETTE.values()]
+    assert {b.action for b in app.BINDINGS if b.action not in ("quit",)} <= set(PALETTE)
+    assert len(ours) == len(PALETTE)
+    for c in ours:
+        assert c.title[0].isupper() and "tokentop:" not in c.title and "_" not in c.help, (c.title, c.help)
+    assert any(c.help == "key: ?" for c in ours)
+
+
+LEGEND_NAMES = {"decode", "spec verify", "mean", "p95", "prefill", "lever", "measured", "formula", "allocated", "engine RSS", "UI RSS", "GPU proc"}
+LEGEND_NAMES |= {"GPU device", "torch alloc", "torch reserved", "run end", "engine CPU%", "system CPU%", "UI CPU%", "GPU SM%"}
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (160, 45)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_no_title_legend_status_or_key_is_cut(size):
+    """At 160×45 the latency legend ended "■ pr" and titles lost p95, the KV formula and the GPU reason;
+    at 100×30 and 80×24 the status lost the "tok/s" unit and the key bar never showed v."""
+    app = TokentopApp(ReplaySource(session_events(runs=2), speed=0), None)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.state == "replay finished", timeout=30, what="replay drawn")
+        await pilot.pause(0.5)
+        await until(pilot, lambda: not any(w.dirty for w in app.panes.values() if w.display), timeout=30, what="panes drawn")
+        for w in app.query("*"):
+            if w.display and w.region.width and (w.border_title or w.border_subtitle):
+                for text in (str(w.border_title or ""), str(w.border_subtitle or "")):
+                    assert len(text) <= w.size.width - 6, (w.id, text)
+        screen = [strip.text for strip in app.screen._compositor.render_strips()]
+        assert not [line for line in screen if ("╭" in line or "╰" in line) and "…" in line]
+        for state in ("replay finished", "compile: compiling the decode step (static cache 256, batch 1, off); a first compile takes a minute or more… 12 s"):
+            app.status.show(app.session, state, "long", True)  # the longest line: a long state, auto on
+            status = str(app.status.render())
+            # the headline unit whole, and the memory read rate after it when it fits
+            assert len(status) <= app.status.content_size.width and re.search(r"tok/s( mem bw [\d.]+( \([\d.]+ of [\d.]+ GB/s\))?)?$", status.rstrip()), status
+            assert "│ compile" in status or "│ replay" in status, status
+        keys = str(app.key_bar.render()).rstrip()
+        assert len(keys) <= size[0] and "? help" in keys and "q quit" in keys
+        assert ("v view" in keys) == (app._mode != "wide")
+        for name in ("latency", "kv", "memory", "util"):
+            pane = app.panes[name]
+            if pane.display:
+                legend = [piece.strip() for piece in pane._strips[-1].text.split("■") if piece.strip()]
+                assert legend and set(legend) <= LEGEND_NAMES, (name, legend)
+
+
+async def test_the_restart_question_wraps_whole_at_80_columns():
+    from textual.app import App
+
+    from tui_app.ui.screens.confirm import ConfirmScreen
+
+    question = (
+        "The engine is working. Restart it? Run 3, in flight, is stopped. Finished runs are kept; compiled and quantized variants are rebuilt when next used."
+    )
+
+    class Host(App):
+        def on_mount(self):
+            self.push_screen(ConfirmScreen(question))
+
+    app = Host()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        shown = " ".join(" ".join(strip.text.replace("█", " ").split()) for strip in app.screen._compositor.render_strips())
+    assert question in shown

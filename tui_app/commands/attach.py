@@ -1,0 +1,211 @@
+"""`tokentop attach [URL ...]`: the servers' client configurations from the arguments, then the
+TUI or (--no-tui) each run's numbers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from dataclasses import replace
+
+from monitors.events import EngineError, RunFinished, ServerSample
+from tui_app.core import fmt
+from tui_app.core.fmt import figure_text
+from tui_app.core.options import EXIT_USAGE, UsageError, make_recorder, run_request
+
+
+def choose_urls(args) -> list[str]:
+    """The URLs given, or the one server found on this host; UsageError lists what was tried or found."""
+    if args.url:
+        return args.url
+    from tui_app.attach.discover import find_servers
+
+    found, tried = find_servers()
+    if not found:
+        ports = ", ".join(u.rsplit(":", 1)[1] for u in tried)
+        raise UsageError(f"no OpenAI-compatible server answers /v1/models on this host (tried ports {ports}); give its URL: tokentop attach http://HOST:PORT")
+    if len(found) > 1:
+        listing = "; ".join(f"{url} ({', '.join(ids)})" for url, ids in found)
+        raise UsageError(f"several servers answer here: {listing}; choose one (or up to 4 to compare): tokentop attach URL [URL ...]")
+    url, ids = found[0]
+    print(f"tokentop: attaching to {url} ({', '.join(ids)})", file=sys.stderr)
+    return [url]
+
+
+def attach_configs(args, urls: list[str]) -> list:
+    """One client configuration per server URL (several: to compare them)."""
+    from tui_app.attach.client import AttachConfig, AttachError, api_base
+
+    if len(urls) > 4:
+        raise UsageError(f"attach compares up to 4 servers; {len(urls)} URLs were given")
+    if args.label and len(args.label) != len(urls):
+        raise UsageError(f"--label: give one per URL ({len(urls)}), or none for host:port")
+    key_env = args.api_key_env
+    if key_env is None and os.environ.get("OPENAI_API_KEY"):
+        key_env = "OPENAI_API_KEY"
+    elif key_env is not None and not os.environ.get(key_env):
+        raise UsageError(f"--api-key-env {key_env}: that environment variable is not set")
+    for url in urls:
+        try:
+            api_base(url)
+        except AttachError as exc:
+            raise UsageError(str(exc)) from None
+    base = AttachConfig(
+        url=urls[0],
+        model=args.model,
+        metrics_url=args.metrics,
+        api_key_env=key_env,
+        insecure=args.insecure,
+        chat=args.chat,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
+        concurrency=args.concurrency,
+        timeout_s=args.timeout,
+        metrics_hz=args.metrics_hz,
+    )
+    if len(urls) > 1 and args.metrics:
+        raise UsageError("--metrics names one server's metrics; with several URLs each is read at URL/metrics")
+    otlp = otlp_address(args)
+    return [replace(base, url=url, label=args.label[i] if args.label else "", otlp=otlp) for i, url in enumerate(urls)]
+
+
+def otlp_address(args) -> str | None:
+    """--otlp's HOST:PORT once checked free here (UsageError, one line, where it is not), with the
+    server flags that send spans to it said on stderr; None without --otlp."""
+    from tui_app.attach import otlp
+
+    try:
+        return otlp.checked_address(args)
+    except (otlp.ReceiverError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def attach_main(args, tui) -> int:
+    """`tui(args, source)` draws the app (the CLI's, which owns the terminal checks)."""
+    request = run_request(args)
+    configs = attach_configs(args, choose_urls(args))
+    if args.no_tui:
+        return asyncio.run(_headless(args, configs, request))
+    return tui(args, attach_source(configs))
+
+
+def attach_source(configs):
+    """The TUI's source for these servers: their client in a process of its own, logging to the cache folder."""
+    from tui_app.core.sources import AttachSource
+    from tui_app.engine.models import cache_root
+
+    log_dir = cache_root()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    return AttachSource(configs, str(log_dir / "attach.log"))
+
+
+def server_line(fin: RunFinished, sample: ServerSample | None) -> str:
+    """What the server itself says about the run and about its load, each with its source."""
+    parts = []
+    d = fin.server or {}
+    if d.get("prompt_ms") is not None:
+        parts.append(f"prompt {d['prompt_ms']:.1f} ms, {d.get('predicted_per_token_ms') or float('nan'):.2f} ms/token (server timings)")
+    parts.append(f"tokens from {d.get('tokens_from', '?')}")
+    if d.get("cached_tokens"):
+        parts.append(f"{d['cached_tokens']} prompt tokens cached")
+    if sample is not None:
+        shown = [f"{figure_text(k, v)} [{sample.sources.get(k, '?')}]" for k, v in sample.values.items() if v is not None]
+        parts.extend(shown)
+    return "  server: " + "; ".join(parts)
+
+
+async def xray_lines(session, run_id: int, joiner) -> None:
+    """Each stream's X-ray, with --otlp once its span is in: the server's phases with their
+    sources and the client's time outside them."""
+    from tui_app.attach.otlp import settled
+
+    reqs = session.xray.requests(run_id)
+    await settled(reqs, joiner)
+    for r in reqs:
+        s = r.server
+        if s is None or not s.phases:
+            if r.note:
+                print(f"  x-ray {r.segment}: {r.note}", flush=True)
+            continue
+        phases = ", ".join(f"{k} {fmt.ms(s.phases[k], 1)} [{s.sources[k]}]" for k in ("queue", "prefill", "decode", "ttft", "e2e") if k in s.phases)
+        outside = f"outside the server: TTFT {fmt.ms(r.overhead_ttft_s, 1)}, e2e {fmt.ms(r.overhead_e2e_s, 1)}"
+        print(f"  x-ray {r.segment} (trace {r.trace_id}): {phases}; {outside}", flush=True)
+
+
+@contextlib.asynccontextmanager
+async def connected(args, configs):
+    """(servers, session) for a headless command: the servers connected and said, their metrics
+    scraped, every event into a recording Session; all closed however the command ends.
+    UsageError where the recording or a server cannot be had."""
+    from monitors.record import RecordError
+    from tui_app.attach.client import AttachError, Servers
+    from tui_app.core.session import Session
+
+    try:
+        recorder = make_recorder(args)
+    except RecordError as exc:
+        raise UsageError(str(exc)) from None
+    session = Session(recorder=recorder)
+
+    def tell(ev) -> None:
+        if isinstance(ev, EngineError) or (isinstance(ev, ServerSample) and ev.error):
+            print(f"tokentop: {ev.message if isinstance(ev, EngineError) else ev.error}", file=sys.stderr, flush=True)
+
+    session.listeners.append(tell)
+    if recorder is not None:  # appending to an earlier recording, runs are numbered on from its last
+        configs = [replace(c, first_run_id=recorder.first_run_id) for c in configs]
+    servers = Servers(configs, session.feed)
+    metrics = []
+    try:
+        try:
+            await servers.connect()
+        except AttachError as exc:
+            raise UsageError(str(exc)) from None
+        for c in servers.clients:
+            where = f"pid {c.pid}" if c.pid else "not on this host"
+            print(f"{c.engine.name} server at {c.shown_root} ({where}) as {c.levers.server!r}: model {c.model}, metrics {c.shown_metrics}", flush=True)
+        metrics = [asyncio.create_task(c.metrics_loop()) for c in servers.clients]
+        await asyncio.sleep(0)
+        yield servers, session
+    finally:
+        for task in metrics:
+            task.cancel()
+        await asyncio.gather(*metrics, return_exceptions=True)
+        await servers.aclose()
+        if recorder is not None:
+            recorder.close()
+            if recorder.kept and recorder.stopped is None:
+                print(f"recorded to {recorder.path}", file=sys.stderr)
+
+
+async def _headless(args, configs, request) -> int:
+    from tui_app.commands.run import row_line
+
+    async with connected(args, configs) as (servers, session):
+        failed = False
+        for _ in range(args.runs):
+            for i, c in enumerate(servers.clients):  # ABAB…: the servers take turns on the same requests
+                if len(servers.clients) > 1:
+                    servers.set_lever("server", c.levers.server)
+                fin = await servers.run(request)
+                if fin is None:
+                    return EXIT_USAGE
+                if args.runs == 1 and i == 0:
+                    print(fin.text.strip(), flush=True)
+                for row in session.rows():
+                    if row.run_id == fin.run_id:
+                        print(row_line(row), flush=True)
+                await c.sample()
+                latest = next((x for x in reversed(session.server) if x.server == c.levers.server and not x.error), None)
+                print(server_line(fin, latest), flush=True)
+                await xray_lines(session, fin.run_id, c.joiner)
+                failed = failed or fin.stop_reason == "error"
+                session.trim()
+        for line in session.comparison():
+            print(line)
+        if session.verdict and args.runs > 1 and len(servers.clients) == 1:
+            print(session.verdict.text().replace("leak:", "server leak:"))
+        stopped = session.recorder is not None and session.recorder.stopped is not None  # asked to record, it could not record every run
+        return 1 if failed or stopped else 0

@@ -1,0 +1,154 @@
+"""`tokentop run`: the TUI on the engine's process, or with --no-tui the numbers alone.
+
+Without a TUI the engine runs in this process: there is no UI to compete with it for the GIL.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+
+from monitors.events import EngineError, LeverRefused
+from monitors.record import RecordError
+from monitors.text import plural
+from tui_app.core import fmt
+from tui_app.core.options import EXIT_USAGE, engine_config, make_recorder, run_request
+from tui_app.core.session import Row, Session
+
+
+def lever_option(lever: str, value) -> str:
+    """The command-line option that asked for this lever value."""
+    if lever == "cache":
+        return "--no-cache"
+    if lever == "compile":
+        return "--compile"
+    return f"--{lever} {value}"
+
+
+def load_engine(args, session: Session):
+    """An in-process engine feeding `session`; None (after printing why) when the model cannot load
+    or refuses a lever the command line asked for: numbers labelled without the lever asked for
+    would answer another question than the one put."""
+    from tui_app.engine.generation import Engine
+    from tui_app.engine.models import ModelError
+
+    refused: list[LeverRefused] = []
+
+    def listen(ev) -> None:
+        if isinstance(ev, LeverRefused):
+            refused.append(ev)
+
+    session.listeners.append(listen)
+    # Appending to an earlier recording, runs are numbered on from its last.
+    first = session.recorder.first_run_id if session.recorder is not None else 1
+    engine = Engine(replace(engine_config(args), first_run_id=first), session.feed)
+    try:
+        engine.load()
+    except ModelError as exc:
+        print(f"tokentop: {exc}", file=sys.stderr)
+        return None
+    finally:
+        session.listeners.remove(listen)
+    for ev in refused:
+        print(f"tokentop: {lever_option(ev.lever, ev.value)} refused: {ev.reason}", file=sys.stderr)
+    return None if refused else engine
+
+
+def row_line(row: Row) -> str:
+    s, f = row.stats, row.finished
+    itl = s.itl
+    parts = [
+        f"run {row.label:<5} [{row.levers_label}]",
+        f"prompt {s.prompt_tokens} tok",
+        f"new {s.n_tokens} tok",
+        f"TTFT {fmt.ms(s.ttft_s)}",
+        f"ITL p50 {fmt.ms(itl.p50)} p95 {fmt.ms(itl.p95)}",
+        f"{fmt.num(s.decode_tps)} tok/s" + (f" (steps alone {fmt.num(s.compute_tps)})" if s.compute_s else ""),
+        f"e2e {fmt.num(s.e2e_s, 2)} s",
+    ]
+    server = bool(s.levers.server)  # a server's KV is its own gauge, shown with its figures
+    if not server:
+        parts.append(f"KV {fmt.nbytes(s.kv_bytes)}")
+    if s.proposed:
+        parts.append(f"accept {fmt.pct(s.accept_rate)} ({fmt.num(s.mean_accepted_len, 2)} tok/step)")
+    if f is not None:
+        if f.peak_rss is not None:
+            parts.append(f"{'server RSS' if server else 'peak RSS'} {fmt.nbytes(f.peak_rss)}")
+        if f.perplexity is not None:
+            parts.append(f"ppl {f.perplexity:.2f}")
+        if f.stop_reason != "max tokens":
+            parts.append(f"ended: {f.stop_reason}")
+        parts.append(f"vs plain greedy: {f.diff_note}")
+    elif row.note:  # a run cut off: its numbers are those of the tokens that came
+        parts.append(f"ended: {row.note}")
+    return "  ".join(parts)
+
+
+def run_headless(args) -> int:
+    try:
+        recorder = make_recorder(args)
+    except RecordError as exc:
+        print(f"tokentop: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    session = Session(recorder=recorder)
+    errors: list[str] = []
+    session.listeners.append(lambda ev: errors.append(ev.message) if isinstance(ev, EngineError) else None)
+    try:
+        engine = load_engine(args, session)
+        if engine is None:
+            return EXIT_USAGE
+        r = session.ready
+        print(
+            f"{r.model} on {fmt.where(r)} ({r.dtype}, {plural(r.threads, 'thread')}): {r.n_params / 1e6:.0f}M params, "
+            f"{fmt.nbytes(r.weight_bytes)} weights, loaded from {r.source} in {r.load_s:.1f} s",
+            flush=True,
+        )
+        for _ in range(args.runs):
+            errors.clear()
+            fin = engine.run(run_request(args))
+            if fin is None:
+                print(f"tokentop: {errors[-1] if errors else 'run failed'}", file=sys.stderr)
+                return EXIT_USAGE
+            for message in errors:  # a run that ended on an error (or ran out of memory) says which
+                print(f"tokentop: run {fin.run_id}: {message.splitlines()[0]}", file=sys.stderr)
+            if args.runs == 1:
+                print(fin.text.strip(), flush=True)
+            rows = [row for row in session.rows() if row.run_id == fin.run_id]
+            for row in rows:
+                print(row_line(row), flush=True)
+            session.trim()
+            read = session.read_rate()
+            if read is not None:
+                bw = session.bandwidth
+                print(
+                    f"  memory: the last {plural(len(session.reads), 'decode step')} read {read[0] / 1e9:.1f} GB/s, {read[1]:.2f} of {bw.source} "
+                    f"({bw.read_bps / 1e9:.1f} GB/s)",
+                    flush=True,
+                )
+        if session.verdict and args.runs > 1:
+            print(session.verdict.text())
+            if session.device_verdicts:
+                print(session.device_leak_text())
+        return 0 if recorder is None or recorder.stopped is None else 1  # asked to record, it could not record every run
+    finally:
+        if recorder is not None:
+            recorder.close()
+            if recorder.kept and recorder.stopped is None:
+                print(f"recorded to {recorder.path}", file=sys.stderr)
+
+
+def engine_source(config, log_path: str | None = None):
+    """The engine's process as the app's event source."""
+    from tui_app.core.sources import LiveSource
+    from tui_app.engine.main import engine_main
+
+    return LiveSource(config, log_path, target=engine_main)
+
+
+def live_source(args):
+    """The engine process for these arguments, its output going to a log beside the model cache
+    (FolderError, one line, when that folder cannot be written)."""
+    from tui_app.folders import cache_root, require
+
+    log_dir = require(cache_root(), "the engine log", "TOKENTOP_CACHE")
+    return engine_source(engine_config(args), str(log_dir / "engine.log"))

@@ -1,0 +1,71 @@
+"""`?`: what each key does and what each pane shows."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Markdown
+
+HELP = """\
+# tokentop keys
+
+| key | what it does |
+|---|---|
+| `k` | KV cache on/off (off: every step recomputes the whole context) |
+| `c` | compile: static KV cache + `torch.compile` of the decode step (CUDA graphs on GPU) |
+| `w` | weight quantization: off → int8 → int4 |
+| `s` | speculative decoding: off → prompt lookup → draft model |
+| `b` | batch size 1 → 2 → 4 → 8 (the prompt replicated) |
+| `l` | prompt length preset: short → long (→ file); a run in flight starts again on it |
+| `n` | new prompt |
+| `r` | rerun the prompt |
+| `space` | pause / resume generation |
+| `a` | auto-repeat: run in a loop (demos, leak watching) |
+| `m` | measure the memory read rate again (the `mem bw` figure's reference) |
+| `v` | next chart, when the terminal is too small for all of them (under 120×34) |
+| `x` | X-ray of an attached server's run: a bar per stream, the server's phases from the send, the client's chunks over them |
+| `e` | export the session as JSON |
+| `ctrl+s` | screenshot (SVG) |
+| `R` | restart the engine (asks first while it works); run numbers continue, finished runs are kept |
+| `q`, `ctrl+q`, `ctrl+c` | quit |
+
+Levers switch at the next token boundary and continue the same text; pressed between runs,
+a lever (or `l`) applies to the next run, which `r` starts; a change that needs the
+cache rebuilt re-prefills the whole text, shown as a labelled spike. A lever the device or the
+current setting cannot do is refused with the reason.
+
+**Panes.** *tokens*: the prompt dimmed, lever switches inline. *per-token latency*: inter-token
+latency of each token, TTFT marked, lever switches as vertical marks, mean and p95 lines.
+*KV cache*: bytes measured from the cache object over the formula
+2 × bytes/elem × batch × seq_len × layers × kv_heads × head_dim. *utilization*: CPU %, GPU SM %
+and NVML's memory busy %, every GPU's SM %, clock and power, and `mem bw`: the bytes
+a decode step reads (the weights once, the KV cache at its length) × steps per second, as a fraction
+of a read of the same weights in place, measured when the weights change and on `m`.
+*memory*: engine and UI RSS, each GPU's memory,
+GPU and torch allocator memory, run ends marked, and the leak verdicts (trend of the memory left
+after each run; on a GPU also of torch's and NVML's device memory). *runs*: one row per run and lever segment; *output* says whether the text equals
+plain greedy decoding, and *ppl* is the perplexity of a fixed reference text under the current
+weights: a speedup that breaks the model shows there.
+
+**Files.** The session is recorded to the recordings folder (`$TOKENTOP_DATA/recordings`); exports
+(`e`) and screenshots (`ctrl+s`) go there too unless `--out-dir` names another folder, and the app
+says each full path. The engine's log is `engine.log` in the cache folder (`$TOKENTOP_CACHE`).
+
+Press `escape` or `?` to close.
+"""
+
+
+class HelpScreen(ModalScreen):
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,question_mark,q", "dismiss", "close")]
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll { width: 90%; height: 90%; border: thick $primary; background: $surface; padding: 0 1; }
+    """
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Markdown(HELP)

@@ -1,0 +1,93 @@
+"""Base of every chart pane: a braille canvas drawn from the session's ring buffers."""
+
+from __future__ import annotations
+
+from itertools import groupby
+
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual.strip import Strip
+
+from tui_app.core import fmt
+from tui_app.core.braille import Canvas
+from tui_app.ui.widgets.pane import LinePane
+
+
+class Chart(LinePane):
+    DEFAULT_CSS = """
+    Chart {
+        border: round $primary-darken-2;
+        border-title-color: $text;
+        border-subtitle-color: $text-muted;
+        padding: 0 0;
+        height: 1fr;
+    }
+    """
+    AXIS = 9  # columns for the y-axis labels
+    # The charts of sampler data (memory, utilization): samples arrive at --hz (4) and are all
+    # drawn, two at a time; these two panes were a third of the UI's drawing cost (ui_cost.py).
+    SAMPLED_HZ = 2.0
+    COLORS: tuple[str, ...] = ("#5fd7ff", "#ffaf00", "#87d75f", "#ff5f87", "#af87ff", "#d7d7d7")
+
+    def __init__(self, session, *, id: str | None = None, classes: str | None = None):
+        super().__init__(id=id, classes=classes)
+        self.session = session
+        self._styles = [Style(color=c) for c in self.COLORS]
+
+    def draw(self, width: int, height: int) -> list[Strip]:
+        if width <= self.AXIS + 2 or height < 2:
+            return []
+        drawn = self.draw_chart(width - self.AXIS, height)
+        if isinstance(drawn, Text):  # a message instead of a chart
+            console = self.app.console
+            drawn = [Strip(line) for line in console.render_lines(drawn, console.options.update_width(width), pad=False)]
+        return drawn
+
+    def draw_chart(self, width: int, height: int) -> list[Strip] | Text:
+        """The chart on a canvas `width` cells wide (the y-axis labels take the rest), or a message."""
+        raise NotImplementedError
+
+    def _series_style(self, series: int) -> Style:
+        return self._styles[series % len(self._styles)]
+
+    def compose_text(self, canvas: Canvas, lo: float, hi: float, unit_fmt, legend: list[tuple[str, int]]) -> list[Strip]:
+        """Canvas + y-axis labels + a legend in the last row, as strips of styled segments."""
+        dim = Style(dim=True)
+        strips = []
+        rows = canvas.rows()
+        for i, row in enumerate(rows):
+            if i == 0:
+                label = unit_fmt(hi)
+            elif i == len(rows) - 1:
+                label = unit_fmt(lo)
+            elif i == len(rows) // 2:
+                label = unit_fmt((hi + lo) / 2)
+            else:
+                label = ""
+            segs = [Segment(f"{label:>{self.AXIS - 1}.{self.AXIS - 1}}┤" if label else " " * (self.AXIS - 1) + "│", dim)]
+            # One segment per run of cells of the same series (a blank cell's owner is -1).
+            for owner, cells in groupby(row, key=lambda cell: cell[1]):
+                segs.append(Segment("".join(ch for ch, _ in cells), self._series_style(owner) if owner >= 0 else None))
+            strips.append(Strip(segs))
+        # Whole legend entries only, the first ones kept: a cropped line ended "■ pr".
+        kept = fmt.fit([((f"■ {name}",), k) for k, (name, _) in enumerate(legend)], self.content_size.width)
+        legend_segs = []
+        for (name, idx), shown in zip(legend, kept, strict=True):
+            if shown is not None:
+                legend_segs.append(Segment("■ ", self._series_style(idx)))
+                legend_segs.append(Segment(name + "  ", dim))
+        strips.append(Strip(legend_segs).crop(0, self.content_size.width))
+        return strips
+
+    def set_titles(self, title: list[tuple[tuple[str, ...], int]], subtitle: list[tuple[tuple[str, ...], int]] = ()) -> None:
+        """Border title and subtitle fitted to the pane by whole items (fmt.fit): Textual would cut
+        them mid-word with "…" (titles lost p95, the KV formula and the GPU reason)."""
+        room = max(self.size.width - 6, 0)  # the corners, the rule before the title and a space each side
+        self.border_title = "  ".join(t for t in fmt.fit(list(title), room) if t is not None)
+        self.border_subtitle = "  ".join(t for t in fmt.fit(list(subtitle), room) if t is not None)
+
+
+def gpu_unread(name: str, reason: str) -> str:
+    """A GPU NVML could not read, and why (a lost GPU's reason names it already)."""
+    return reason if reason.startswith("n/a: GPU") else f"{name} {reason or 'n/a'}"

@@ -1,0 +1,51 @@
+"""KV cache: bytes against sequence length, measured from the cache object over the formula;
+for a static cache, what is allocated against what is used."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from tui_app.core import fmt
+from tui_app.core.braille import Canvas, bounds, plot
+from tui_app.ui.widgets.chart import Chart
+
+
+class KVChart(Chart):
+    def draw_chart(self, width: int, height: int) -> list | Text:
+        s = self.session
+        canvas = Canvas(width, height - 1)
+        # The current run's points only: a run without the cache must not show the last one's bytes.
+        run = s.current.started.run_id if s.current is not None else None
+        pts = [p for p in s.kv if p.seq_len and p.run_id == run]
+        self.border_title = "KV cache"
+        r = s.ready
+        if not s.levers.cache or not pts or r is None:
+            msg = "KV cache off: every step recomputes the whole context" if not s.levers.cache else "waiting for tokens…"
+            self.border_subtitle = ""
+            return Text(msg, style="dim")
+        # Only the points since the last time the sequence shrank (a rebuild after a lever switch).
+        start = 0
+        for i in range(1, len(pts)):
+            if pts[i].seq_len < pts[i - 1].seq_len:
+                start = i
+        pts = pts[start:]
+        xs = [p.seq_len for p in pts]
+        measured = [p.measured / 2**20 for p in pts]
+        formula = [p.formula / 2**20 for p in pts]
+        alloc = [p.alloc / 2**20 for p in pts]
+        static = any(a > m for a, m in zip(alloc, measured, strict=True))
+        series = [measured, formula] + ([alloc] if static else [])
+        lo, hi = bounds(series)
+        plot(canvas, series, lo, hi, xs=[xs] * len(series), x_lo=0, x_hi=max(xs[-1], 1))
+        last = pts[-1]
+        same = "=" if last.measured == last.formula else "≠"
+        self.set_titles(
+            [(("KV cache",), 0)],
+            [
+                ((f"{fmt.nbytes(last.measured)} measured {same} {fmt.nbytes(last.formula)} formula", f"{fmt.nbytes(last.measured)} {same} formula"), 0),
+                ((f"(2×{r.kv_bytes_per_elem}B×{s.levers.batch}×{last.seq_len}×{r.n_layers}×{r.kv_heads}×{r.head_dim})",), 2),
+            ]
+            + ([((f"static: {fmt.nbytes(last.alloc)} allocated", f"{fmt.nbytes(last.alloc)} alloc"), 1)] if static else []),
+        )
+        legend = [("measured", 0), ("formula", 1)] + ([("allocated", 2)] if static else [])
+        return self.compose_text(canvas, lo, hi, lambda v: f"{v:.1f}MiB", legend)

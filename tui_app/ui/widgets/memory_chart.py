@@ -1,0 +1,78 @@
+"""Memory over time: engine and UI RSS, GPU memory (process and device), torch allocated/reserved,
+run ends marked; the leak detector's verdict in the title."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from tui_app.core import fmt
+from tui_app.core.braille import Canvas, bounds, plot
+from tui_app.ui.widgets.chart import Chart, gpu_unread
+
+MIB = 2**20
+
+
+class MemoryChart(Chart):
+    MAX_HZ = Chart.SAMPLED_HZ
+
+    def draw_chart(self, width: int, height: int) -> list | Text:
+        s = self.session
+        canvas = Canvas(width, height - 1)
+        samples = list(s.samples)[-canvas.px_w :]
+        verdict = s.verdict.text() if s.verdict else "leak: collecting (0 runs)"
+        title = [((f"memory — {verdict}", f"memory — {verdict.split(' (')[0]}", "memory"), 0)]
+        device = s.device_leak_text()
+        if device is not None:
+            title.append(((device, device.split(" (")[0]), 1))
+        self.set_titles(title)
+        if not samples:
+            return Text("waiting for samples…", style="dim")
+        t0 = samples[0].t_ns
+
+        def col(attr):
+            return [getattr(x, attr) / MIB if getattr(x, attr) is not None else None for x in samples]
+
+        watched = "server RSS" if s.ready is not None and s.ready.server else "engine RSS"
+        names = [(watched, col("engine_rss")), ("UI RSS", col("app_rss"))]
+        if any(x.gpu_mem_used is not None for x in samples):
+            names += [("GPU proc", col("gpu_proc_mem")), ("GPU device", col("gpu_mem_used"))]
+        torch_mem = [m for m in s.torch_mem if m.t_ns >= t0]
+        series = [v for _, v in names]
+        xs = [[x.t_ns for x in samples] for _ in names]
+        if torch_mem:
+            names += [("torch alloc", [m.allocated / MIB for m in torch_mem]), ("torch reserved", [m.reserved / MIB for m in torch_mem])]
+            series += [names[-2][1], names[-1][1]]
+            xs += [[m.t_ns for m in torch_mem]] * 2
+        lo, hi = bounds(series)
+        t1 = max(samples[-1].t_ns, t0 + 1)
+        plot(canvas, series, lo, hi, xs=xs, x_lo=t0, x_hi=t1)
+        for t in s.run_marks:
+            if t0 <= t <= t1:
+                canvas.vline(round((t - t0) / (t1 - t0) * (canvas.px_w - 1)), 5)
+        last = samples[-1]
+        if last.gpus and last.gpu_mem_used is not None:
+            gpu = [_gpu_memory(g, len(last.gpus)) for g in last.gpus]
+        else:
+            gpu = [((f"GPU: {last.gpu_reason}", "GPU: n/a"), 2)] if last.gpu_mem_used is None else []
+        if s.ready is not None and s.ready.placement:  # --device-map: where the weights are
+            gpu.insert(0, ((f"weights {fmt.where(s.ready)}", "weights placed"), 1))
+        self.set_titles(
+            title,
+            [((f"{watched.split()[0]} {_mib(last.engine_rss)}",), 0), ((f"UI {_mib(last.app_rss)}",), 1), *gpu],
+        )
+        return self.compose_text(canvas, lo, hi, lambda v: f"{v:.0f}MiB", [(n, i) for i, (n, _) in enumerate(names)] + [("run end", 5)])
+
+
+def _mib(n: int | None) -> str:
+    """Whole MiB, or "–" where the process is not seen (a server on another host)."""
+    return "–" if n is None else f"{n / MIB:.0f} MiB"
+
+
+def _gpu_memory(g: dict, count: int) -> tuple[tuple[str, ...], int]:
+    """One GPU of the machine: the engine's memory on it (NVML's per-process count) and the device's."""
+    name = f"GPU{g['index']}" if count > 1 else "GPU"
+    if g["mem_used"] is None:
+        return (gpu_unread(name, g["reason"]), f"{name} n/a"), 3
+    gib = f"{g['mem_used'] / 2**30:.1f}/{g['mem_total'] / 2**30:.0f} GiB"
+    full = f"{name} engine {_mib(g['proc_mem'])}, device {gib}" if g["proc_mem"] is not None else f"{name} {gib}"
+    return (full, f"{name} {gib}"), 2 if g["index"] == 0 else 3

@@ -1,0 +1,97 @@
+"""The text as it is generated: the prompt dimmed, lever switches marked inline.
+
+Drawn through the line API from wrapped lines that are kept between frames: a finished paragraph
+is wrapped once, and a frame re-wraps only the paragraph still growing. Re-wrapping the visible
+tail every frame cost more than all four charts together (measured by benchmarks/ui_cost.py).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from itertools import islice
+
+from rich.text import Text
+from textual.strip import Strip
+
+from tui_app.ui.widgets.pane import LinePane
+
+MAX_CHUNKS = 4000  # what a resize re-wraps from
+MAX_LINES = 1000  # wrapped lines kept; far more than any terminal shows
+FREEZE_CHARS = 2000  # a paragraph longer than this has all but its last line frozen
+
+
+class TokenStream(LinePane):
+    DEFAULT_CSS = """
+    TokenStream {
+        border: round $primary-darken-2;
+        border-title-color: $text;
+        height: 1fr;
+        padding: 0 1;
+    }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None):
+        super().__init__(id=id, classes=classes)
+        self.chunks: deque[tuple[str, str]] = deque(maxlen=MAX_CHUNKS)
+        self.border_title = "tokens"
+        self._done: deque[Strip] = deque(maxlen=MAX_LINES)  # lines of finished paragraphs
+        self._para = Text()  # the paragraph still growing
+        self._width = 0
+
+    def add_prompt(self, run_id: int, text: str, levers: str) -> None:
+        if self.chunks:
+            self._add("\n\n", "")
+        self._add(f" run {run_id} · {levers} ", "reverse")
+        self._add("\n" + text.strip() + "\n", "dim")
+
+    def add_text(self, text: str) -> None:
+        if text:
+            self._add(text, "")
+
+    def add_mark(self, label: str, error: bool = False) -> None:
+        self._add(f"⟨{label}⟩", "bold red" if error else "bold black on yellow")
+
+    def _add(self, text: str, style: str) -> None:
+        self.chunks.append((text, style))
+        self._feed(text, style)
+        self.dirty = True
+
+    def _feed(self, text: str, style: str) -> None:
+        *finished, rest = text.split("\n")
+        for part in finished:
+            self._para.append(part, style or None)
+            self._done.extend(map(self._strip, self._lines(self._para)))
+            self._para = Text()
+        self._para.append(rest, style or None)
+
+    def _lines(self, text: Text) -> list[Text]:
+        """`text` wrapped at the pane's width; an empty paragraph is one empty line."""
+        if self._width <= 0:
+            return []
+        return list(text.wrap(self.app.console, self._width)) if text else [Text()]
+
+    def _strip(self, line: Text) -> Strip:
+        if not line:  # Text("") renders one empty segment; an empty line has none
+            return Strip([])
+        return Strip(list(line.render(self.app.console)), line.cell_len)
+
+    def _rewrap(self) -> None:
+        """A new width: wrap the kept chunks again."""
+        self._done.clear()
+        self._para = Text()
+        for text, style in self.chunks:
+            self._feed(text, style)
+
+    def draw(self, width: int, height: int) -> list[Strip]:
+        if width != self._width:
+            self._width = width
+            self._rewrap()
+        lines = self._lines(self._para)
+        if len(self._para) > FREEZE_CHARS and len(lines) > 1:
+            # A paragraph with no newline in sight: stop re-wrapping the lines it has filled.
+            self._done.extend(map(self._strip, lines[:-1]))
+            self._para = lines[-1]
+            lines = lines[-1:]
+        tail = [self._strip(line) for line in lines]
+        above = max(0, height - len(tail))
+        return (list(islice(self._done, max(0, len(self._done) - above), None)) + tail)[-height:]

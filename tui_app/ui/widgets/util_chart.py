@@ -1,0 +1,60 @@
+"""Utilization: CPU % of the engine process and of the system, GPU SM % and NVML's memory busy %,
+and decode's memory read rate as a % of the measured read of the same bytes (Session.read_rate);
+every GPU's SM %, clock and power in the subtitle."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from tui_app.core.braille import Canvas, plot
+from tui_app.ui.widgets.chart import Chart, gpu_unread
+
+
+class UtilChart(Chart):
+    MAX_HZ = Chart.SAMPLED_HZ
+
+    def draw_chart(self, width: int, height: int) -> list | Text:
+        s = self.session
+        canvas = Canvas(width, height - 1)
+        samples = list(s.samples)[-canvas.px_w :]
+        self.border_title = "utilization"
+        if not samples:
+            return Text("waiting for samples…", style="dim")
+        watched = "server" if s.ready is not None and s.ready.server else "engine"
+        names = [(f"{watched} CPU%", [x.engine_cpu for x in samples]), ("system CPU%", [x.sys_cpu for x in samples]), ("UI CPU%", [x.app_cpu for x in samples])]
+        has_gpu = any(x.gpu_sm is not None for x in samples)
+        if has_gpu:
+            names.append(("GPU SM%", [x.gpu_sm for x in samples]))
+        if any(x.gpu_mem_util is not None for x in samples):
+            names.append(("GPU mem%", [x.gpu_mem_util for x in samples]))  # NVML's: time the memory was busy, not bytes
+        reads = list(s.mem_read)[-len(samples) :]
+        if any(r is not None for r in reads):
+            names.append(("mem bw%", [None if r is None else r * 100 for r in reads]))
+        series = [v for _, v in names]
+        hi = max([100.0] + [v for ser in series for v in ser if v is not None]) * 1.05
+        plot(canvas, series, 0.0, hi, x_hi=canvas.px_w - 1)
+        last = samples[-1]
+        if last.gpus:
+            gpu = [_gpu_util(g, len(last.gpus)) for g in last.gpus]
+        elif last.gpu_power_w is not None:  # a recording from before the per-GPU figures
+            gpu = [((f"power {last.gpu_power_w:.0f} W",), 1)]
+        else:
+            gpu = [((f"GPU: {last.gpu_reason or 'n/a'}", "GPU: n/a"), 3)]
+        read = s.read_rate()
+        bw = [] if read is None else [((f"mem bw {read[1]:.2f} of {s.bandwidth.read_bps / 1e9:.1f} GB/s", f"mem bw {read[1]:.2f}"), 1)]
+        self.set_titles(
+            [(("utilization",), 0)],
+            [((f"{watched} {last.engine_cpu or 0:.0f}%",), 0), ((f"UI {last.app_cpu or 0:.0f}%",), 2), ((f"system {last.sys_cpu or 0:.0f}%",), 1), *bw, *gpu],
+        )
+        return self.compose_text(canvas, 0.0, hi, lambda v: f"{v:.0f}%", [(n, i) for i, (n, _) in enumerate(names)])
+
+
+def _gpu_util(g: dict, count: int) -> tuple[tuple[str, ...], int]:
+    """One GPU of the machine: SM %, SM clock and power, shorter variants where room is short;
+    the first GPU before the others."""
+    name = f"GPU{g['index']}" if count > 1 else "GPU"
+    if g["sm_util"] is None:
+        return (gpu_unread(name, g["reason"]), f"{name} n/a"), 3
+    clock = f" {g['sm_clock_mhz']} MHz" if g["sm_clock_mhz"] is not None else ""
+    power = f" {g['power_w']:.0f} W" if g["power_w"] is not None else ""
+    return (f"{name} {g['sm_util']:.0f}%{clock}{power}", f"{name} {g['sm_util']:.0f}%"), 1 if g["index"] == 0 else 3
