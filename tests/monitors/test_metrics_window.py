@@ -6,7 +6,7 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 
 from monitors.servers import VLLM, MetricsWindow, parse_metrics
-from tests.test_servers import vllm_registry
+from tests.monitors.test_servers import vllm_registry
 
 
 def test_the_window_holds_what_its_figures_read_and_no_more():
