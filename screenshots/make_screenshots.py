@@ -4,11 +4,16 @@ then rsvg-convert (Debian's librsvg2-bin). `make screenshots` runs this.
 The session shown: a run of the short prompt, int8 switched on mid-run, then a run with prompt
 lookup on the long (summarize-this) prompt, so every pane has something to show. The attach
 picture: the real llama.cpp server (xllamacpp) on the bundled GGUF, one stream, then four. The
-demo picture: `tokentop demo`'s caption over three steps of the default tour.
+demo picture: `tokentop demo`'s caption over three steps of the default tour. The fleet picture:
+a real Prometheus (Debian's) scraping three real llama.cpp servers every second, tokentop's own
+runs on the first, two streams of other traffic on the second, the third stopped (a replica down).
 
 Then `tokentop report` pages, rendered whole by headless Chromium: one of a recorded auto-repeat
 session (int8 switched on in the first run, enough runs after it for the leak detector's verdict)
 and one of a small `tokentop bench -o json`; and `tokentop serve` in Chromium, with `?` pressed.
+With TOKENTOP_VLLM_PYTHON (the real vLLM's venv, as the test tier has it): the X-ray of a run of
+eight streams on vLLM with four sequences at a time, its spans sent to tokentop's OTLP receiver,
+and the report's timeline of a `bench --endpoint --otlp` on it.
 Timed figures in them were taken on whatever load the machine had at the time.
 """
 
@@ -88,6 +93,53 @@ async def shoot_attach(size: tuple[int, int]) -> str:
     return to_png(svg, size)
 
 
+async def shoot_fleet(size: tuple[int, int]) -> str:
+    """`tokentop attach --prometheus URL FIRST`: the fleet pane over three real servers."""
+    import threading
+
+    import httpx
+
+    from tests.helpers.prometheus import PrometheusServer, group
+    from tui_app.attach.fleet import FleetConfig
+    from tui_app.core.sources import FleetSource
+
+    servers = [LlamaServer() for _ in range(3)]
+    stop = threading.Event()
+
+    def traffic(url: str) -> None:  # another user's requests, on the second replica
+        while not stop.is_set():
+            httpx.post(url + "/v1/completions", json={"prompt": "Tell me about the sea.", "max_tokens": 24, "ignore_eos": True}, timeout=60)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        prom = PrometheusServer(tmp)
+        others = [threading.Thread(target=traffic, args=(servers[1].url,)) for _ in range(2)]
+        try:
+            prom.set_targets("llama", [group("llama", f"127.0.0.1:{s.port}") for s in servers])
+            prom.wait_up("llama", 3)
+            for t in others:
+                t.start()
+            cfg = FleetConfig(prom.url, match='{job="llama"}', window_s=10, every_s=1, backfill_s=120, runs=[AttachConfig(url=servers[0].url, metrics_hz=1)])
+            app = TokentopApp(FleetSource(cfg), RunRequest(max_new_tokens=64), sampler=Sampler(hz=4), fps=8, auto=True)
+            async with app.run_test(size=size) as pilot:
+                await until(pilot, lambda: len(app.session.finished_ids) >= 2)
+                servers[2].kill()
+                await until(pilot, lambda: app.session.fleet is not None and any(r.get("up") is False for r in app.session.fleet.rows))
+                await until(pilot, lambda: len(app.session.finished_ids) >= 5)
+                await pilot.pause(2.0)
+                name = f"tokentop-fleet-{size[0]}x{size[1]}"
+                svg = app.save_screenshot(filename=name + ".svg", path=HERE)
+                await pilot.press("a", "q")
+        finally:
+            stop.set()
+            for t in others:
+                if t.is_alive():
+                    t.join()
+            prom.close()
+            for s in servers:
+                s.close()
+    return to_png(svg, size)
+
+
 async def shoot_demo(size: tuple[int, int]) -> str:
     """`tokentop demo`'s caption: three steps of the default tour, held on int4 once its effect is measured."""
     from dataclasses import replace
@@ -151,10 +203,51 @@ def served() -> list[str]:
     return [first, help_]
 
 
+async def shoot_xray(url: str, address: str, size: tuple[int, int]) -> str:
+    source = AttachSource([AttachConfig(url=url, concurrency=8, otlp=address, metrics_hz=4, label="vLLM", timeout_s=600)])
+    app = TokentopApp(source, RunRequest(max_new_tokens=32, ignore_eos=True), sampler=Sampler(hz=4), fps=8)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: len(app.session.finished_ids) >= 1, timeout=600)
+        run_id = app.session.finished_ids[-1]
+        spans = lambda: app.session.xray.requests(run_id)  # noqa: E731
+        await until(pilot, lambda: all(r.server is not None and r.server.source == "otlp" for r in spans()), timeout=60)
+        await pilot.press("x", "down", "down", "down", "down")
+        await pilot.pause(1.0)
+        svg = app.save_screenshot(filename=f"xray-vllm-c8-{size[0]}x{size[1]}.svg", path=HERE)
+        await pilot.press("escape", "q")
+    return to_png(svg, size)
+
+
+def xray_pictures(tmp: str) -> list[str]:
+    from pathlib import Path
+
+    from tests.helpers.vllm import VLLM_PYTHON, free_port, vllm_server
+    from tui_app.commands.report import build
+
+    if not VLLM_PYTHON:
+        print("no X-ray pictures: they need the real vLLM (TOKENTOP_VLLM_PYTHON, as `make test` sets it)", file=sys.stderr)
+        return []
+    address = f"127.0.0.1:{free_port()}"
+    env = {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf", "OTEL_BSP_SCHEDULE_DELAY": "500"}
+    flags = ("--max-num-seqs", "4", "--otlp-traces-endpoint", f"http://{address}/v1/traces")
+    with vllm_server(Path(tmp) / "vllm.log", *flags, env=env) as url:
+        out = [asyncio.run(shoot_xray(url, address, (160, 45)))]
+        stem = os.path.join(tmp, "serving")
+        bench = [sys.executable, "-m", "tui_app", "bench", "--endpoint", url, "--label", "vLLM", "--otlp", address, "--lengths", "32:12"]
+        subprocess.run([*bench, "--concurrency", "2,8", "--repeats", "2", "--warmup", "0", "-o", "json", "--out", stem], check=True, stdout=subprocess.DEVNULL)
+    (timeline,) = build(stem + ".json").figures
+    png = os.path.join(HERE, "report-timeline.png")
+    timeline.fig.savefig(png, dpi=120, metadata={"Software": None})
+    return [*out, png]
+
+
 def main() -> int:
     if shutil.which("rsvg-convert") is None:
         print("rsvg-convert is missing: apt-get install librsvg2-bin", file=sys.stderr)
         return 2
+    if sys.argv[1:] == ["fleet"]:  # this picture alone: it needs no model run, browser or report
+        print("wrote", asyncio.run(shoot_fleet((160, 45))))
+        return 0
     if browser.unavailable():
         print(f"no browser pictures: {browser.unavailable()}", file=sys.stderr)
         return 2
@@ -162,6 +255,10 @@ def main() -> int:
         print("wrote", asyncio.run(shoot(size)))
     print("wrote", asyncio.run(shoot_attach((160, 45))))
     print("wrote", asyncio.run(shoot_demo((160, 45))))
+    print("wrote", asyncio.run(shoot_fleet((160, 45))))
+    with tempfile.TemporaryDirectory() as tmp:
+        for png in xray_pictures(tmp):
+            print("wrote", png)
     with tempfile.TemporaryDirectory() as tmp:
         for png in reports(tmp):
             print("wrote", png)

@@ -3,6 +3,7 @@ import os
 import pytest
 
 from tests.helpers.llama_server import LlamaServer
+from tests.helpers.vllm import VLLM_PYTHON, VllmError, vllm_server
 
 # Library chatter (torchao's optional kernels, transformers' progress bars) is not what tests check.
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -78,8 +79,43 @@ def plain(engine):
 
 
 @pytest.fixture(scope="session")
+def vllm_url(tmp_path_factory):
+    """The real vLLM (its CPU build) on the default model's safetensors copy, shared by the vLLM tier."""
+    try:
+        with vllm_server(tmp_path_factory.mktemp("vllm") / "vllm.log") as url:
+            yield url
+    except VllmError as exc:
+        if not VLLM_PYTHON:
+            pytest.skip(str(exc))
+        pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="session")
 def llama_server():
     """The real llama.cpp server on the bundled GGUF, shared by the attach tests."""
     server = LlamaServer()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def second_llama():
+    """A second real llama.cpp server: with llama_server, the fleet the Prometheus tests watch."""
+    server = LlamaServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def prometheus(tmp_path_factory, llama_server, second_llama):
+    """One real Prometheus for the session (tests/helpers/prometheus.py), scraping both llama.cpp
+    servers every second as job "llama"; tests add stand-in targets of other jobs and remove them."""
+    from tests.helpers.prometheus import PrometheusServer, group, unavailable
+
+    if unavailable():
+        pytest.skip(unavailable())
+    prom = PrometheusServer(str(tmp_path_factory.mktemp("prometheus")))
+    prom.set_targets("llama", [group("llama", f"127.0.0.1:{s.port}") for s in (llama_server, second_llama)])
+    prom.wait_up("llama", 2)
+    yield prom
+    prom.close()

@@ -109,5 +109,7 @@ def write_stamped(out_dir: str | None, what: str, kind: str, ext: str, write) ->
     try:
         write(path)
     except OSError as exc:
-        raise FolderError(f"cannot write {path}: {exc.strerror or exc}") from None
+        from monitors.files import write_error
+
+        raise FolderError(f"{kind} not written: {write_error(exc, path)}") from None
     return path

@@ -17,6 +17,7 @@ import queue
 import signal
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -66,17 +67,17 @@ class ExitInfo:
     message: str
 
 
-def describe_exit(code: int | None) -> str:
+def describe_exit(code: int | None, what: str = "engine") -> str:
     if code is None:
-        return "engine is running"
+        return f"{what} is running"
     if code == 0:
-        return "engine exited"
+        return f"{what} exited"
     if code < 0:
         sig = -code
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"signal {sig}"
         hint = " (killed: out of memory, or by hand)" if sig == signal.SIGKILL else ""
-        return f"engine process died from {name}{hint}"
-    return f"engine process exited with code {code}"
+        return f"{what} process died from {name}{hint}"
+    return f"{what} process exited with code {code}"
 
 
 def quiet_process(log_path: str | None, events) -> bool:
@@ -84,6 +85,7 @@ def quiet_process(log_path: str | None, events) -> bool:
     when its log cannot be written."""
     # Ctrl-C reaches the whole process group; the UI decides when this process ends.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _end_with_parent()
     if log_path:
         # Library warnings written to the terminal would draw over the TUI: send them to a log.
         try:
@@ -97,10 +99,26 @@ def quiet_process(log_path: str | None, events) -> bool:
     return True
 
 
+def _end_with_parent(every_s: float = 0.5) -> None:
+    """This process ends when the UI does, however the UI ended. A UI killed (kill -9, the OOM
+    killer) cannot say shutdown, and its queues never report EOF (this process holds both ends of
+    each): an orphaned engine would keep its memory, an orphaned client go on streaming from the
+    server and scraping its /metrics, for good."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="tokentop-parent-watch", daemon=True).start()
+
+
 class EngineProcess:
     """Owns the engine's process (or an attached server's client: `target`) and its two queues."""
 
-    def __init__(self, config, log_path: str | None = None, *, target):
+    def __init__(self, config, log_path: str | None = None, *, target, what: str = "engine"):
+        """`what`: the process's name in what the UI says of its end ("engine", "server client")."""
         # Under Textual sys.stderr is a capture without a real file descriptor, which
         # multiprocessing's resource tracker (started with the first queue) needs.
         saved = sys.stdout, sys.stderr
@@ -113,6 +131,7 @@ class EngineProcess:
         finally:
             sys.stdout, sys.stderr = saved
         self.config = config
+        self.what = what
 
     def start(self) -> EngineProcess:
         saved = sys.stdout, sys.stderr
@@ -131,7 +150,7 @@ class EngineProcess:
         return self.proc.is_alive()
 
     def exit_info(self) -> ExitInfo:
-        return ExitInfo(self.proc.exitcode, describe_exit(self.proc.exitcode))
+        return ExitInfo(self.proc.exitcode, describe_exit(self.proc.exitcode, self.what))
 
     def send(self, cmd) -> None:
         """A command (tui_app.requests) to the process."""

@@ -278,7 +278,7 @@ def test_a_recording_cut_short_by_a_crash_is_reported_up_to_the_cut(recorded, tm
     cut = tmp_path / "cut.jsonl"
     cut.write_bytes(path.read_bytes()[:-40])
     page, err = make_report(tmp_path, cut, capsys)
-    assert "truncated or corrupt" in err and err.count("\n") == 2  # the cut, then "wrote"
+    assert "the last, was cut short mid-write" in err and err.count("\n") == 2  # the cut, then "wrote"
     assert_self_contained(page, SESSION_FIGURES)
 
 

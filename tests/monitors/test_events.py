@@ -101,7 +101,61 @@ SAMPLES = [
         server={"engine": "vLLM", "pid": None},
     ),
     E.Bandwidth(quant="int4", weight_bytes=95004160, read_bytes=94666752, read_bps=37.1e9, source="a read of the int4 weights in place"),
+    E.RequestSent(
+        run_id=2, segment=3, trace_id="0af7651916cd43dd8448eb211c80319c", request_id="tokentop-2.3-0af765191cd4", wall_ns=1_700_000_000_000_000_000, t_ns=8
+    ),
+    E.ServerTiming(
+        run_id=2,
+        segment=3,
+        trace_id="0af7651916cd43dd8448eb211c80319c",
+        source="otlp",
+        phases={"queue": 0.25, "e2e": 0.8},
+        sources={"queue": "gen_ai.latency.time_in_queue"},
+        details={"span": "llm_request"},
+        start_unix_ns=9,
+    ),
+    E.ServerTiming(
+        run_id=2, segment=1, trace_id="ff" * 16, source="otlp", phases={}, sources={}, note="no server span: nothing reached http://127.0.0.1:4318/v1/traces"
+    ),
+    E.OtlpStatus(
+        address="127.0.0.1:4318",
+        bodies=3,
+        spans=70,
+        joined=2,
+        others=68,
+        rejected={"malformed": 1},
+        others_summary={"latest": 68, "names": {"llm_request": 68}},
+    ),
     E.EngineError(message="boom", fatal=True),
+    E.FleetReady(
+        url="http://127.0.0.1:9090",
+        version="2.42.0",
+        selector='{job="vllm"}',
+        window_s=60.0,
+        every_s=2.0,
+        queries={"running": "sum by (job) (vllm:num_requests_running)"},
+        watch=True,
+    ),
+    E.FleetSample(
+        t_ns=8,
+        ts=1795550000.5,
+        rows=[
+            {
+                "job": "vllm",
+                "instance": "10.0.0.1:8000",
+                "engine": "0",
+                "server": "",
+                "family": "vLLM",
+                "up": False,
+                "since": 1795549990.0,
+                "ttft": {"p50": 0.1},
+            }
+        ],
+        fleet={"running": 3.0, "j_per_token": 0.42},
+        notes=["10.0.0.1:8000 (vllm) down at 12:00:00: connection refused"],
+        others=["dcgm"],
+    ),
+    E.FleetSample(t_ns=9, ts=1795550001.0, rows=[], fleet={"gen_tps": 12.5}, backfill=True),
 ]
 
 

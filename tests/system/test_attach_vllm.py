@@ -5,76 +5,16 @@ its own histograms for the same request, its KV gauge, and concurrent streams.""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import time
 
-import httpx
 import pytest
 
 from monitors.events import ServerSample, Step
 from monitors.servers import parse_metrics
 from tui_app.attach.client import AttachConfig, ServerClient
 from tui_app.core.session import Session
-from tui_app.engine.models import converted_default
 from tui_app.requests import RunRequest
 
 pytestmark = pytest.mark.vllm
-VLLM_PYTHON = os.environ.get("TOKENTOP_VLLM_PYTHON")
-
-
-@pytest.fixture(scope="module")
-def vllm_url(tmp_path_factory, unused_tcp_port_factory):
-    if not VLLM_PYTHON:
-        pytest.skip("real vLLM runs from its own venv: `make test` installs it and runs these tests with TOKENTOP_VLLM_PYTHON set")
-    port = unused_tcp_port_factory()
-    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [
-                VLLM_PYTHON,
-                "-m",
-                "vllm.entrypoints.openai.api_server",
-                "--model",
-                str(converted_default()),
-                "--served-model-name",
-                "smollm2",
-                "--dtype",
-                "bfloat16",
-                "--max-model-len",
-                "2048",
-                "--enforce-eager",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        end = time.monotonic() + 600
-        while time.monotonic() < end:
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM exited with {proc.returncode}:\n" + log.read_text()[-3000:])
-            try:
-                if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        else:
-            pytest.fail("vLLM did not answer within 600 s:\n" + log.read_text()[-3000:])
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def histogram_delta(before: dict, after: dict, name: str) -> tuple[float, float]:

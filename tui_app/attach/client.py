@@ -33,13 +33,17 @@ from monitors.events import (
     LeverChanged,
     LeverRefused,
     Levers,
+    RequestSent,
     RunFinished,
     RunStarted,
     ServerSample,
+    ServerTiming,
     Step,
     now_ns,
 )
+from monitors.redact import redact
 from monitors.servers import OPENAI, EngineTable, MetricsWindow, Quantiles
+from monitors.xray import from_timings, from_usage
 from tui_app.attach.errors import AttachError, api_base, describe_failure, describe_status, host_port, server_root
 from tui_app.attach.metrics import detect, scrape
 from tui_app.attach.sse import ChunkReader, StreamResult, run_end
@@ -70,6 +74,9 @@ class AttachConfig:
     metrics_hz: float = 1.0
     label: str = ""
     first_run_id: int = 1  # run numbers go on across a reconnect
+    watch: bool = False  # the operator's mode: /metrics only, no request of tokentop's own
+    otlp: str | None = None  # HOST:PORT of the OTLP receiver for the servers' spans (tui_app/attach/otlp.py), None: off
+    otlp_grace_s: float = 15.0  # how long a span may come after its stream's end before "no server span" is said
 
 
 def _json_safe(values: dict) -> dict:
@@ -92,6 +99,8 @@ class ServerClient:
         self.base = api_base(cfg.url)
         self.root = server_root(self.base)
         self.metrics_url = cfg.metrics_url or self.root + "/metrics"
+        # What is shown, logged and recorded of the two: a password or token in them as ***.
+        self.shown_root, self.shown_metrics = redact(self.root), redact(self.metrics_url)
         self.engine: EngineTable = OPENAI
         self.model = cfg.model
         self.levers = Levers(batch=cfg.concurrency, server=cfg.label)
@@ -101,6 +110,8 @@ class ServerClient:
         self._answers = Answers(cfg)
         self._inflight: list[StreamResult] = []  # every stream now open, of every run (a bench runs several)
         self._metrics_error = ""
+        self.joiner = None  # the OTLP span joiner (Servers starts it with --otlp)
+        self.trace_headers = True  # off only where the server rejected them
         key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.http = httpx.AsyncClient(
@@ -119,9 +130,8 @@ class ServerClient:
         except httpx.HTTPError as exc:
             raise AttachError(describe_failure(exc, url, self.cfg.timeout_s)) from None
 
-    async def connect(self) -> EngineReady:
-        """Ask the server what it serves and what it is; AttachError says why it cannot be used."""
-        t0 = time.perf_counter()
+    async def _models(self) -> list[dict]:
+        """GET /v1/models: what it serves, the model runs ask for chosen."""
         r = await self._get(self.base + "/models", "GET /v1/models")
         if r.status_code != 200:
             raise AttachError(describe_status(r.status_code, r.text, self.base, "GET /v1/models"))
@@ -131,7 +141,7 @@ class ServerClient:
         except (ValueError, KeyError, TypeError):
             kind = r.headers.get("content-type", "?").split(";")[0]
             raise AttachError(
-                f"{host_port(self.base)}: GET /v1/models answered {kind}, not a model list: not an OpenAI-compatible API at {self.base}"
+                f"{host_port(self.base)}: GET /v1/models answered {kind}, not a model list: not an OpenAI-compatible API at {redact(self.base)}"
             ) from None
         ids = [m["id"] for m in models]
         if not ids:
@@ -140,6 +150,22 @@ class ServerClient:
             self.model = ids[0]
         elif self.model not in ids:
             raise AttachError(f"{host_port(self.base)} has no model {self.model!r}; it serves: {', '.join(ids)}")
+        return models
+
+    async def _watched(self) -> list:
+        """--watch: the server's /metrics only, not even /v1/models; the model from its labels."""
+        samples, error = await self._scrape()
+        if samples is None:
+            raise AttachError(f"--watch reads the server's /metrics, and {error}")
+        if self.model is None:
+            names = {labels.get("model_name") or labels.get("model") for series in samples.values() for labels, _ in series}
+            self.model = next((n for n in sorted(names - {None, ""})), "(not asked: --watch)")
+        return []
+
+    async def connect(self) -> EngineReady:
+        """Ask the server what it serves and what it is; AttachError says why it cannot be used."""
+        t0 = time.perf_counter()
+        models = await self._watched() if self.cfg.watch else await self._models()
         meta = next((m.get("meta") or {} for m in models if m["id"] == self.model), {})
         self.engine = await detect(self.http, self.root, self._headers, (await self._scrape())[0])
         self.window = MetricsWindow(self.engine)
@@ -151,7 +177,7 @@ class ServerClient:
             self.levers = Levers(batch=self.cfg.concurrency, server=f"{host_port(self.base)}")
         ready = EngineReady(
             model=self.model,
-            source=self.root,
+            source=self.shown_root,
             device=self.engine.name,
             dtype="server",
             n_params=int(meta.get("n_params") or 0),
@@ -165,14 +191,15 @@ class ServerClient:
             threads=0,
             server={
                 "engine": self.engine.name,
-                "url": self.root,
-                "metrics_url": self.metrics_url,
+                "url": self.shown_root,
+                "metrics_url": self.shown_metrics,
                 "label": self.levers.server,
                 "pid": self.pid,
                 "kv_note": self.engine.kv_note,
                 "chat": self.cfg.chat,
                 "concurrency": list(CONCURRENCY),
                 "server_owned": SERVER_OWNED,
+                "watch": self.cfg.watch,
             },
         )
         self.emit(ready)
@@ -186,7 +213,7 @@ class ServerClient:
         samples, error = await self._scrape()
         if error != self._metrics_error:
             if error or self._metrics_error:
-                self.emit(ServerSample(t_ns=now_ns(), values={}, sources={}, error=error or f"{self.metrics_url} answers again", server=self.levers.server))
+                self.emit(ServerSample(t_ns=now_ns(), values={}, sources={}, error=error or f"{self.shown_metrics} answers again", server=self.levers.server))
             self._metrics_error = error
         values: dict = {}
         sources: dict = {}
@@ -288,19 +315,66 @@ class ServerClient:
             self._inflight = [s for s in self._inflight if all(s is not t for t in streams)]
         return self._finish(run_id, req, body, streams, stopped)
 
+    def _trace(self, run_id: int, k: int, t0: int) -> tuple[str, dict]:
+        """A fresh W3C trace for one stream: its id and the headers that carry it, said as RequestSent."""
+        trace_id, span_id = os.urandom(16).hex(), os.urandom(8).hex()
+        request_id = f"tokentop-{run_id}.{k}-{trace_id[:12]}"
+        self.emit(RequestSent(run_id=run_id, segment=k, trace_id=trace_id, request_id=request_id, wall_ns=time.time_ns(), t_ns=t0))
+        if not self.trace_headers:
+            return trace_id, {}
+        if self.joiner is not None:
+            self.joiner.expect(trace_id, run_id, k, span_id)
+        return trace_id, {"traceparent": f"00-{trace_id}-{span_id}-01", "x-request-id": request_id}
+
     async def _stream(self, k: int, url: str, body: dict, t0: int, run_id: int, out: StreamResult) -> None:
+        trace_id, trace = self._trace(run_id, k, t0)
         try:
-            async with aconnect_sse(self.http, "POST", url, json=body, headers=dict(self._headers)) as es:
-                r = es.response
-                if r.status_code != 200:
-                    await r.aread()
-                    out.error = describe_status(r.status_code, r.text, url, f"POST {urlsplit(url).path}")
-                    return
-                await self._read(es, k, t0, run_id, out)
+            for attempt in (trace, {}):
+                async with aconnect_sse(self.http, "POST", url, json=body, headers={**self._headers, **attempt}) as es:
+                    r = es.response
+                    if r.status_code != 200:
+                        await r.aread()
+                        if attempt and r.status_code in (400, 431) and await self._rejects_trace(url, body):
+                            continue
+                        out.error = describe_status(r.status_code, r.text, url, f"POST {urlsplit(url).path}")
+                        return
+                    await self._read(es, k, t0, run_id, out)
+                    break
         except httpx.HTTPError as exc:
             out.error = describe_failure(exc, url, self.cfg.timeout_s)
         except SSEError:
             out.error = f"{host_port(url)} did not answer with a stream (Content-Type is not text/event-stream)"
+        finally:
+            self._account(run_id, k, trace_id, out)
+
+    async def _rejects_trace(self, url: str, body: dict) -> bool:
+        """Whether a request refused with our trace headers goes through without them (a short one,
+        not streamed): if so, they are left off from now on, and the user told."""
+        if not self.trace_headers:
+            return True
+        probe = {**body, "stream": False, "max_tokens": 1}
+        probe.pop("stream_options", None)
+        try:
+            r = await self.http.post(url, json=probe, headers=dict(self._headers))
+        except httpx.HTTPError:
+            return False
+        if r.status_code != 200:
+            return False
+        self.trace_headers = False
+        what = f"{host_port(url)} rejects the traceparent and x-request-id headers"
+        self.emit(EngineError(message=f"{what}: requests go on without them, so no server span can be joined"))
+        return True
+
+    def _account(self, run_id: int, k: int, trace_id: str, out: StreamResult) -> None:
+        """The response's own account of the stream (llama.cpp's timings, a usage block), and the start
+        of its span's grace period."""
+        if out.timings:
+            phases, sources, details = from_timings(out.timings)
+            self.emit(ServerTiming(run_id=run_id, segment=k, trace_id=trace_id, source="timings", phases=phases, sources=sources, details=details))
+        elif out.usage:
+            self.emit(ServerTiming(run_id=run_id, segment=k, trace_id=trace_id, source="usage", phases={}, sources={}, details=from_usage(out.usage)))
+        if self.joiner is not None:
+            self.joiner.ended(trace_id)
 
     async def _read(self, es, k: int, t0: int, run_id: int, out: StreamResult) -> None:
         """Each chunk that brings tokens as a Step of stream `k`: its latency the gap since the stream's previous one."""

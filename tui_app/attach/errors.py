@@ -9,6 +9,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from monitors.redact import redact
+
 
 class AttachError(Exception):
     """Why the server cannot be used; one line for the user."""
@@ -21,7 +23,7 @@ def api_base(url: str) -> str:
         url = "http://" + url
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise AttachError(f"{url!r} is not an http(s) URL (example: http://127.0.0.1:8000)")
+        raise AttachError(f"{redact(url)!r} is not an http(s) URL (example: http://127.0.0.1:8000)")
     return url if parts.path.endswith("/v1") else url + "/v1"
 
 
@@ -35,9 +37,10 @@ def host_port(url: str) -> str:
 
 
 def describe_failure(exc: Exception, url: str, timeout_s: float) -> str:
-    """One line for a failed request, naming the URL and what to do; never the request's headers."""
+    """One line for a failed request, naming the URL and what to do; never the request's headers,
+    nor a password or token in the URL."""
     where = host_port(url)
-    text = str(exc)
+    url, text = redact(url), redact(str(exc))
     if isinstance(exc, httpx.ConnectTimeout):
         return f"no answer from {where} within the connect timeout: is the host right and reachable?"
     if isinstance(exc, httpx.ConnectError):
@@ -49,7 +52,7 @@ def describe_failure(exc: Exception, url: str, timeout_s: float) -> str:
     if isinstance(exc, httpx.ReadTimeout):
         return f"{where} sent nothing for {timeout_s:g} s: the stream stalled (--timeout sets the limit)"
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
-        return f"{where} closed the connection mid-stream (the server stopped or crashed?)"
+        return f"{where} closed the connection mid-stream (the server stopped, or the network dropped it)"
     if isinstance(exc, httpx.HTTPError):
         return f"{where}: {type(exc).__name__}: {text[:200]}"
     return f"{where}: {type(exc).__name__}: {text[:200]}"
@@ -57,11 +60,12 @@ def describe_failure(exc: Exception, url: str, timeout_s: float) -> str:
 
 def describe_status(code: int, body: str, url: str, what: str) -> str:
     where = host_port(url)
+    url = redact(url)
     if code in (401, 403):
         return f"{where} answered {code} to {what}: the API key is missing or wrong (set it in OPENAI_API_KEY, or name the variable with --api-key-env)"
     if code == 404:
         return f"{where} answered 404 to {what}: not an OpenAI-compatible API at {url} (is the URL the server's base?)"
-    detail = error_text(body)
+    detail = redact(error_text(body))
     return f"{where} answered {code} to {what}" + (f": {detail}" if detail else "")
 
 

@@ -23,6 +23,7 @@ class Servers:
         self.active = 0
         self.next_run_id = configs[0].first_run_id
         self.current: asyncio.Task | None = None  # the run in flight, under serve()
+        self.otlp = None  # (receiver, joiner, its task) with --otlp
 
     @property
     def client(self) -> ServerClient:
@@ -33,6 +34,24 @@ class Servers:
             await c.connect()
         if len(self.clients) > 1:  # the first server is where runs start
             self.emit(LeverChanged(run_id=None, lever="server", value=self.client.levers.server, levers=self.client.levers))
+        cfg = self.clients[0].cfg
+        if cfg.otlp is not None and self.otlp is None:
+            self.start_otlp(cfg.otlp, cfg.otlp_grace_s)
+
+    def start_otlp(self, address: str, grace_s: float) -> None:
+        """The OTLP receiver for every attached server's spans; where it cannot listen, one line
+        says why and the servers are watched without it."""
+        from tui_app.attach import otlp
+
+        try:
+            receiver, joiner = otlp.start(address, asyncio.get_running_loop(), self.emit, grace_s)
+        except (otlp.ReceiverError, ValueError) as exc:
+            self.emit(EngineError(message=str(exc)))
+            return
+        for c in self.clients:
+            c.joiner = joiner
+        self.otlp = (receiver, joiner, asyncio.create_task(joiner.run()))
+        joiner.tick()
 
     async def run(self, req) -> RunFinished | None:
         c = self.client
@@ -58,6 +77,13 @@ class Servers:
                 c.levers = replace(c.levers, batch=self.client.levers.batch)
 
     async def aclose(self) -> None:
+        if self.otlp is not None:
+            receiver, joiner, task = self.otlp
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            joiner.tick()  # the spans that came in the last second
+            receiver.close()
+            self.otlp = None
         for c in self.clients:
             await c.aclose()
 
@@ -70,7 +96,7 @@ class Servers:
             self.emit(EngineError(message=str(exc), fatal=True))
             await self.aclose()
             return
-        metrics = [asyncio.create_task(c.metrics_loop()) for c in self.clients]
+        metrics = [asyncio.create_task(c.metrics_loop()) for c in self.clients if c.cfg.metrics_hz > 0]
         try:
             while await self.command(await loop.run_in_executor(None, _get, commands)):
                 pass
@@ -90,7 +116,10 @@ class Servers:
                 if self.current is not None and not self.current.done():
                     self.current.cancel()
                     await asyncio.gather(self.current, return_exceptions=True)
-                if isinstance(cmd, Run):
+                if isinstance(cmd, Run) and self.client.cfg.watch:
+                    reason = "--watch: tokentop sends no request of its own (leave out --watch to run prompts)"
+                    self.emit(LeverRefused(lever="run", value="", reason=reason))
+                elif isinstance(cmd, Run):
                     self.current = asyncio.create_task(self.run(cmd.request))
             case SetLever(lever=name, value=value):
                 self.set_lever(name, value)

@@ -8,11 +8,12 @@ import asyncio
 import contextlib
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from monitors.events import EngineError, RunFinished, ServerSample
+from tui_app.commands.fleet import FleetOptions, add_fleet_args
 from tui_app.commands.options import COUNT, add_generation, add_ui
-from tui_app.core import readings
+from tui_app.core import fmt, readings
 from tui_app.core.fmt import figure_text
 from tui_app.core.options import EXIT_USAGE, PromptOptions, SamplingOptions, UiOptions, UsageError, bounded, make_recorder, run_request
 from tui_app.core.tour import server_tour
@@ -26,7 +27,7 @@ NO_TUI = "`tokentop attach URL --no-tui`"
 
 
 @dataclass(kw_only=True)
-class Options(PromptOptions, SamplingOptions, UiOptions):
+class Options(PromptOptions, SamplingOptions, UiOptions, FleetOptions):
     url: list[str]
     model: str | None  # the served model to ask
     metrics: str | None
@@ -40,6 +41,7 @@ class Options(PromptOptions, SamplingOptions, UiOptions):
     no_tui: bool
     runs: int
     demo: bool
+    otlp: str | None  # HOST:PORT of the OTLP receiver for the servers' spans (x opens the waterfall)
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -63,10 +65,14 @@ def add_args(p: argparse.ArgumentParser) -> None:
         default=1.0,
         help="scrapes of /metrics per second (default 1)",
     )
+    from tui_app.attach.otlp import add_otlp_arg
+
+    add_otlp_arg(g)  # attach: x opens the waterfall
     add_generation(p)
     p.add_argument("--no-tui", action="store_true", help="print each run's numbers instead of drawing the TUI")
     p.add_argument("--runs", type=COUNT, default=1, help="with --no-tui: how many runs")
     p.add_argument("--demo", action="store_true", help="a captioned tour: prompt length, concurrent streams, each server in turn (docs/demo.md)")
+    add_fleet_args(p)
     add_ui(p)
     p.set_defaults(truncate="none", no_chat=False)
 
@@ -95,8 +101,6 @@ def choose_urls(args: Options) -> list[str]:
 
 def attach_configs(args: Options, urls: list[str]) -> list:
     """One client configuration per server URL (several: to compare them)."""
-    from dataclasses import replace
-
     from tui_app.attach.client import AttachConfig
     from tui_app.attach.errors import AttachError, api_base
 
@@ -127,13 +131,28 @@ def attach_configs(args: Options, urls: list[str]) -> list:
         concurrency=args.concurrency,
         timeout_s=args.timeout,
         metrics_hz=args.metrics_hz,
+        watch=args.watch,
     )
     if len(urls) > 1 and args.metrics:
         raise UsageError("--metrics names one server's metrics; with several URLs each is read at URL/metrics")
-    return [replace(base, url=url, label=args.label[i] if args.label else "") for i, url in enumerate(urls)]
+    otlp = otlp_address(args)
+    return [replace(base, url=url, label=args.label[i] if args.label else "", otlp=otlp) for i, url in enumerate(urls)]
+
+
+def otlp_address(args) -> str | None:
+    """--otlp's HOST:PORT once checked free here (UsageError, one line, where it is not), with the
+    server flags that send spans to it said on stderr; None without --otlp."""
+    from tui_app.attach import otlp
+
+    try:
+        return otlp.checked_address(args)
+    except (otlp.ReceiverError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
 
 
 def attach_main(args: Options) -> int:
+    if args.prometheus:
+        return fleet_main(args)
     request = run_request(args)
     configs = attach_configs(args, choose_urls(args))
     if args.no_tui:
@@ -169,6 +188,24 @@ def server_line(fin: RunFinished, sample: ServerSample | None) -> str:
     return "  server: " + "; ".join(parts)
 
 
+async def xray_lines(session, run_id: int, joiner) -> None:
+    """Each stream's X-ray, with --otlp once its span is in: the server's phases with their
+    sources and the client's time outside them."""
+    from tui_app.attach.otlp import settled
+
+    reqs = session.xray.requests(run_id)
+    await settled(reqs, joiner)
+    for r in reqs:
+        s = r.server
+        if s is None or not s.phases:
+            if r.note:
+                print(f"  x-ray {r.segment}: {r.note}", flush=True)
+            continue
+        phases = ", ".join(f"{k} {fmt.ms(s.phases[k], 1)} [{s.sources[k]}]" for k in ("queue", "prefill", "decode", "ttft", "e2e") if k in s.phases)
+        outside = f"outside the server: TTFT {fmt.ms(r.overhead_ttft_s, 1)}, e2e {fmt.ms(r.overhead_e2e_s, 1)}"
+        print(f"  x-ray {r.segment} (trace {r.trace_id}): {phases}; {outside}", flush=True)
+
+
 @contextlib.asynccontextmanager
 async def connected(args, configs):
     """(servers, session) for a headless command: the servers connected and said, their metrics
@@ -190,6 +227,8 @@ async def connected(args, configs):
             print(f"tokentop: {ev.message if isinstance(ev, EngineError) else ev.error}", file=sys.stderr, flush=True)
 
     session.listeners.append(tell)
+    if recorder is not None:  # appending to an earlier recording, runs are numbered on from its last
+        configs = [replace(c, first_run_id=recorder.first_run_id) for c in configs]
     servers = Servers(configs, session.feed)
     metrics = []
     try:
@@ -199,7 +238,7 @@ async def connected(args, configs):
             raise UsageError(str(exc)) from None
         for c in servers.clients:
             where = f"pid {c.pid}" if c.pid else "not on this host"
-            print(f"{c.engine.name} server at {c.root} ({where}) as {c.levers.server!r}: model {c.model}, metrics {c.metrics_url}", flush=True)
+            print(f"{c.engine.name} server at {c.shown_root} ({where}) as {c.levers.server!r}: model {c.model}, metrics {c.shown_metrics}", flush=True)
         metrics = [asyncio.create_task(c.metrics_loop()) for c in servers.clients]
         await asyncio.sleep(0)
         yield servers, session
@@ -210,13 +249,16 @@ async def connected(args, configs):
         await servers.aclose()
         if recorder is not None:
             recorder.close()
-            print(f"recorded to {recorder.path}", file=sys.stderr)
+            if recorder.kept and recorder.stopped is None:
+                print(f"recorded to {recorder.path}", file=sys.stderr)
 
 
 async def _headless(args, configs, request) -> int:
     from tui_app.commands.run import row_line
 
     async with connected(args, configs) as (servers, session):
+        if args.watch:
+            return await _watch_headless(args, servers)
         failed = False
         for _ in range(args.runs):
             for i, c in enumerate(servers.clients):  # ABAB…: the servers take turns on the same requests
@@ -233,12 +275,67 @@ async def _headless(args, configs, request) -> int:
                 await c.sample()
                 latest = next((x for x in reversed(session.server) if x.server == c.levers.server and not x.error), None)
                 print(server_line(fin, latest), flush=True)
+                await xray_lines(session, fin.run_id, c.joiner)
                 failed = failed or fin.stop_reason == "error"
+                session.trim()
         for line in readings.comparison(session):
             print(line)
         if session.verdict and args.runs > 1 and len(servers.clients) == 1:
             print(session.verdict.text().replace("leak:", "server leak:"))
-        return 1 if failed else 0
+        stopped = session.recorder is not None and session.recorder.stopped is not None  # asked to record, it could not record every run
+        return 1 if failed or stopped else 0
+
+
+async def _watch_headless(args: Options, servers) -> int:
+    """`attach URL --watch --no-tui`: the server's own figures each --every (or --once), no request of ours."""
+    while True:
+        for c in servers.clients:
+            sample = await c.sample()
+            if sample is not None:
+                shown = [f"{figure_text(k, v)} [{sample.sources.get(k, '?')}]" for k, v in sample.values.items() if v is not None]
+                print(f"{c.levers.server}: " + ("; ".join(shown) or "no figure yet (counters need two scrapes)"), flush=True)
+        if args.once:
+            return 0
+        await asyncio.sleep(args.every)
+
+
+def fleet_main(args: Options) -> int:
+    """`attach --prometheus URL`: the fleet's TUI (runs to URL, or to replicas found), or --no-tui's table."""
+    from monitors.record import RecordError
+    from tui_app.commands.fleet import fleet_config, headless
+
+    if args.no_tui:
+        if args.url:
+            raise UsageError("--no-tui with --prometheus prints the fleet and sends nothing; for runs of your own beside it, leave out --no-tui")
+        cfg = fleet_config(args, [])
+        try:
+            recorder = make_recorder(args)
+        except RecordError as exc:
+            raise UsageError(str(exc)) from None
+        try:
+            return asyncio.run(headless(cfg, args.once, args.output, recorder))
+        finally:
+            if recorder is not None:
+                recorder.close()
+                print(f"recorded to {recorder.path}", file=sys.stderr)
+    if args.once:
+        raise UsageError("--once is for --no-tui (the TUI refreshes every --every)")
+    if not args.watch:
+        run_request(args)
+    runs = attach_configs(args, args.url) if args.url and not args.watch else []
+    cfg = fleet_config(args, runs)
+    if not runs and not args.watch:
+        if args.label:
+            raise UsageError("--label names the URLs given; replicas found in Prometheus are named host:port")
+        cfg.template = attach_configs(args, ["http://127.0.0.1"])[0]  # a found replica's URL replaces this one
+    from tui_app.core.sources import FleetSource
+    from tui_app.folders import cache_root
+    from tui_app.ui.launch import run_tui
+
+    log_dir = cache_root()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    source = FleetSource(cfg, str(log_dir / "attach.log"))
+    return run_tui(args, lambda: source, NO_TUI)
 
 
 def attach_demo(args: Options) -> int:

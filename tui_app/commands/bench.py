@@ -8,7 +8,6 @@ so configurations compare like with like.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import platform
@@ -368,8 +367,7 @@ def run_bench(args: Options) -> int:
     if args.prompt_lengths and len(results) >= 2:
         print()
         print(prompt_length_ratios(results))
-    write_outputs(args, env, results)
-    return 0
+    return 0 if write_outputs(args, env, results) else 1
 
 
 def prompt_length_ratios(results: list[Result]) -> str:
@@ -390,19 +388,21 @@ def prompt_length_ratios(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(args: Options, env: dict, results: list[Result]) -> None:
+def write_outputs(args: Options, env: dict, results: list[Result]) -> bool:
+    """Each file asked for, whole; False, said in one line, where one cannot be written (the
+    tables are on stdout already)."""
+    from tui_app.core.options import csv_text, write_file
+
     settings = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, type(None), list))}
     rows = [r.flat() for r in results]
     for kind in args.output:
         path = f"{args.out}.{kind}"
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            if kind == "json":
-                json.dump(fmt.strict_json({"settings": settings, "environment": env, "results": rows}), f, indent=2, default=str, allow_nan=False)
-            elif kind == "jsonl":
-                for row in rows:
-                    f.write(json.dumps(fmt.strict_json({**row, "environment": env, "settings": settings}), default=str, allow_nan=False) + "\n")
-            else:
-                w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["levers"])
-                w.writeheader()
-                w.writerows(rows)
-        print(f"wrote {path}", file=sys.stderr)
+        if kind == "json":
+            text = json.dumps(fmt.strict_json({"settings": settings, "environment": env, "results": rows}), indent=2, default=str, allow_nan=False)
+        elif kind == "jsonl":
+            text = "".join(json.dumps(fmt.strict_json({**row, "environment": env, "settings": settings}), default=str, allow_nan=False) + "\n" for row in rows)
+        else:
+            text = csv_text(rows, "levers")
+        if not write_file(path, text):
+            return False
+    return True

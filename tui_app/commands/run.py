@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from monitors.events import EngineError, LeverRefused
 from monitors.record import RecordError
@@ -67,7 +67,9 @@ def load_engine(args: EngineOptions, session: Session):
             refused.append(ev)
 
     session.listeners.append(listen)
-    engine = Engine(engine_config(args), session.feed)
+    # Appending to an earlier recording, runs are numbered on from its last.
+    first = session.recorder.first_run_id if session.recorder is not None else 1
+    engine = Engine(replace(engine_config(args), first_run_id=first), session.feed)
     try:
         engine.load()
     except ModelError as exc:
@@ -105,6 +107,8 @@ def row_line(row: Row) -> str:
         if f.stop_reason != "max tokens":
             parts.append(f"ended: {f.stop_reason}")
         parts.append(f"vs plain greedy: {f.diff_note}")
+    elif row.note:  # a run cut off: its numbers are those of the tokens that came
+        parts.append(f"ended: {row.note}")
     return "  ".join(parts)
 
 
@@ -140,6 +144,7 @@ def run_headless(args: Options) -> int:
             rows = [row for row in session.rows() if row.run_id == fin.run_id]
             for row in rows:
                 print(row_line(row), flush=True)
+            session.trim()
             read = readings.read_rate(session)
             if read is not None:
                 bw = session.bandwidth
@@ -152,11 +157,11 @@ def run_headless(args: Options) -> int:
             print(session.verdict.text())
             if session.device_verdicts:
                 print(readings.device_leak_text(session))
-        return 0
+        return 0 if recorder is None or recorder.stopped is None else 1  # asked to record, it could not record every run
     finally:
         if recorder is not None:
             recorder.close()
-            if recorder.kept:
+            if recorder.kept and recorder.stopped is None:
                 print(f"recorded to {recorder.path}", file=sys.stderr)
 
 

@@ -14,6 +14,7 @@ import socket
 import sys
 from dataclasses import dataclass
 
+from monitors.redact import redact
 from tui_app.commands.options import add_engine, add_ui, check_engine
 from tui_app.core.options import EXIT_USAGE, EngineOptions, PromptOptions, UiOptions, bounded
 
@@ -115,6 +116,6 @@ def serve(args: Options) -> int:
     # Each browser session runs the app on pipes, with Textual's web driver in place of a terminal:
     # without this the app takes the pipes for "no terminal here" and every page stays blank.
     os.environ["TOKENTOP_FORCE_TUI"] = "1"
-    print(f"serving tokentop on http://{args.host}:{args.port} (command: {command})", file=sys.stderr)
+    print(f"serving tokentop on http://{args.host}:{args.port} (command: {redact(command)})", file=sys.stderr)
     Server(command, host=args.host, port=args.port, title="tokentop").serve()
     return 0

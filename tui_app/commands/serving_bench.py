@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import csv
 import json
 import math
 import random
@@ -27,9 +26,10 @@ from monitors.timing import Summary
 from tui_app.attach.tokenizer import Prompts
 from tui_app.commands.bench import SweepOptions, add_sweep, outputs_writable, sweep_lengths
 from tui_app.core import fmt
-from tui_app.core.options import EXIT_USAGE, UsageError, bounded
+from tui_app.core.options import EXIT_USAGE, UsageError, bounded, csv_text, write_file
 
 SLO_KEYS = ("ttft", "itl", "tpot", "e2e")
+XRAY_COLUMNS = ("server_queue", "server_prefill", "server_decode", "overhead_ttft", "overhead_e2e")
 STATS = ("mean", "std", "p50", "p90", "p95", "p99")
 
 
@@ -56,6 +56,7 @@ class Options(SweepOptions):
     api_key_env: str | None
     insecure: bool
     seed_arrivals: int
+    otlp: str | None  # HOST:PORT of the OTLP receiver for the servers' spans
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -72,6 +73,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--api-key-env", default=None, metavar="VAR", help="the environment variable holding the API key")
     g.add_argument("--insecure", action="store_true", help="accept a self-signed TLS certificate")
     g.add_argument("--seed-arrivals", type=bounded(int, 0, 2**63 - 1), default=0, help="seed of the open loop's arrival times")
+    from tui_app.attach.otlp import add_otlp_arg
+
+    add_otlp_arg(g)  # bench: the server's queue, prefill and decode per request, and the client's overhead beside them
     add_sweep(p)
 
 
@@ -130,6 +134,8 @@ class Request:
     ttft_s: float
     itl_s: list[float]
     e2e_s: float
+    # Its X-ray (monitors/xray.py): trace and request ids, the server's phases with their sources, the overhead.
+    xray: dict = field(default_factory=dict)
 
     @property
     def tpot_s(self) -> float:
@@ -188,7 +194,16 @@ class Cell:
             for k in STATS:
                 d[f"{name}_{k}_s"] = _none_if_nan(getattr(s, k))
         d.update({f"server_{k}": v for k, v in self.server_figures.items()})
+        for name in XRAY_COLUMNS:
+            s = self.xray_summary(name)
+            for k in ("mean", "p50", "p99"):
+                d[f"{name}_{k}_s"] = _none_if_nan(getattr(s, k))
         return d
+
+    def xray_summary(self, name: str) -> Summary:
+        """The server's account over the cell's requests (server_queue, server_prefill, …), or the
+        client's time outside it (overhead_ttft, overhead_e2e)."""
+        return Summary.of([r.xray[f"{name}_s"] for r in self.requests if r.ok and isinstance(r.xray.get(f"{name}_s"), (int, float))])
 
 
 def _none_if_nan(x):
@@ -282,10 +297,42 @@ async def measure_cell(
         first = min(sent.values())
         for r in cell.requests:
             r.sent_s = (sent[r.run_id] - first) / 1e9
+    await _accounted(client, session, cell.requests)
     cell.requests.sort(key=lambda r: r.sent_s)
     prompt = [r.prompt_tokens for r in cell.requests if r.prompt_tokens is not None]
     cell.prompt_tokens = round(sum(prompt) / len(prompt)) if prompt else 0
     return cell
+
+
+async def _accounted(client, session, requests: list[Request]) -> None:
+    """Each request's X-ray in its row, once the server's spans are in (they come batched, after
+    their streams): waits until every request has its span or its "no server span", at most the grace."""
+    from tui_app.attach.otlp import settled
+
+    await settled([x for r in requests if (x := session.xray.get(r.run_id)) is not None], client.joiner)
+    for r in requests:
+        x = session.xray.get(r.run_id)
+        if x is not None:
+            r.xray = fmt.strict_json(x.flat())
+
+
+def xray_markdown(cells: list[Cell]) -> str:
+    """Where each cell's requests spent their time by the server's account (its span), and the
+    client's time outside it: mean / p50 / p99 in ms."""
+    head = "| server | load | prompt→new | with a span | queue | prefill | decode | outside the server: TTFT | e2e |"
+    lines = ["Server phases, mean / p50 / p99 ms (each figure's source is in the JSON):", "", head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
+    for c in cells:
+        spans = sum(1 for r in c.requests if r.xray.get("server_source") == "otlp")
+
+        def three(name: str, c=c) -> str:
+            s = c.xray_summary(name)
+            return " / ".join(fmt.ms(getattr(s, k), 1, unit=False) for k in ("mean", "p50", "p99"))
+
+        lines.append(
+            f"| {c.server} | {c.load} | {c.prompt_tokens}→{c.new_tokens} | {spans}/{len(c.requests)} | " + " | ".join(three(n) for n in XRAY_COLUMNS) + " |"
+        )
+    notes = {r.xray["server_note"] for c in cells for r in c.requests if r.xray.get("server_note")}
+    return "\n".join(lines + [f"\n{n}" for n in sorted(notes)[:3]])
 
 
 def markdown(cells: list[Cell]) -> str:
@@ -310,22 +357,21 @@ def markdown(cells: list[Cell]) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(args: Options, cells: list[Cell], env: dict) -> None:
+def write_outputs(args: Options, cells: list[Cell], env: dict) -> bool:
+    """Each file asked for, whole; False, said in one line, where one cannot be written."""
     rows = [c.flat() for c in cells]
     for kind in args.output:
         path = f"{args.out}.{kind}"
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            if kind == "json":
-                data = {"environment": env, "results": rows, "requests": [[{**vars(r), "tpot_s": _none_if_nan(r.tpot_s)} for r in c.requests] for c in cells]}
-                json.dump(data, f, indent=2, default=str, allow_nan=False)
-            elif kind == "jsonl":
-                for row in rows:
-                    f.write(json.dumps({**row, "environment": env}, default=str, allow_nan=False) + "\n")
-            else:
-                w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["server"])
-                w.writeheader()
-                w.writerows(rows)
-        print(f"wrote {path}", file=sys.stderr)
+        if kind == "json":
+            data = {"environment": env, "results": rows, "requests": [[{**vars(r), "tpot_s": _none_if_nan(r.tpot_s)} for r in c.requests] for c in cells]}
+            text = json.dumps(fmt.strict_json(data), indent=2, default=str, allow_nan=False)  # a failed request's TTFT is NaN
+        elif kind == "jsonl":
+            text = "".join(json.dumps({**row, "environment": env}, default=str, allow_nan=False) + "\n" for row in rows)
+        else:
+            text = csv_text(rows, "server")
+        if not write_file(path, text):
+            return False
+    return True
 
 
 def read_prompts(path: str) -> list[str]:
@@ -367,6 +413,12 @@ async def run_endpoint_bench(args: Options, lengths: list[tuple[int, int]]) -> i
     if args.label and len(args.label) != len(args.endpoint):
         raise UsageError("--label: give one per --endpoint, or none")
     texts = read_prompts(args.prompts) if args.prompts else None
+    from tui_app.attach import otlp
+
+    try:
+        otlp_address = otlp.checked_address(args)
+    except (otlp.ReceiverError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
     configs = [
         AttachConfig(
             url=u,
@@ -377,6 +429,7 @@ async def run_endpoint_bench(args: Options, lengths: list[tuple[int, int]]) -> i
             chat=False,
             temperature=0.0,
             metrics_hz=4.0,
+            otlp=otlp_address,
         )
         for i, u in enumerate(args.endpoint)
     ]
@@ -400,6 +453,7 @@ async def run_endpoint_bench(args: Options, lengths: list[tuple[int, int]]) -> i
                 else:
                     arrivals, count = [], args.repeats * conc
                 warm = args.warmup * (conc if args.rate is None else 1)
+                session.xray.limit = max(session.xray.limit, warm + count)  # a cell's every request, for its X-ray
                 for client in servers.clients:  # the servers take turns on each cell
                     servers.active = servers.clients.index(client)
                     prompts = await Prompts(client, texts, args.shared_prefix).make(p_len, warm + count)
@@ -411,12 +465,14 @@ async def run_endpoint_bench(args: Options, lengths: list[tuple[int, int]]) -> i
         names = ", ".join(f"{c.levers.server} ({c.engine.name} {c.model})" for c in servers.clients)
         print(f"{names}; {args.warmup} warm-up + {args.repeats} × load requests per cell" + (f"; SLO {args.slo}" if slo else "") + "\n")
         print(markdown(cells))
+        if args.otlp is not None:
+            print("\n" + xray_markdown(cells))
         env = {
             "servers": [{"label": c.levers.server, "engine": c.engine.name, "url": c.root, "model": c.model} for c in servers.clients],
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "settings": {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, type(None)))},
         }
-        write_outputs(args, cells, env)
-        return 0 if all(r.ok for c in cells for r in c.requests) else 1
+        written = write_outputs(args, cells, env)
+        return 0 if written and all(r.ok for c in cells for r in c.requests) else 1
     finally:
         await servers.aclose()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
+from monitors.files import write_whole
 from tui_app.core import fmt
 from tui_app.core.session import Session
 
@@ -41,5 +42,4 @@ def export_session(session: Session, path: str) -> None:
         "leak": asdict(session.verdict) if session.verdict else None,
         "runs": rows,
     }
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(fmt.strict_json(data), f, indent=2, default=str, allow_nan=False)
+    write_whole(path, json.dumps(fmt.strict_json(data), indent=2, default=str, allow_nan=False))

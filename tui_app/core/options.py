@@ -10,8 +10,11 @@ it into one line and exit status EXIT_USAGE.
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import math
 import os
+import sys
 from dataclasses import dataclass, fields
 
 from monitors.events import Levers
@@ -193,15 +196,20 @@ def default_record_path() -> str:
     return str(stamped(recordings_dir(), "recording", "jsonl"))
 
 
+def say_on_stderr(line: str) -> None:
+    print(f"tokentop: {line}", file=sys.stderr, flush=True)
+
+
 def make_recorder(args: RecordOptions):
     """The session's recorder: --record FILE, else the user data folder; None with --no-record.
-    RecordError names the file and what moves it."""
+    RecordError names the file and what moves it. A recording that stops mid-session (a full disk)
+    says so on stderr; the TUI shows it in its status bar instead."""
     from monitors.record import Recorder, RecordError
 
     if args.no_record:
         return None
     try:
-        return Recorder(args.record or default_record_path())
+        return Recorder(args.record or default_record_path(), on_stop=say_on_stderr)
     except RecordError as exc:
         fix = "give --record another file, or --no-record" if args.record else "set TOKENTOP_DATA to a writable folder, or pass --no-record"
         raise RecordError(f"{exc}; {fix}") from None
@@ -223,3 +231,27 @@ def quiet_libraries() -> None:
     warnings.simplefilter("ignore")
     for name in ("torchao", "torch.utils._pytree", "transformers", "accelerate"):
         logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def csv_text(rows: list[dict], first: str) -> str:
+    """A command's table as CSV; `first` is the one column of an empty table."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else [first])
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def write_file(path: str, text: str) -> bool:
+    """A command's output file, whole (or left as it was); False, said in one line, when it cannot
+    be written: the tables are on stdout already, so nothing measured is lost."""
+    from monitors.files import write_error, write_whole
+    from monitors.redact import redact
+
+    try:
+        write_whole(path, redact(text))  # a server's URL in the settings, its password or token as ***
+    except OSError as exc:
+        print(f"tokentop: {path} not written: {write_error(exc, path)}", file=sys.stderr)
+        return False
+    print(f"wrote {path}", file=sys.stderr)
+    return True

@@ -27,6 +27,16 @@ def read_rate(session) -> tuple[float, float] | None:
     return rate, rate / session.bandwidth.read_bps
 
 
+def joules_per_token(session) -> float | None:
+    """This machine's GPUs' energy per generated token over the session's last energy readings:
+    Δ NVML energy counter (every GPU) ÷ Δ tokens tokentop saw generated. A server's GPU also
+    spends energy on requests that are not tokentop's. None without the counter or tokens."""
+    if len(session.energy) < 2:
+        return None
+    (_, e0, n0), (_, e1, n1) = session.energy[0], session.energy[-1]
+    return (e1 - e0) / 1000 / (n1 - n0) if n1 > n0 else None
+
+
 def device_leak(session) -> tuple[str, LeakVerdict] | None:
     """The device-memory source nearest a leak: a suspected one first, else the highest lower
     bound of a slope. None off CUDA (no run reported device memory)."""

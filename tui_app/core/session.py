@@ -13,6 +13,8 @@ from monitors.events import (
     EngineError,
     EngineReady,
     Event,
+    FleetReady,
+    FleetSample,
     LeverChanged,
     LeverRefused,
     Levers,
@@ -28,12 +30,14 @@ from monitors.kvcache import kv_formula_bytes
 from monitors.leaks import LeakDetector, LeakVerdict
 from monitors.record import Recorder
 from monitors.timing import RunRecord, RunTimer, TimingStats
+from monitors.xray import XrayBook
 from tui_app.core.readings import end_note, read_rate, short_value, stall_note
 
 HISTORY = 4000
 STALL, STALL_MIN_S = 4.0, 0.02  # a server token this much later than its run's median is a stall
 READ_WINDOW = 32  # decode steps behind the live memory read rate: half a second at the default model's pace
 READ_FRESH_NS = 1_000_000_000  # a sample this long after the last decode step shows no read rate
+ENERGY_SAMPLES = 40  # NVML energy readings behind the local J/token: 10 s at the default 4 Hz
 RAN_TO_END = ("max tokens", "eos", "context full")
 # Phases that legitimately raise the memory baseline (new weights, graphs, a draft model).
 PREPARATION_PHASES = ("load", "quantize", "compile", "draft")
@@ -123,9 +127,16 @@ class Session:
     fatal: str | None = None
     died: dict = field(default_factory=dict)  # run id → why it never finished
     listeners: list = field(default_factory=list)
+    xray: XrayBook = field(default_factory=XrayBook)  # each server request's client marks and the server's account of it
+    fleet_ready: FleetReady | None = None  # a fleet read through Prometheus
+    fleet: FleetSample | None = None  # its latest refresh: a row per replica
+    fleet_history: deque = field(init=False)  # (unix seconds, the fleet's figures), the backfill first
+    fleet_error: str = ""  # why the fleet's rows are not fresh (Prometheus unreachable, no replica matches)
+    server_busy: bool = False  # --watch: whether the server's last sample found requests running or waiting
+    energy: deque = field(default_factory=lambda: deque(maxlen=ENERGY_SAMPLES))  # (t_ns, NVML mJ of every GPU, tokens seen)
 
     def __post_init__(self) -> None:
-        for name in ("latency", "kv", "torch_mem", "samples", "server", "mem_read"):
+        for name in ("latency", "kv", "torch_mem", "samples", "server", "mem_read", "fleet_history"):
             setattr(self, name, deque(maxlen=self.history))
 
     @classmethod
@@ -134,22 +145,31 @@ class Session:
         session = cls(history=history)
         for ev in events:
             session.feed(ev)
+        if session.current is not None and session.current.finished is None:  # the app was killed, or the disk filled, mid-run
+            session.died[session.current.started.run_id] = "the recording ends mid-run"
         return session
 
     def feed(self, ev: Event) -> None:
         if self.recorder is not None:
             self.recorder.write(ev)
+        self.xray.feed(ev)
         if isinstance(ev, Step):
             self._step(ev)
         elif isinstance(ev, Sampled):
             self.samples.append(ev)
+            mj = [g.get("energy_mj") for g in ev.gpus or ()]
+            if mj and None not in mj:
+                self.energy.append((ev.t_ns, sum(mj), self.token_count))
             now = read_rate(self) if self.reads and ev.t_ns - self.reads[-1][2] < READ_FRESH_NS else None
             self.mem_read.append(now[1] if now else None)
         elif isinstance(ev, ServerSample):
             self.server.append(ev)
             if ev.error:
                 self.say(ev.error, error=True)
+            self._idle_baseline(ev)
         elif isinstance(ev, RunStarted):
+            if self.current is not None and self.current.finished is None:  # runs come one at a time: that one was cut off
+                self.died.setdefault(self.current.started.run_id, "did not finish")
             self.levers = ev.levers
             self.reads.clear()
             self.current = self.timer.started(ev)
@@ -204,8 +224,42 @@ class Session:
             if ev.fatal:
                 self.fatal = ev.message
             self.say(ev.message, error=True)
+        elif isinstance(ev, (FleetReady, FleetSample)):
+            self._fleet(ev)
         for fn in self.listeners:
             fn(ev)
+
+    def _idle_baseline(self, ev: ServerSample) -> None:
+        """--watch runs nothing, so a server's memory baseline is taken where its own traffic
+        ends instead: its RSS at each sample that finds it idle (nothing running or waiting)
+        after one that found it busy, from this host's reading of its process or its own export."""
+        server = self.servers.get(ev.server) or self.ready
+        if ev.error or server is None or not (server.server or {}).get("watch"):
+            return
+        busy = bool(ev.values.get("running") or ev.values.get("waiting"))
+        was_busy, self.server_busy = self.server_busy, busy
+        if busy or not was_busy:
+            return
+        local = self.samples[-1].engine_rss if self.samples else None
+        rss = local if local is not None else ev.values.get("rss")
+        if rss is not None:
+            self.verdict = self.leak.add(int(rss))
+
+    def _fleet(self, ev: FleetReady | FleetSample) -> None:
+        if isinstance(ev, FleetReady):
+            self.fleet_ready = ev
+            return
+        if ev.fleet:
+            self.fleet_history.append((ev.ts, ev.fleet))
+        if not ev.backfill and ev.rows:
+            self.fleet = ev
+            self.fleet_error = ""
+        if ev.error:
+            self.fleet_error = ev.error
+        for note in ev.notes:
+            self.say(note)
+        if ev.error:
+            self.say(ev.error, error=True)
 
     def engine_died(self, message: str, why: str = "engine died") -> None:
         self.fatal = message

@@ -7,14 +7,14 @@ import time
 from dataclasses import replace
 from typing import Protocol
 
-from monitors.events import EngineError, EngineReady, Event, Levers, Step
+from monitors.events import EngineError, EngineReady, Event, FleetReady, Levers, Step
 from tui_app.requests import Command, Pause, Resume
 
 
 class EventSource(Protocol):
     """What the app drains once a frame and sends its keys' commands to."""
 
-    kind: str  # "engine" or "server": what the KV pane and the status line show
+    kind: str  # "engine", "server" or "fleet": what the KV pane and the status line show
     live: bool  # whether commands reach something that generates (a replay's levers are recorded)
     can_pause: bool  # False: Pause is answered with why not (a server's stream goes on)
     step_mode: bool  # a replay released a step per key (advance) instead of on its schedule
@@ -72,7 +72,7 @@ class LiveSource:
     def _process(self):
         from tui_app.process import EngineProcess
 
-        return EngineProcess(self.config, self.log_path, target=self.target)
+        return EngineProcess(self.config, self.log_path, target=self.target, what="engine" if self.kind == "engine" else "server client")
 
     def start(self) -> None:
         """Idempotent: the CLI starts the engine before importing Textual, so both load at once."""
@@ -93,6 +93,10 @@ class LiveSource:
         self.proc = None
         self.config = replace(self.config, levers=levers, first_run_id=first_run_id)
         self.start()
+
+    def number_from(self, first_run_id: int) -> None:
+        """Before start: the runs numbered on from an earlier recording's last (one appended to)."""
+        self.config = replace(self.config, first_run_id=first_run_id)
 
     def drain(self) -> list[Event]:
         return self.proc.drain() if self.proc else []
@@ -127,10 +131,10 @@ class AttachSource(LiveSource):
     kind = "server"
     can_pause = False
 
-    def __init__(self, config, log_path: str | None = None):
+    def __init__(self, config, log_path: str | None = None, target=None):
         from tui_app.attach.loop import client_main
 
-        super().__init__(config, log_path, target=client_main)
+        super().__init__(config, log_path, target=target or client_main)
         self.server_pid: int | None = None
 
     @property
@@ -142,6 +146,31 @@ class AttachSource(LiveSource):
         self.proc = None
         self.config = [replace(c, concurrency=levers.batch, first_run_id=first_run_id) for c in self.config]
         self.start()
+
+    def number_from(self, first_run_id: int) -> None:
+        self.config = [replace(c, first_run_id=first_run_id) for c in self.config]
+
+
+class FleetSource(AttachSource):
+    """A fleet through Prometheus (tui_app/attach/fleet.py), with tokentop's own runs to one of its
+    replicas unless it only watches: the watcher and the runs' client share a process of their own."""
+
+    kind = "fleet"
+
+    def __init__(self, config, log_path: str | None = None):
+        from tui_app.attach.fleet import fleet_main
+
+        super().__init__(config, log_path, target=fleet_main)
+
+    def restart(self, levers, first_run_id: int = 1) -> None:
+        self.close()
+        self.proc = None
+        runs = [replace(c, concurrency=levers.batch) for c in self.config.runs]
+        self.config = replace(self.config, runs=runs, first_run_id=first_run_id)
+        self.start()
+
+    def number_from(self, first_run_id: int) -> None:
+        self.config = replace(self.config, first_run_id=first_run_id)
 
 
 class ReplaySource:
@@ -164,6 +193,8 @@ class ReplaySource:
         self._steps_allowed = 0
         ready = next((e for e in events if isinstance(e, EngineReady)), None)
         self.kind = "server" if ready is not None and ready.server else "engine"
+        if any(isinstance(e, FleetReady) for e in events):
+            self.kind = "fleet"
 
     def start(self) -> None:
         self.t0_wall = time.monotonic()

@@ -19,7 +19,21 @@ from textual.app import App
 from textual.binding import BindingType
 from textual.screen import Screen
 
-from monitors.events import EngineError, EngineReady, LeverChanged, LeverRefused, Phase, RunFinished, RunStarted, Step, cycled, next_lever_value
+from monitors.events import (
+    EngineError,
+    EngineReady,
+    FleetReady,
+    FleetSample,
+    LeverChanged,
+    LeverRefused,
+    Phase,
+    RunFinished,
+    RunStarted,
+    Step,
+    cycled,
+    next_lever_value,
+)
+from monitors.files import write_whole
 from monitors.system import trim_heap
 from tui_app.core.export import export_session
 from tui_app.core.session import Session
@@ -32,6 +46,10 @@ from tui_app.ui.screens.confirm import ConfirmScreen
 from tui_app.ui.screens.help import HelpScreen
 from tui_app.ui.screens.monitor import MonitorScreen
 from tui_app.ui.screens.prompt import PromptScreen
+from tui_app.ui.screens.xray import XrayScreen
+from tui_app.ui.widgets.waterfall import Waterfall
+
+FIRST_DATA_S = 5.0  # past this (an engine loading its model) the frame timer alone draws
 
 
 class TokentopApp(App):
@@ -64,6 +82,8 @@ class TokentopApp(App):
         self.prompt_file = prompt_file
         self.out_dir = out_dir  # None: the recordings folder (TOKENTOP_DATA moves it)
         self.session = Session(recorder=recorder, history=history)
+        if recorder is not None:  # a full disk: said here, in the status bar, never on the terminal under the TUI
+            recorder.on_stop = self._recording_stopped
         self.running = False
         self.paused = False
         self.state = "starting engine…"
@@ -73,6 +93,7 @@ class TokentopApp(App):
         self._phase_since: float | None = None  # when the phase in progress began, on this clock
         self.told: deque[str] = deque(maxlen=50)  # what notify() said, for tests and export
         self.above_status: list = []  # widgets over the status line (the demo's caption)
+        self._started = time.monotonic()
 
     def notify(self, message: str, **kwargs) -> None:
         self.told.append(message)
@@ -80,7 +101,7 @@ class TokentopApp(App):
 
     # ------------------------------------------------------------ layout
     def get_default_screen(self) -> Screen:
-        self.monitor = m = MonitorScreen(self.session, server=self.source.kind == "server", above=self.above_status)
+        self.monitor = m = MonitorScreen(self.session, kind=self.source.kind, above=self.above_status)
         self.status, self.tokens, self.panes, self.key_bar = m.status, m.tokens, m.panes, m.key_bar
         return m
 
@@ -91,6 +112,9 @@ class TokentopApp(App):
             self.sampler.start()
         yield_to_children()
         self.set_interval(1.0 / self.fps, self.tick)
+        # The first figures are drawn when they come, not a frame later: until then (a server's
+        # first answer, or at most FIRST_DATA_S) the app looks every 50 ms.
+        self._first_data = self.set_interval(0.05, self._until_first_data)
         self._apply_size()
         for sig in (signal.SIGTERM, signal.SIGHUP):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -104,6 +128,12 @@ class TokentopApp(App):
             self.monitor.fit(*self.size)
 
     # ------------------------------------------------------------ the frame
+    def _until_first_data(self) -> None:
+        self.tick()
+        arrived = self.session.ready is not None and (self.source.kind != "server" or bool(self.session.server))
+        if arrived or time.monotonic() - self._started > FIRST_DATA_S:
+            self._first_data.stop()
+
     def tick(self) -> None:
         self._apply_size()  # cheap when the size class is unchanged; resize events do not always reach the App
         events = self.source.drain()
@@ -127,7 +157,8 @@ class TokentopApp(App):
             self.monitor.mark("runs")
         self.monitor.redraw()
         state = status_text.with_clock(self.state, self.session.phase, self._phase_since, time.monotonic())
-        self.status.show(self.session, state, self.request.preset if self.request else "replay", self.auto)
+        preset = self.request.preset if self.request else "watch" if self.source.live else "replay"
+        self.status.show(self.session, state, preset, self.auto)
         if not self.source.live and self.source.done and self.state != "replay finished":
             self.state = "replay finished"
 
@@ -158,6 +189,11 @@ class TokentopApp(App):
                 self._follow_server()
             if self.source.live and self.request is not None and not self.running:  # compared servers: one ready each
                 self.start_run()
+        elif isinstance(ev, FleetReady) and ev.watch:
+            self.tokens.add_mark("watching: tokentop sends no request of its own (--watch); the fleet pane is the replicas' own traffic")
+        elif isinstance(ev, FleetSample):
+            for line in [*ev.notes, *([ev.error] if ev.error else [])]:
+                self.notify(line, title="fleet", severity="warning" if ev.error else "information", timeout=8)
         elif isinstance(ev, EngineError):
             if not self.session.current or self.session.current.finished is not None:
                 self.running = False
@@ -178,6 +214,14 @@ class TokentopApp(App):
         self.tokens.add_mark(message, error=True)
         self.notify(f"{message}. Press R to restart the engine.", title="engine", severity="error", timeout=15)
         self.monitor.mark("runs")
+
+    def _watching(self) -> None:
+        if self.source.live:
+            self.notify("--watch: tokentop sends no request of its own; leave out --watch to run prompts", severity="warning")
+
+    def _recording_stopped(self, line: str) -> None:
+        self.session.say(line, error=True)
+        self.notify(line, title="recording", severity="error", timeout=30)
 
     def _auto_next(self) -> None:
         if self.auto and not self.running and not self.paused:
@@ -239,6 +283,7 @@ class TokentopApp(App):
 
     def action_new_prompt(self) -> None:
         if self.request is None:
+            self._watching()
             return
 
         def done(text: str | None) -> None:
@@ -255,6 +300,9 @@ class TokentopApp(App):
     def action_rerun(self) -> None:
         if not self.source.live:
             self.notify("a replay cannot run the prompt again")
+            return
+        if self.request is None:
+            self._watching()
             return
         if self.running:
             self.notify(f"run {self._current_id()} stopped; the prompt runs again")
@@ -284,6 +332,13 @@ class TokentopApp(App):
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
+    def action_xray(self) -> None:
+        ids = self.session.xray.run_ids()
+        if not ids:
+            self.notify("the X-ray shows the requests of an attached server's runs (tokentop attach URL), once one has run")
+            return
+        self.push_screen(XrayScreen(self.session, Waterfall(self.session, ids[-1], id="waterfall")))
+
     def action_restart(self) -> None:
         if not self.source.live:
             self.notify("a replay has no engine to restart")
@@ -311,7 +366,7 @@ class TokentopApp(App):
         self._save("the export", "export", "json", lambda path: export_session(self.session, str(path)), "session exported to")
 
     def action_screenshot(self) -> None:
-        self._save("the screenshot", "screenshot", "svg", lambda path: self.save_screenshot(filename=path.name, path=str(path.parent)), "screenshot saved to")
+        self._save("the screenshot", "screenshot", "svg", lambda path: write_whole(path, self.export_screenshot()), "screenshot saved to")
 
     def _save(self, what: str, kind: str, ext: str, write, told: str) -> None:
         """`write(path)` into the output folder, then where it went; or, in one line, why it could not."""
@@ -320,7 +375,7 @@ class TokentopApp(App):
         try:
             self.notify(f"{told} {write_stamped(self.out_dir, what, kind, ext, write)}")
         except FolderError as exc:
-            self.notify(str(exc), severity="error", timeout=10)
+            self.notify(str(exc), severity="error", timeout=15)
 
     async def action_quit(self) -> None:
         self.exit()

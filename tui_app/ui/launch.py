@@ -25,6 +25,8 @@ def run_tui(opts, make_source: Callable, no_tui: str, make_app: Callable | None 
     except RecordError as exc:
         raise UsageError(str(exc)) from None
     source = make_source()
+    if recorder is not None:  # appending to an earlier recording, runs are numbered on from its last
+        source.number_from(recorder.first_run_id)
     source.start()
     try:
         app = (make_app or _app)(opts, source, recorder)
@@ -44,9 +46,10 @@ def _app(opts, source, recorder):
     from tui_app.core.options import run_request
     from tui_app.ui.app import TokentopApp
 
+    watch = getattr(opts, "watch", False)  # attach --watch: no request of tokentop's own
     return TokentopApp(
         source,
-        run_request(opts),
+        None if watch else run_request(opts),
         recorder=recorder,
         sampler=Sampler(hz=opts.hz or 4.0),
         fps=opts.fps,

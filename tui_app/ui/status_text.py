@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from monitors.events import EngineError, EngineReady, LeverChanged, Phase, RunFinished, RunStarted
+from monitors.events import EngineError, EngineReady, FleetReady, LeverChanged, Phase, RunFinished, RunStarted
 from tui_app.core import fmt, readings
 from tui_app.core.readings import short_value
 
@@ -30,6 +30,8 @@ def after(ev, auto: bool) -> str | None:
         if ev.server:
             return f"{ev.model} on the {ev.device} server at {ev.server['url']}"
         return f"{ev.model} on {fmt.where(ev)} ({ev.dtype}) ready in {ev.load_s:.1f} s"
+    if isinstance(ev, FleetReady):
+        return f"fleet {ev.selector} through Prometheus {ev.version} at {ev.url}"
     if isinstance(ev, EngineError) and ev.fatal:
         return FAILED
     return None
@@ -88,6 +90,10 @@ def status_items(session, state: str, preset: str, auto: bool) -> list[Item]:
     if auto:
         items.append(Item(("auto",), 2, "bold magenta"))
     items.append(Item(tuple(f"│ {v}" for v in fmt.word_variants(state)), 1, "italic"))
+    recorder = session.recorder
+    if recorder is not None and recorder.stopped:  # the session goes on; what it no longer does stays in sight
+        why = "disk full" if recorder.disk_full else "write failed"
+        items.append(Item((f"rec stopped: {why}", "rec stopped"), 0, "bold red"))
     rec = session.current
     if rec is not None:
         st = rec.total

@@ -19,6 +19,7 @@ from pathlib import Path
 from tui_app.commands.report.bench import bench_report
 from tui_app.commands.report.page import Report, ReportError, write_html, write_pngs
 from tui_app.commands.report.session import session_report
+from tui_app.commands.report.xray import serving_bench_report
 
 PARSER = {"help": "a recording or a `bench -o json` result as one self-contained HTML page (and PNGs)"}
 
@@ -69,6 +70,8 @@ def build(path: str) -> Report:
     except json.JSONDecodeError:
         data = None  # JSON lines: a recording, or nothing we know
     if isinstance(data, dict) and isinstance(data.get("results"), list):
+        if data["results"] and all(isinstance(r, dict) and "load" in r for r in data["results"]):
+            return serving_bench_report(p, data)
         return bench_report(p, data)
     if data is not None and not (isinstance(data, dict) and "type" in data):
         raise ReportError(f"{p} is neither a tokentop recording nor a `tokentop bench -o json` result")

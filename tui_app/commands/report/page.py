@@ -8,6 +8,8 @@ import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from monitors.files import write_error, write_whole
+
 MIB = 2**20
 # Colours that stay apart in print and for the common colour-vision deficiencies (Okabe–Ito).
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
@@ -88,20 +90,23 @@ def render(report: Report) -> str:
 def write_html(report: Report, path: str) -> None:
     text = render(report)
     try:
-        Path(path).write_text(text, encoding="utf-8")
+        write_whole(path, text)
     except OSError as exc:
-        raise ReportError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise ReportError(f"{path} not written: {write_error(exc, path)}") from None
 
 
 def write_pngs(report: Report, folder: str) -> list[Path]:
     out = Path(folder)
     paths = []
+    path = out
     try:
         out.mkdir(parents=True, exist_ok=True)
         for f in report.figures:
             path = out / f"{f.name}.png"
-            f.fig.savefig(path, dpi=120, metadata={"Software": None})
+            buf = io.BytesIO()
+            f.fig.savefig(buf, format="png", dpi=120, metadata={"Software": None})
+            write_whole(path, buf.getvalue())
             paths.append(path)
     except OSError as exc:
-        raise ReportError(f"cannot write the PNGs into {out}: {exc.strerror or exc}") from None
+        raise ReportError(f"the PNGs were not written into {out}: {write_error(exc, path)}") from None
     return paths

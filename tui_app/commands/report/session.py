@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 from tui_app.commands.report.page import LABELLED_RUNS, LEVER, MIB, PALETTE, REPREFILL, Figure, Report, ReportError
+from tui_app.commands.report.xray import xray_figure
 from tui_app.core import fmt, readings
 
 
@@ -22,26 +23,38 @@ def session_report(p: Path) -> Report:
     # Every token of the file on the charts, not only the app's last HISTORY.
     points = sum(max(ev.n_tokens, 1) for ev in rec.events if isinstance(ev, Step))
     session = Session.from_events(rec.events, history=max(HISTORY, points + len(rec.events)))
-    if not session.timer.runs:
-        raise ReportError(f"{p} holds no runs to report (only {len(rec.events)} other events)")
+    if not session.timer.runs and session.fleet is None:
+        raise ReportError(f"{p} holds no runs and no fleet to report (only {len(rec.events)} other events)")
     notes = []
     if rec.error:
         notes.append(f"{rec.error}: the report shows those")
     if rec.skipped:
         notes.append("left out, not drawn by this version: " + ", ".join(f"{n} {kind}" for kind, n in sorted(rec.skipped.items())))
     phases = [ev for ev in rec.events if isinstance(ev, Phase) and ev.done and ev.name in PREPARATION_PHASES and ev.seconds > 0]
-    figures = [latency_figure(session), ttft_figure(session), kv_figure(session), memory_figure(session, phases), util_figure(session, phases)]
-    return Report(f"tokentop session — {p.name}", session_meta(session, rec.events), figures, [runs_table_html(session)], notes)
+    figures, tables = [], []
+    if session.timer.runs:  # a fleet watched with --watch has none of tokentop's own
+        figures = [latency_figure(session), ttft_figure(session), kv_figure(session), memory_figure(session, phases), util_figure(session, phases)]
+        tables = [runs_table_html(session)]
+    if session.xray.runs:
+        figures.append(xray_figure(session))
+    if session.fleet is not None:
+        figures.append(fleet_figure(session))
+        tables.append(fleet_table_html(session))
+    return Report(f"tokentop session — {p.name}", session_meta(session, rec.events), figures, tables, notes)
 
 
 def session_meta(session, events) -> list[tuple[str, str]]:
     r = session.ready
     meta = []
-    if r is not None:
+    if r is not None and r.dtype != "fleet":  # a fleet watched with --watch stands in no model
         meta += [
             ("model", f"{r.model} ({r.n_params / 1e6:.0f}M params, {fmt.nbytes(r.weight_bytes)} weights)"),
             ("device", f"{fmt.where(r)}, {r.dtype}, {r.threads} threads"),
         ]
+    f = session.fleet_ready
+    if f is not None:
+        watch = ", tokentop sent nothing (--watch)" if f.watch else ""
+        meta.append(("fleet", f"Prometheus {f.version} at {f.url}, replicas {f.selector}, rates over {f.window_s:g} s{watch}"))
     span = (events[-1].t_ns - events[0].t_ns) / 1e9
     meta += [("runs", str(len(session.timer.runs))), ("events", str(len(events))), ("span", f"{fmt.num(span)} s")]
     if session.verdict is not None:
@@ -303,3 +316,33 @@ def runs_table_html(session) -> str:
         cells = "".join(f'<td class="{"l" if c.left else "r"}">{html.escape(c.cell(row))}</td>' for c in COLUMNS)
         body.append(f"<tr{cls}>{cells}</tr>")
     return f'<h2>Runs</h2><table id="runs"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def fleet_figure(session) -> Figure:
+    """The fleet's generated tokens/s and requests running and waiting over the session, the
+    backfill included, each refresh at Prometheus' own evaluation time."""
+    from matplotlib.figure import Figure as MplFigure
+
+    history = list(session.fleet_history)
+    t0 = history[0][0]
+    fig = MplFigure(figsize=(9, 3.2))
+    ax = fig.add_subplot(1, 1, 1)
+    for k, (key, label) in enumerate((("gen_tps", "generated tok/s"), ("running", "running"), ("waiting", "waiting"))):
+        pts = [(t - t0, f[key]) for t, f in history if f.get(key) is not None]
+        if pts:
+            ax.plot([x for x, _ in pts], [y for _, y in pts], color=PALETTE[k], label=label, linewidth=1.2)
+    ax.set_xlabel("seconds")
+    ax.legend(loc="upper left", fontsize=8)
+    ready = session.fleet_ready
+    caption = f"From Prometheus at {ready.url}, replicas {ready.selector}, rates over {ready.window_s:g} s." if ready else ""
+    return Figure("fleet", "Fleet", fig, caption)
+
+
+def fleet_table_html(session) -> str:
+    from tui_app.core.fleet import COLUMNS, energy_text, table
+
+    sample = session.fleet
+    grid = table(sample)
+    head = "".join(f"<th>{html.escape(c)}</th>" for c, _ in COLUMNS)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in grid[1:])
+    return f'<h2>Fleet</h2><p>{html.escape(energy_text(sample.fleet))}</p><table id="fleet"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'

@@ -12,8 +12,9 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Static
 
-from monitors.events import EngineError, EngineReady, LeverChanged, RunFinished, RunStarted, Sampled, Step
+from monitors.events import EngineError, EngineReady, FleetReady, FleetSample, LeverChanged, RunFinished, RunStarted, Sampled, ServerSample, Step
 from tui_app.core.readings import short_value
+from tui_app.ui.widgets.fleet_pane import FleetPane
 from tui_app.ui.widgets.key_bar import KeyBar
 from tui_app.ui.widgets.kv_chart import KVChart
 from tui_app.ui.widgets.latency_chart import LatencyChart
@@ -30,22 +31,26 @@ TINY_W, TINY_H = 60, 16
 
 
 class MonitorScreen(Screen):
-    def __init__(self, session, server: bool, above: Iterable[Widget] = ()):
-        """`server`: an attached server's figures in the KV pane (its cache is not ours to measure);
-        `above`: widgets over the status line (the demo's caption)."""
+    def __init__(self, session, kind: str, above: Iterable[Widget] = ()):
+        """`kind`: the source's ("engine", "server", "fleet"): on a server the KV pane is its own
+        figures (its cache is not ours to measure), a fleet adds a row per replica; `above`:
+        widgets over the status line (the demo's caption)."""
         super().__init__()
         self.session = session
+        self.kind = kind
         self.above = list(above)
         self._text: list[str] = []  # this frame's tokens, added to the text pane once per frame
         self.status = StatusBar(id="status")
         self.tokens = TokenStream(id="tokens")
         self.charts = [
             LatencyChart(session, id="latency"),
-            ServerPane(session, id="kv") if server else KVChart(session, id="kv"),
+            ServerPane(session, id="kv") if kind in ("server", "fleet") else KVChart(session, id="kv"),
             MemoryChart(session, id="memory"),
             UtilChart(session, id="util"),
         ]
         self.panes = {w.id: w for w in (self.tokens, RunsTable(session, id="runs"), *self.charts)}
+        if kind == "fleet":  # a fleet through Prometheus: a row per replica, full width
+            self.panes["fleet"] = FleetPane(session, id="fleet")
         self.key_bar = KeyBar(id="keys")
         self.mode = ""  # wide, narrow or tiny, once laid out
         self.view = 0  # the chart shown where only one fits
@@ -57,6 +62,8 @@ class MonitorScreen(Screen):
             yield self.tokens
             with Container(id="charts"):
                 yield from self.charts
+        if "fleet" in self.panes:
+            yield self.panes["fleet"]
         yield self.panes["runs"]  # full width: its columns are the comparison the levers exist for
         yield Static(f"terminal too small for the charts: enlarge it ({TINY_W}×{TINY_H} or more)", id="tiny-note")
         yield self.key_bar
@@ -82,6 +89,10 @@ class MonitorScreen(Screen):
             if ev.run_id is not None:
                 self.tokens.add_mark(f"{ev.lever}→{short_value(ev.value)}")
             self.mark("runs", "latency")
+        elif isinstance(ev, ServerSample):
+            self.mark("kv")  # --watch: no steps mark it
+        elif isinstance(ev, FleetReady | FleetSample) and "fleet" in self.panes:
+            self.mark("fleet")
         elif isinstance(ev, EngineReady) and ev.server and len(self.session.servers) == 2:
             self.key_bar.draw()  # t now moves between them
         elif isinstance(ev, EngineError):
@@ -109,6 +120,8 @@ class MonitorScreen(Screen):
             return self.mode != "wide"
         if action == "next_server":
             return len(self.session.servers) > 1
+        if action == "xray":
+            return self.kind == "server"
         return True
 
     # ------------------------------------------------------------ layout

@@ -36,6 +36,7 @@ class KeyBar(Static):
         "pause": 3,
         "auto": 4,
         "export": 4,
+        "xray": 4,
     }
     PRIORITY_LATER = 5  # screenshot, restart, the palette
 
