@@ -31,6 +31,7 @@ class Sampler:
         self.interval = 1.0 / hz
         self.samples: deque[Sample] = deque(maxlen=history)
         self._lock = threading.Lock()
+        self._handed_t = 0  # the sample fresh() last handed out
         self._stop = threading.Event()
         self._watchers: dict[str, ProcessWatcher] = {"app": ProcessWatcher(os.getpid())}
         self._system = SystemWatcher()
@@ -68,6 +69,14 @@ class Sampler:
     def latest(self) -> Sample | None:
         with self._lock:
             return self.samples[-1] if self.samples else None
+
+    def fresh(self) -> Sampled | None:
+        """The latest sample as an event, once: None until a newer one is taken (a frame's new reading)."""
+        latest = self.latest()
+        if latest is None or latest.t_ns == self._handed_t:
+            return None
+        self._handed_t = latest.t_ns
+        return to_event(latest)
 
     def _loop(self) -> None:
         next_t = time.monotonic()

@@ -23,6 +23,8 @@ from monitors.xray import OTHERS, XrayBook
 from tests.helpers.otlp import VLLM_ATTRS, protobuf_body
 from tui_app.attach import otlp
 from tui_app.attach.client import AttachConfig, ServerClient
+from tui_app.attach.joiner import SpanJoiner
+from tui_app.attach.joiner import start as start_otlp
 from tui_app.attach.loop import Servers
 from tui_app.core.session import Session
 from tui_app.requests import RunRequest
@@ -155,7 +157,7 @@ def test_a_grpc_exporter_is_told_apart():
             s.settimeout(5)
             assert s.recv(100) == b""  # closed
         assert c.receiver.counts()[2] == {"gRPC": 1}
-        joiner = otlp.SpanJoiner(c.receiver, [].append)
+        joiner = SpanJoiner(c.receiver, [].append)
         assert "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf" in joiner.why_none()
     finally:
         c.receiver.close()
@@ -193,7 +195,7 @@ def joined(grace_s: float = 0.2):
     session = Session()
     spans: list = []
     receiver = otlp.OtlpReceiver("127.0.0.1", 0, spans.append).start()
-    joiner = otlp.SpanJoiner(receiver, session.feed, grace_s)
+    joiner = SpanJoiner(receiver, session.feed, grace_s)
     return session, receiver, joiner, spans
 
 
@@ -296,7 +298,7 @@ def test_a_flood_of_spans_is_counted_in_bounded_memory_and_reaches_the_ui_once_a
     first did (the others are a ring of OTHERS); the UI is sent one OtlpStatus a tick, not a span."""
     events: list = []
     loop = asyncio.new_event_loop()
-    receiver, joiner = otlp.start("127.0.0.1:0", loop, events.append)
+    receiver, joiner = start_otlp("127.0.0.1:0", loop, events.append)
     runner = threading.Thread(target=loop.run_forever, daemon=True)
     runner.start()
     bodies = [protobuf_body([(f"{k:032x}", "llm_request", VLLM_ATTRS) for k in range(i * 50, i * 50 + 50)]) for i in range(60)]

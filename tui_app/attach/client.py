@@ -21,6 +21,7 @@ import json
 import math
 import os
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -33,20 +34,18 @@ from monitors.events import (
     LeverChanged,
     LeverRefused,
     Levers,
-    RequestSent,
     RunFinished,
     RunStarted,
     ServerSample,
-    ServerTiming,
     Step,
     now_ns,
 )
 from monitors.redact import redact
 from monitors.servers import OPENAI, EngineTable, MetricsWindow, Quantiles
-from monitors.xray import from_timings, from_usage
 from tui_app.attach.errors import AttachError, api_base, describe_failure, describe_status, host_port, server_root
 from tui_app.attach.metrics import detect, scrape
 from tui_app.attach.sse import ChunkReader, StreamResult, run_end
+from tui_app.attach.tracing import Tracing
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32)
 # The levers a server sets when it starts; a client cannot switch them.
@@ -110,8 +109,7 @@ class ServerClient:
         self._answers = Answers(cfg)
         self._inflight: list[StreamResult] = []  # every stream now open, of every run (a bench runs several)
         self._metrics_error = ""
-        self.joiner = None  # the OTLP span joiner (Servers starts it with --otlp)
-        self.trace_headers = True  # off only where the server rejected them
+        self.tracing = Tracing(emit)
         key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.http = httpx.AsyncClient(
@@ -239,25 +237,10 @@ class ServerClient:
 
     # ------------------------------------------------------------ levers
     def set_lever(self, name: str, value) -> None:
-        if name in SERVER_OWNED:
-            self.emit(
-                LeverRefused(
-                    lever=name,
-                    value=value,
-                    reason=f"{SERVER_OWNED[name]} is set when the {self.engine.name} server starts: restart it with the option, "
-                    "or attach to a second server started with it and compare",
-                )
-            )
-            return
-        if name == "batch":
-            if value not in CONCURRENCY:
-                self.emit(LeverRefused(lever=name, value=value, reason=f"concurrency must be one of {', '.join(map(str, CONCURRENCY))}"))
-                return
-            self.levers = Levers(batch=value, server=self.levers.server)
-            # Streams in flight keep going; the next run opens this many.
-            self.emit(LeverChanged(run_id=None, lever="batch", value=value, levers=self.levers))
-            return
-        self.emit(LeverRefused(lever=name, value=value, reason=f"{name} is not a lever of an attached server"))
+        answer = lever_answer(name, value, self.levers, self.engine.name)
+        if isinstance(answer, LeverChanged):
+            self.levers = answer.levers  # streams in flight keep going; the next run opens this many
+        self.emit(answer)
 
     # ------------------------------------------------------------ runs
     def _body(self, text: str, req) -> dict:
@@ -315,26 +298,15 @@ class ServerClient:
             self._inflight = [s for s in self._inflight if all(s is not t for t in streams)]
         return self._finish(run_id, req, body, streams, stopped)
 
-    def _trace(self, run_id: int, k: int, t0: int) -> tuple[str, dict]:
-        """A fresh W3C trace for one stream: its id and the headers that carry it, said as RequestSent."""
-        trace_id, span_id = os.urandom(16).hex(), os.urandom(8).hex()
-        request_id = f"tokentop-{run_id}.{k}-{trace_id[:12]}"
-        self.emit(RequestSent(run_id=run_id, segment=k, trace_id=trace_id, request_id=request_id, wall_ns=time.time_ns(), t_ns=t0))
-        if not self.trace_headers:
-            return trace_id, {}
-        if self.joiner is not None:
-            self.joiner.expect(trace_id, run_id, k, span_id)
-        return trace_id, {"traceparent": f"00-{trace_id}-{span_id}-01", "x-request-id": request_id}
-
     async def _stream(self, k: int, url: str, body: dict, t0: int, run_id: int, out: StreamResult) -> None:
-        trace_id, trace = self._trace(run_id, k, t0)
+        trace_id, trace = self.tracing.start(run_id, k, t0)
         try:
             for attempt in (trace, {}):
                 async with aconnect_sse(self.http, "POST", url, json=body, headers={**self._headers, **attempt}) as es:
                     r = es.response
                     if r.status_code != 200:
                         await r.aread()
-                        if attempt and r.status_code in (400, 431) and await self._rejects_trace(url, body):
+                        if attempt and r.status_code in (400, 431) and await self.tracing.rejected(self.http, url, body, self._headers):
                             continue
                         out.error = describe_status(r.status_code, r.text, url, f"POST {urlsplit(url).path}")
                         return
@@ -345,51 +317,12 @@ class ServerClient:
         except SSEError:
             out.error = f"{host_port(url)} did not answer with a stream (Content-Type is not text/event-stream)"
         finally:
-            self._account(run_id, k, trace_id, out)
-
-    async def _rejects_trace(self, url: str, body: dict) -> bool:
-        """Whether a request refused with our trace headers goes through without them (a short one,
-        not streamed): if so, they are left off from now on, and the user told."""
-        if not self.trace_headers:
-            return True
-        probe = {**body, "stream": False, "max_tokens": 1}
-        probe.pop("stream_options", None)
-        try:
-            r = await self.http.post(url, json=probe, headers=dict(self._headers))
-        except httpx.HTTPError:
-            return False
-        if r.status_code != 200:
-            return False
-        self.trace_headers = False
-        what = f"{host_port(url)} rejects the traceparent and x-request-id headers"
-        self.emit(EngineError(message=f"{what}: requests go on without them, so no server span can be joined"))
-        return True
-
-    def _account(self, run_id: int, k: int, trace_id: str, out: StreamResult) -> None:
-        """The response's own account of the stream (llama.cpp's timings, a usage block), and the start
-        of its span's grace period."""
-        if out.timings:
-            phases, sources, details = from_timings(out.timings)
-            self.emit(ServerTiming(run_id=run_id, segment=k, trace_id=trace_id, source="timings", phases=phases, sources=sources, details=details))
-        elif out.usage:
-            self.emit(ServerTiming(run_id=run_id, segment=k, trace_id=trace_id, source="usage", phases={}, sources={}, details=from_usage(out.usage)))
-        if self.joiner is not None:
-            self.joiner.ended(trace_id)
+            self.tracing.account(run_id, k, trace_id, out)
 
     async def _read(self, es, k: int, t0: int, run_id: int, out: StreamResult) -> None:
         """Each chunk that brings tokens as a Step of stream `k`: its latency the gap since the stream's previous one."""
-        reader = ChunkReader(out)
         t_prev, step = t0, 0
-        async for sse in es.aiter_sse():
-            t = now_ns()
-            got = reader.read(sse.data)
-            if out.error:
-                return
-            if out.done:
-                break
-            if got is None:
-                continue
-            text, n = got
+        async for text, n, t in token_chunks(es, out):
             step += 1
             self.emit(
                 Step(
@@ -409,7 +342,6 @@ class ServerClient:
                 )
             )
             t_prev = t
-        reader.close()
 
     def _finish(self, run_id: int, req, body: dict, streams: list[StreamResult], stopped: bool) -> RunFinished:
         lead = streams[0]
@@ -471,3 +403,34 @@ class Answers:
             return "identical"
         at = next((i for i, (a, b) in enumerate(zip(ref, text, strict=False)) if a != b), min(len(ref), len(text)))
         return f"differs at char {at}"
+
+
+def lever_answer(name: str, value, levers: Levers, engine: str) -> LeverChanged | LeverRefused:
+    """What a server's client says to a lever: the number of streams it opens changes; the levers
+    the server set when it started (SERVER_OWNED) and any other are refused, with what to do."""
+    if name in SERVER_OWNED:
+        reason = (
+            f"{SERVER_OWNED[name]} is set when the {engine} server starts: restart it with the option, or attach to a second server started with it and compare"
+        )
+        return LeverRefused(lever=name, value=value, reason=reason)
+    if name != "batch":
+        return LeverRefused(lever=name, value=value, reason=f"{name} is not a lever of an attached server")
+    if value not in CONCURRENCY:
+        return LeverRefused(lever=name, value=value, reason=f"concurrency must be one of {', '.join(map(str, CONCURRENCY))}")
+    return LeverChanged(run_id=None, lever="batch", value=value, levers=Levers(batch=value, server=levers.server))
+
+
+async def token_chunks(es, out: StreamResult) -> AsyncIterator[tuple[str, int, int]]:
+    """(text, tokens, arrival ns) of each chunk of an SSE stream that brings tokens, read into `out`;
+    the stream ends at [DONE], at its end, or at an error (then without the text still waiting)."""
+    reader = ChunkReader(out)
+    async for sse in es.aiter_sse():
+        t = now_ns()
+        got = reader.read(sse.data)
+        if out.error:
+            return
+        if out.done:
+            break
+        if got is not None:
+            yield (*got, t)
+    reader.close()

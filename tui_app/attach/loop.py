@@ -41,15 +41,16 @@ class Servers:
     def start_otlp(self, address: str, grace_s: float) -> None:
         """The OTLP receiver for every attached server's spans; where it cannot listen, one line
         says why and the servers are watched without it."""
-        from tui_app.attach import otlp
+        from tui_app.attach.joiner import start
+        from tui_app.attach.otlp import ReceiverError
 
         try:
-            receiver, joiner = otlp.start(address, asyncio.get_running_loop(), self.emit, grace_s)
-        except (otlp.ReceiverError, ValueError) as exc:
+            receiver, joiner = start(address, asyncio.get_running_loop(), self.emit, grace_s)
+        except (ReceiverError, ValueError) as exc:
             self.emit(EngineError(message=str(exc)))
             return
         for c in self.clients:
-            c.joiner = joiner
+            c.tracing.joiner = joiner
         self.otlp = (receiver, joiner, asyncio.create_task(joiner.run()))
         joiner.tick()
 

@@ -191,7 +191,7 @@ def server_line(fin: RunFinished, sample: ServerSample | None) -> str:
 async def xray_lines(session, run_id: int, joiner) -> None:
     """Each stream's X-ray, with --otlp once its span is in: the server's phases with their
     sources and the client's time outside them."""
-    from tui_app.attach.otlp import settled
+    from tui_app.attach.joiner import settled
 
     reqs = session.xray.requests(run_id)
     await settled(reqs, joiner)
@@ -275,7 +275,7 @@ async def _headless(args, configs, request) -> int:
                 await c.sample()
                 latest = next((x for x in reversed(session.server) if x.server == c.levers.server and not x.error), None)
                 print(server_line(fin, latest), flush=True)
-                await xray_lines(session, fin.run_id, c.joiner)
+                await xray_lines(session, fin.run_id, c.tracing.joiner)
                 failed = failed or fin.stop_reason == "error"
                 session.trim()
         for line in readings.comparison(session):

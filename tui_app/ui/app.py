@@ -22,8 +22,6 @@ from textual.screen import Screen
 from monitors.events import (
     EngineError,
     EngineReady,
-    FleetReady,
-    FleetSample,
     LeverChanged,
     LeverRefused,
     Phase,
@@ -87,19 +85,17 @@ class TokentopApp(App):
         self.running = False
         self.paused = False
         self.state = "starting engine…"
-        self._last_sample_t = 0
-        self._table_t = 0.0
         self._wanted: dict[str, object] = {}
         self._phase_since: float | None = None  # when the phase in progress began, on this clock
         self.told: deque[str] = deque(maxlen=50)  # what notify() said, for tests and export
         self.above_status: list = []  # widgets over the status line (the demo's caption)
         self._started = time.monotonic()
+        self._first_data = None  # the 50 ms look for the first figures, until they come
 
     def notify(self, message: str, **kwargs) -> None:
         self.told.append(message)
         super().notify(message, **kwargs)
 
-    # ------------------------------------------------------------ layout
     def get_default_screen(self) -> Screen:
         self.monitor = m = MonitorScreen(self.session, kind=self.source.kind, above=self.above_status)
         self.status, self.tokens, self.panes, self.key_bar = m.status, m.tokens, m.panes, m.key_bar
@@ -107,14 +103,14 @@ class TokentopApp(App):
 
     def on_mount(self) -> None:
         self.source.start()
+        self._follow()
         if self.sampler is not None:
-            self.sampler.watch("engine", self.source.pid)
             self.sampler.start()
         yield_to_children()
         self.set_interval(1.0 / self.fps, self.tick)
         # The first figures are drawn when they come, not a frame later: until then (a server's
         # first answer, or at most FIRST_DATA_S) the app looks every 50 ms.
-        self._first_data = self.set_interval(0.05, self._until_first_data)
+        self._first_data = self.set_interval(0.05, self.tick)
         self._apply_size()
         for sig in (signal.SIGTERM, signal.SIGHUP):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -127,23 +123,11 @@ class TokentopApp(App):
         if self.screen_stack:
             self.monitor.fit(*self.size)
 
-    # ------------------------------------------------------------ the frame
-    def _until_first_data(self) -> None:
-        self.tick()
-        arrived = self.session.ready is not None and (self.source.kind != "server" or bool(self.session.server))
-        if arrived or time.monotonic() - self._started > FIRST_DATA_S:
-            self._first_data.stop()
-
     def tick(self) -> None:
         self._apply_size()  # cheap when the size class is unchanged; resize events do not always reach the App
         events = self.source.drain()
-        if self.sampler is not None:
-            from monitors.sampler import to_event
-
-            latest = self.sampler.latest()
-            if latest is not None and latest.t_ns != self._last_sample_t:
-                self._last_sample_t = latest.t_ns
-                events.append(to_event(latest))
+        sampled = self.sampler.fresh() if self.sampler is not None else None
+        events += [sampled] if sampled is not None else []
         for ev in events:
             self.session.feed(ev)
             self._on_event(ev)
@@ -151,16 +135,16 @@ class TokentopApp(App):
         death = self.source.death()
         if death:
             self._engine_died(death)
-        now = time.monotonic()
-        if self.running and now - self._table_t > 1.0:
-            self._table_t = now
-            self.monitor.mark("runs")
-        self.monitor.redraw()
+        self.monitor.redraw(running=self.running)
         state = status_text.with_clock(self.state, self.session.phase, self._phase_since, time.monotonic())
         preset = self.request.preset if self.request else "watch" if self.source.live else "replay"
         self.status.show(self.session, state, preset, self.auto)
         if not self.source.live and self.source.done and self.state != "replay finished":
             self.state = "replay finished"
+        arrived = self.session.ready is not None and (self.source.kind != "server" or bool(self.session.server))
+        if self._first_data is not None and (arrived or time.monotonic() - self._started > FIRST_DATA_S):
+            self._first_data.stop()
+            self._first_data = None
 
     def _on_event(self, ev) -> None:
         self.monitor.show(ev)
@@ -177,35 +161,25 @@ class TokentopApp(App):
                 self.set_timer(0.3, self._auto_next)
         elif isinstance(ev, LeverChanged | LeverRefused):
             self._wanted.pop(ev.lever, None)
-            if isinstance(ev, LeverRefused):
-                self.notify(ev.reason, title=f"{ev.lever} refused", severity="warning")
-            elif ev.lever == "server":
-                self._follow_server()
+            if isinstance(ev, LeverChanged) and ev.lever == "server":
+                self._follow()
         elif isinstance(ev, Phase):
             self._phase_since = None if ev.done else time.monotonic()
         elif isinstance(ev, EngineReady):
             self.sub_title = status_text.subtitle(ev)
-            if ev.server:
-                self._follow_server()
+            self._follow()
             if self.source.live and self.request is not None and not self.running:  # compared servers: one ready each
                 self.start_run()
-        elif isinstance(ev, FleetReady) and ev.watch:
-            self.tokens.add_mark("watching: tokentop sends no request of its own (--watch); the fleet pane is the replicas' own traffic")
-        elif isinstance(ev, FleetSample):
-            for line in [*ev.notes, *([ev.error] if ev.error else [])]:
-                self.notify(line, title="fleet", severity="warning" if ev.error else "information", timeout=8)
-        elif isinstance(ev, EngineError):
-            if not self.session.current or self.session.current.finished is not None:
-                self.running = False
-            self.notify(ev.message.splitlines()[0], title="engine", severity="error", timeout=8)
+        elif isinstance(ev, EngineError) and (not self.session.current or self.session.current.finished is not None):
+            self.running = False
 
-    def _follow_server(self) -> None:
-        """The memory pane and the leak detector follow the active server's process when it runs here."""
+    def _follow(self) -> None:
+        """The memory pane and the leak detector follow the engine's process, or the active server's when it runs here."""
         server = self.session.active_server()
         if self.source.live and server is not None:
             self.source.server_pid = server.get("pid")
-            if self.sampler is not None:
-                self.sampler.watch("engine", self.source.server_pid)
+        if self.sampler is not None:
+            self.sampler.watch("engine", self.source.pid)
 
     def _engine_died(self, message: str) -> None:
         self.running = False
@@ -215,9 +189,11 @@ class TokentopApp(App):
         self.notify(f"{message}. Press R to restart the engine.", title="engine", severity="error", timeout=15)
         self.monitor.mark("runs")
 
-    def _watching(self) -> None:
-        if self.source.live:
+    def _watching(self) -> bool:
+        """Attached with --watch (no request to run): said, where the source is live."""
+        if self.request is None and self.source.live:
             self.notify("--watch: tokentop sends no request of its own; leave out --watch to run prompts", severity="warning")
+        return self.request is None
 
     def _recording_stopped(self, line: str) -> None:
         self.session.say(line, error=True)
@@ -237,17 +213,14 @@ class TokentopApp(App):
         self.source.send(Run(self.request))
         self.running = True
 
-    # ------------------------------------------------------------ actions
-    def _refuse(self, lever: str, reason: str) -> None:
-        self.notify(reason, title=f"{lever} refused", severity="warning")
-
     def action_lever(self, name: str) -> None:
         if not self.source.live:
-            self._refuse(name, "replay shows recorded levers; they cannot be switched")
+            self.notify("replay shows recorded levers; they cannot be switched", title=f"{name} refused", severity="warning")
             return
-        current = self._wanted.get(name, getattr(self.session.levers, name))
         server = self.session.ready.server if self.session.ready else None  # its streams are the batch lever
-        value = next_lever_value(name, current, server and tuple(server["concurrency"]))
+        self._set_lever(name, next_lever_value(name, self._wanted.get(name, getattr(self.session.levers, name)), server and tuple(server["concurrency"])))
+
+    def _set_lever(self, name: str, value) -> None:
         self._wanted[name] = value
         self.source.send(SetLever(name, value))
         if not self.running:  # answered now; the engine's LeverChanged or LeverRefused follows
@@ -255,7 +228,9 @@ class TokentopApp(App):
 
     def action_probe(self) -> None:
         if not self.source.live or (self.session.ready is not None and self.session.ready.server):
-            self._refuse("bandwidth", "tokentop measures the memory read rate of its own engine only (not a replay's or a server's)")
+            self.notify(
+                "tokentop measures the memory read rate of its own engine only (not a replay's or a server's)", title="bandwidth refused", severity="warning"
+            )
             return
         self.source.send(Probe())
         self.state = "measuring the memory read rate" + (" at the next token" if self.running else "")
@@ -263,12 +238,9 @@ class TokentopApp(App):
     def action_next_server(self) -> None:
         labels = list(self.session.servers)
         if len(labels) < 2:
-            self._refuse("server", "t moves between attached servers: tokentop attach URL_A URL_B compares two")
+            self.notify("t moves between attached servers: tokentop attach URL_A URL_B compares two", title="server refused", severity="warning")
             return
-        current = self._wanted.get("server", self.session.levers.server)
-        value = labels[(labels.index(current) + 1) % len(labels)] if current in labels else labels[0]
-        self._wanted["server"] = value
-        self.source.send(SetLever("server", value))
+        self._set_lever("server", cycled(labels, self._wanted.get("server", self.session.levers.server)))
 
     def action_preset(self) -> None:
         if self.request is None:
@@ -282,8 +254,7 @@ class TokentopApp(App):
             self.state = f"prompt {self.request.preset} for the next run (r starts it)"
 
     def action_new_prompt(self) -> None:
-        if self.request is None:
-            self._watching()
+        if self._watching():
             return
 
         def done(text: str | None) -> None:
@@ -301,8 +272,7 @@ class TokentopApp(App):
         if not self.source.live:
             self.notify("a replay cannot run the prompt again")
             return
-        if self.request is None:
-            self._watching()
+        if self._watching():
             return
         if self.running:
             self.notify(f"run {self._current_id()} stopped; the prompt runs again")
@@ -325,8 +295,7 @@ class TokentopApp(App):
         self._auto_next()
 
     def action_next_view(self) -> None:
-        why_not = self.monitor.next_view()
-        if why_not:
+        if why_not := self.monitor.next_view():
             self.notify(why_not)
 
     def action_help(self) -> None:
@@ -344,41 +313,33 @@ class TokentopApp(App):
             self.notify("a replay has no engine to restart")
             return
         if self.session.fatal is None and self.source.alive():
-            cur = self.session.current
-            in_flight = f" Run {cur.started.run_id}, in flight, is stopped." if cur is not None and cur.finished is None else ""
-            question = f"The engine is working. Restart it?{in_flight} Finished runs are kept; compiled and quantized variants are rebuilt when next used."
-            self.push_screen(ConfirmScreen(question), lambda yes: self._restart() if yes else self.notify("engine not restarted"))
+            self.push_screen(
+                ConfirmScreen(status_text.restart_question(self.session)), lambda yes: self._restart() if yes else self.notify("engine not restarted")
+            )
             return
         self._restart()
 
     def _restart(self) -> None:
-        """A new engine process, numbering its runs after the last one: ids stay unique in the runs
-        table, the export and the recording (a second run 1 would replace the first)."""
+        """A new engine process, its runs numbered on: ids stay unique in the table, export and recording."""
         self.state = "restarting engine…"
         self.session.engine_died("restarting", why="stopped by the engine restart")
         self.running = False
         self.source.restart(self.session.levers, first_run_id=self.session.next_run_id)
         self.session.fatal = None
-        if self.sampler is not None:
-            self.sampler.watch("engine", self.source.pid)
+        self._follow()
 
-    def action_export(self) -> None:
-        self._save("the export", "export", "json", lambda path: export_session(self.session, str(path)), "session exported to")
-
-    def action_screenshot(self) -> None:
-        self._save("the screenshot", "screenshot", "svg", lambda path: write_whole(path, self.export_screenshot()), "screenshot saved to")
-
-    def _save(self, what: str, kind: str, ext: str, write, told: str) -> None:
-        """`write(path)` into the output folder, then where it went; or, in one line, why it could not."""
+    def action_save(self, kind: str) -> None:
+        """The session as JSON (export) or the screen as SVG (screenshot), into the output folder."""
         from tui_app.folders import FolderError, write_stamped
 
+        if kind == "export":
+            what, ext, write, told = "the export", "json", lambda path: export_session(self.session, str(path)), "session exported to"
+        else:
+            what, ext, write, told = "the screenshot", "svg", lambda path: write_whole(path, self.export_screenshot()), "screenshot saved to"
         try:
             self.notify(f"{told} {write_stamped(self.out_dir, what, kind, ext, write)}")
         except FolderError as exc:
             self.notify(str(exc), severity="error", timeout=15)
-
-    async def action_quit(self) -> None:
-        self.exit()
 
     def on_unmount(self) -> None:
         if self.sampler is not None:

@@ -37,6 +37,13 @@ def after(ev, auto: bool) -> str | None:
     return None
 
 
+def restart_question(session) -> str:
+    """R while the engine works: what a restart stops and keeps."""
+    cur = session.current
+    in_flight = f" Run {cur.started.run_id}, in flight, is stopped." if cur is not None and cur.finished is None else ""
+    return f"The engine is working. Restart it?{in_flight} Finished runs are kept; compiled and quantized variants are rebuilt when next used."
+
+
 def subtitle(ready: EngineReady) -> str:
     """The title bar's second part: the model and where it runs."""
     if ready.server:

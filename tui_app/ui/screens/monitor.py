@@ -4,6 +4,7 @@ not queries: with a modal open, queries search the modal's screen."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 from textual.app import ComposeResult
@@ -12,7 +13,7 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Static
 
-from monitors.events import EngineError, EngineReady, FleetReady, FleetSample, LeverChanged, RunFinished, RunStarted, Sampled, ServerSample, Step
+from monitors.events import EngineError, EngineReady, FleetReady, FleetSample, LeverChanged, LeverRefused, RunFinished, RunStarted, Sampled, ServerSample, Step
 from tui_app.core.readings import short_value
 from tui_app.ui.widgets.fleet_pane import FleetPane
 from tui_app.ui.widgets.key_bar import KeyBar
@@ -40,6 +41,7 @@ class MonitorScreen(Screen):
         self.kind = kind
         self.above = list(above)
         self._text: list[str] = []  # this frame's tokens, added to the text pane once per frame
+        self._table_t = 0.0
         self.status = StatusBar(id="status")
         self.tokens = TokenStream(id="tokens")
         self.charts = [
@@ -71,7 +73,7 @@ class MonitorScreen(Screen):
     # ------------------------------------------------------------ events on the panes
     def show(self, ev) -> None:
         """What an event changes on the panes: the text (lever switches and errors marked inline),
-        and which panes redraw at the end of the frame."""
+        which panes redraw at the end of the frame, and what it says in a notification."""
         if isinstance(ev, Step):
             if ev.text and not (self.session.levers.server and ev.segment):  # a server run's first stream is the one shown
                 self._text.append(ev.text)
@@ -97,6 +99,14 @@ class MonitorScreen(Screen):
             self.key_bar.draw()  # t now moves between them
         elif isinstance(ev, EngineError):
             self.tokens.add_mark(ev.message.splitlines()[0], error=True)
+            self.notify(ev.message.splitlines()[0], title="engine", severity="error", timeout=8)
+        elif isinstance(ev, LeverRefused):
+            self.notify(ev.reason, title=f"{ev.lever} refused", severity="warning")
+        if isinstance(ev, FleetReady) and ev.watch:
+            self.tokens.add_mark("watching: tokentop sends no request of its own (--watch); the fleet pane is the replicas' own traffic")
+        elif isinstance(ev, FleetSample):
+            for line in [*ev.notes, *([ev.error] if ev.error else [])]:
+                self.notify(line, title="fleet", severity="warning" if ev.error else "information", timeout=8)
 
     def flush_text(self) -> None:
         """The frame's tokens into the text pane at once: a fast server sends thousands a second."""
@@ -108,9 +118,14 @@ class MonitorScreen(Screen):
         for name in names:
             self.panes[name].dirty = True
 
-    def redraw(self) -> None:
-        """The frame's end: the text so far, then each pane marked since the last frame."""
+    def redraw(self, running: bool) -> None:
+        """The frame's end: the text so far, then each pane marked since the last frame (the runs
+        table once a second while a run's numbers change)."""
         self.flush_text()
+        now = time.monotonic()
+        if running and now - self._table_t > 1.0:
+            self._table_t = now
+            self.mark("runs")
         for widget in self.panes.values():
             widget.redraw()
 

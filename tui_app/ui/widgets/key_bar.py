@@ -35,7 +35,7 @@ class KeyBar(Static):
         "preset": 3,
         "pause": 3,
         "auto": 4,
-        "export": 4,
+        "save": 4,  # export (screenshot: not on the bar)
         "xray": 4,
     }
     PRIORITY_LATER = 5  # screenshot, restart, the palette
