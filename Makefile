@@ -106,7 +106,7 @@ bench: setup prometheus
 # model's tokenizer into an ignored folder that the device call carries (`carry: [".gpu-wheels"]`).
 GPU_WHEELS ?= .gpu-wheels
 gpu-wheels: setup
-	$(PY) benchmarks/gpu_check.py --wheels $(GPU_WHEELS)
+	$(PY) -m benchmarks.gpu_check --wheels $(GPU_WHEELS)
 
 # There: those wheels over the machine's own torch (--no-deps: nothing else is installed), then
 # every CUDA check, its report under $OUT. Without CUDA it says so and exits 2. The carried tmux
@@ -116,7 +116,7 @@ GPU_SITE ?= /tmp/tokentop-site
 gpu-check:
 	test -d $(GPU_WHEELS) || { echo "no $(GPU_WHEELS)/: run make gpu-wheels where there is network, and carry it"; exit 2; }
 	$(GPU_PY) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $(GPU_SITE) --find-links $(GPU_WHEELS) $(GPU_WHEELS)/*.whl
-	PATH="$$PATH:$(CURDIR)/$(GPU_WHEELS)/bin" PYTHONPATH=$(CURDIR):$(GPU_SITE) PYTHONUNBUFFERED=1 $(GPU_PY) benchmarks/gpu_check.py --tokenizer $(GPU_WHEELS)/default-tokenizer $(GPU_ARGS)
+	PATH="$$PATH:$(CURDIR)/$(GPU_WHEELS)/bin" PYTHONPATH=$(CURDIR):$(GPU_SITE) PYTHONUNBUFFERED=1 $(GPU_PY) -m benchmarks.gpu_check --tokenizer $(GPU_WHEELS)/default-tokenizer $(GPU_ARGS)
 
 clean:
 	rm -rf $(VENV) $(VENV)-latest $(VENV)-oldest

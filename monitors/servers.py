@@ -245,6 +245,12 @@ class MetricsWindow:
 
     def add(self, samples: Samples, t: float | None = None) -> None:
         self.scrapes.append(Scrape(time.monotonic() if t is None else t, samples))
+        # The figures read the newest scrape and the last one at least window_s older: any before
+        # that is memory only (a vLLM page parses to tens of KB; 600 of them took the client's RSS
+        # ten minutes to level off).
+        newest = self.scrapes[-1].t
+        while len(self.scrapes) > 2 and newest - self.scrapes[1].t >= self.window_s:
+            self.scrapes.popleft()
 
     def _base(self) -> Scrape | None:
         """The oldest scrape inside the window (before the newest), for deltas."""

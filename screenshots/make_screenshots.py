@@ -36,7 +36,8 @@ from tests.helpers.llama_server import LlamaServer  # noqa: E402
 from tui_app.attach.client import AttachConfig  # noqa: E402
 from tui_app.commands.run import engine_source  # noqa: E402
 from tui_app.core.sources import AttachSource  # noqa: E402
-from tui_app.engine.config import EngineConfig, RunRequest  # noqa: E402
+from tui_app.engine.config import EngineConfig  # noqa: E402
+from tui_app.requests import RunRequest  # noqa: E402
 from tui_app.ui.app import TokentopApp  # noqa: E402
 
 SIZES = [(160, 45), (80, 24)]
@@ -143,8 +144,8 @@ async def shoot_demo(size: tuple[int, int]) -> str:
     """`tokentop demo`'s caption: three steps of the default tour, held on int4 once its effect is measured."""
     from dataclasses import replace
 
-    from tui_app.commands.demo import DemoApp
     from tui_app.core.tour import default_tour
+    from tui_app.ui.demo_app import DemoApp
 
     tour = {s.label: s for s in default_tour(tokens=48, seconds=0)}
     steps = [tour["plain"], tour["int8"], replace(tour["int4"], seconds=600)]

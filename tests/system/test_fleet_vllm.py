@@ -17,7 +17,7 @@ from monitors.servers import parse_metrics
 from tests.helpers.prometheus import group
 from tui_app.attach.client import AttachConfig, ServerClient
 from tui_app.core.session import Session
-from tui_app.engine.config import RunRequest
+from tui_app.requests import RunRequest
 
 pytestmark = pytest.mark.vllm
 REQUESTS = 6

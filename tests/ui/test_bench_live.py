@@ -9,8 +9,10 @@ import subprocess
 import sys
 
 from tests.ui.test_app import APP_SIZE, status_text, until
-from tui_app.cli import build_parser
-from tui_app.commands.bench_live import BenchSource, Job, bench_main
+from tui_app.cli import serving_bench_parser
+from tui_app.commands.bench_live import BenchSource, Job
+from tui_app.commands.serving_bench import Options, bench_process
+from tui_app.core.options import from_namespace
 from tui_app.ui.bench_app import BenchApp
 from tui_app.ui.widgets.runs_table import RunsTable
 
@@ -18,10 +20,9 @@ SWEEP = ("--lengths", "12:4", "--concurrency", "2", "--requests", "4", "--repeat
 
 
 async def test_the_live_view_shows_the_bench_and_closes_with_its_tables(llama_server, tmp_path, capsys):
-    args = build_parser().parse_args(["bench", "--endpoint", llama_server.url, "--label", "L", *SWEEP, "--live"])
-    plain = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, type(None)))}
-    job = Job(plain, [[12, 4]], str(tmp_path / "tables.md"), str(tmp_path / "status.json"))
-    source = BenchSource(job, str(tmp_path / "bench.log"), target=bench_main)
+    opts = from_namespace(Options, serving_bench_parser().parse_args(["--endpoint", llama_server.url, "--label", "L", *SWEEP, "--live"]))
+    job = Job(opts, [[12, 4]], str(tmp_path / "tables.md"), str(tmp_path / "status.json"))
+    source = BenchSource(job, str(tmp_path / "bench.log"), target=bench_process)
     app = BenchApp(source, None, fps=8, out_dir=str(tmp_path))
     seen: list[str] = []
     try:

@@ -15,9 +15,9 @@ from monitors.servers import parse_metrics
 from tests.ui.test_app import APP_SIZE, finished, notes, status_text, until
 from tui_app.attach.client import AttachConfig
 from tui_app.attach.fleet import FleetConfig
-from tui_app.commands.replay import fold
+from tui_app.core.session import Session
 from tui_app.core.sources import AttachSource, FleetSource, ReplaySource
-from tui_app.engine.config import RunRequest
+from tui_app.requests import RunRequest
 from tui_app.ui.app import TokentopApp
 from tui_app.ui.widgets.fleet_pane import FleetPane
 from tui_app.ui.widgets.server_pane import ServerPane
@@ -54,7 +54,7 @@ async def test_watching_a_fleet_sends_nothing_and_fills_the_past(prometheus, lla
     assert decodes(llama_server, second_llama) == before  # not one request of tokentop's own
     events = read_recording(recording).events
     assert any(getattr(e, "backfill", False) and e.ts < started for e in events)
-    replayed = fold(events)
+    replayed = Session.from_events(events)
     assert replayed.fleet is not None and replayed.fleet.rows == app.session.fleet.rows
     assert len(replayed.fleet_history) == len(app.session.fleet_history)
 
@@ -64,7 +64,8 @@ async def test_watching_a_fleet_sends_nothing_and_fills_the_past(prometheus, lla
         await until(pilot, lambda: f"127.0.0.1:{llama_server.port}  llama.cpp  up" in lines(pane), timeout=10, what="the replayed fleet")
         await pilot.press("q")
 
-    from tui_app.commands.report import build, render
+    from tui_app.commands.report import build
+    from tui_app.commands.report.page import render
 
     page = render(build(str(recording)))
     assert '<table id="fleet">' in page and f"127.0.0.1:{llama_server.port}" in page and "<h2>Fleet</h2>" in page

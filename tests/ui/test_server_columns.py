@@ -6,10 +6,12 @@ import httpx
 
 from tests.ui.test_app import APP_SIZE, finished, until
 from tui_app.attach.client import AttachConfig
+from tui_app.core.columns import COLUMNS, columns_for
+from tui_app.core.session import Session
 from tui_app.core.sources import AttachSource
-from tui_app.engine.config import RunRequest
+from tui_app.requests import RunRequest
 from tui_app.ui.app import TokentopApp
-from tui_app.ui.widgets.runs_table import RunsTable, columns_for
+from tui_app.ui.widgets.runs_table import RunsTable
 
 PROMPT = "Name three rivers of Europe and say where each one meets the sea."
 
@@ -43,7 +45,5 @@ async def test_a_cached_prompt_reads_its_tokens_and_the_cached_share(llama_serve
 
 def test_engine_runs_keep_the_engine_columns():
     from tests.helpers.synthetic import session_events
-    from tui_app.commands.replay import fold
-    from tui_app.ui.widgets.runs_table import COLUMNS
 
-    assert columns_for(fold(session_events(runs=1)).rows()) is COLUMNS
+    assert columns_for(Session.from_events(session_events(runs=1)).rows()) is COLUMNS

@@ -22,7 +22,9 @@ import httpx
 from monitors.events import EngineError, EngineReady, FleetReady, FleetSample, LeverRefused, now_ns
 from monitors.fleet import PREFIXES, Fleet, Selector
 from monitors.prometheus import Auth, Prometheus, PrometheusError
-from tui_app.attach.client import CONCURRENCY, SERVER_OWNED, AttachConfig, Servers, _Batches, _get
+from tui_app.attach.client import CONCURRENCY, SERVER_OWNED, AttachConfig
+from tui_app.attach.loop import Servers, _Batches, _get
+from tui_app.requests import Run, SetLever, Shutdown
 
 FLEET_RUNS = 4  # replicas tokentop's own runs move between (t), as attach compares up to four servers
 WATCHING = "--watch: tokentop sends no request of its own; the figures are the fleet's traffic alone"
@@ -61,17 +63,25 @@ class FleetWatcher:
     async def start(self) -> FleetReady:
         """Prometheus checked and the past emitted; PrometheusError says why it cannot be used."""
         version = await self.fleet.check()
-        ready = FleetReady(self.prom.url, version, str(self.fleet.selector), self.cfg.window_s, self.cfg.every_s, dict(self.fleet.queries), self.cfg.watch)
+        ready = FleetReady(
+            url=self.prom.url,
+            version=version,
+            selector=str(self.fleet.selector),
+            window_s=self.cfg.window_s,
+            every_s=self.cfg.every_s,
+            queries=dict(self.fleet.queries),
+            watch=self.cfg.watch,
+        )
         self.emit(ready)
         if self.cfg.backfill_s > 0:
             try:
                 past = await self.fleet.backfill(self.cfg.backfill_s, self.cfg.every_s)
             except PrometheusError as exc:
-                self.emit(FleetSample(now_ns(), time.time(), [], {}, notes=[f"the fleet's past is not shown: {exc}"], backfill=True))
+                self.emit(FleetSample(t_ns=now_ns(), ts=time.time(), rows=[], fleet={}, notes=[f"the fleet's past is not shown: {exc}"], backfill=True))
                 return ready
             now_wall, now_mono = time.time(), now_ns()
             for ts, figures in past:
-                self.emit(FleetSample(now_mono - int((now_wall - ts) * 1e9), ts, [], figures, backfill=True))
+                self.emit(FleetSample(t_ns=now_mono - int((now_wall - ts) * 1e9), ts=ts, rows=[], fleet=figures, backfill=True))
         return ready
 
     async def refresh(self) -> FleetSample | None:
@@ -80,7 +90,7 @@ class FleetWatcher:
         except PrometheusError as exc:
             if str(exc) != self.error:
                 self.error = str(exc)
-                self.emit(FleetSample(now_ns(), time.time(), [], {}, error=self.error))
+                self.emit(FleetSample(t_ns=now_ns(), ts=time.time(), rows=[], fleet={}, error=self.error))
             return None
         error = ""
         unmatched = self.error.startswith(("no replica", "the targets"))
@@ -96,7 +106,7 @@ class FleetWatcher:
         said = error if error != self.error else ""
         self.error = error
         self.rows = rows
-        ev = FleetSample(now_ns(), ts, rows, figures, notes, error=said, others=list(self.fleet.others))
+        ev = FleetSample(t_ns=now_ns(), ts=ts, rows=rows, fleet=figures, notes=notes, error=said, others=list(self.fleet.others))
         self.emit(ev)
         return ev
 
@@ -173,11 +183,13 @@ async def _commands_refused(commands, emit) -> None:
     """--watch on a fleet: keys that would send a request say why not, until shutdown."""
     loop = asyncio.get_running_loop()
     while True:
-        cmd = await loop.run_in_executor(None, _get, commands)
-        if cmd[0] == "shutdown":
-            return
-        if cmd[0] in ("run", "lever"):
-            emit(LeverRefused(cmd[0] if cmd[0] == "run" else cmd[1], cmd[1] if cmd[0] == "lever" else "", WATCHING))
+        match await loop.run_in_executor(None, _get, commands):
+            case Shutdown():
+                return
+            case Run():
+                emit(LeverRefused(lever="run", value="", reason=WATCHING))
+            case SetLever(lever=name, value=value):
+                emit(LeverRefused(lever=name, value=value, reason=WATCHING))
 
 
 async def _serve(cfg: FleetConfig, commands, events) -> None:
@@ -189,7 +201,7 @@ async def _serve(cfg: FleetConfig, commands, events) -> None:
         try:
             ready = await watcher.start()
         except PrometheusError as exc:
-            out(EngineError(str(exc), fatal=True))
+            out(EngineError(message=str(exc), fatal=True))
             return
         tasks.append(asyncio.create_task(watcher.run()))
         if cfg.watch:
@@ -201,7 +213,7 @@ async def _serve(cfg: FleetConfig, commands, events) -> None:
             roots = await watcher.api_replicas()
             if not roots:
                 why = "no replica that Prometheus scrapes answers the OpenAI API from here (GET /v1/models)"
-                out(EngineError(f"{why}: give the URL runs go to (a router or one replica), or --watch", fatal=True))
+                out(EngineError(message=f"{why}: give the URL runs go to (a router or one replica), or --watch", fatal=True))
                 await _commands_refused(commands, out)
                 return
             configs = [replace(cfg.template, url=root, label=urlsplit(root).netloc) for root in roots]

@@ -7,23 +7,27 @@ closed. Without a terminal, the bench runs as without --live (a progress line pe
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tui_app.commands.progress import WIDTH, eta_text
+from tui_app.core.options import UiOptions
 from tui_app.core.sources import AttachSource
+from tui_app.requests import Shutdown
+
+NO_TUI = "`tokentop bench --endpoint URL` without --live"
 
 
 @dataclass
 class Job:
-    """What the bench's process is handed (plain values: it is spawned)."""
+    """What the bench's process is handed (it is spawned: its options go pickled)."""
 
-    args: dict
+    opts: object  # serving_bench.Options
     lengths: list
     out: str  # where its tables go, read back once the TUI has closed
     status: str  # its exit status, as JSON
@@ -68,18 +72,17 @@ class BenchSource(AttachSource):
             sys.stdout.flush()
 
 
-def bench_main(job: Job, commands, events, log_path: str | None) -> None:
-    """The bench's process (spawned by tui_app.process.EngineProcess)."""
+def serve_bench(job: Job, commands, events, log_path: str | None, run: Callable) -> None:
+    """The bench's process: `run` is serving_bench.run_endpoint_bench, its events to the TUI."""
     from tui_app.process import quiet_process
 
     if quiet_process(log_path, events):
-        asyncio.run(_run(job, commands, events))
+        asyncio.run(_run(job, commands, events, run))
 
 
-async def _run(job: Job, commands, events) -> None:
+async def _run(job: Job, commands, events, run: Callable) -> None:
     from monitors.events import EngineError, Phase
-    from tui_app.attach.client import _Batches, _get
-    from tui_app.commands.serving_run import run_endpoint_bench
+    from tui_app.attach.loop import _Batches, _get
     from tui_app.core.options import UsageError
 
     out = _Batches(events.put)
@@ -90,12 +93,12 @@ async def _run(job: Job, commands, events) -> None:
         sys.stderr = tables  # what the bench says (a server it cannot reach, a file it cannot write) follows its tables
 
         def progress(st: dict) -> None:
-            out(Phase("bench", progress_text(st), False))
+            out(Phase(name="bench", detail=progress_text(st), done=False))
 
-        bench = asyncio.create_task(run_endpoint_bench(argparse.Namespace(**job.args), job.lengths, emit=out, out=tables, progress_sink=progress))
+        bench = asyncio.create_task(run(job.opts, [tuple(x) for x in job.lengths], emit=out, out=tables, progress_sink=progress))
 
         async def until_shutdown() -> None:
-            while (await loop.run_in_executor(None, _get, commands))[0] != "shutdown":
+            while not isinstance(await loop.run_in_executor(None, _get, commands), Shutdown):
                 pass
 
         quit_ = asyncio.create_task(until_shutdown())
@@ -105,13 +108,13 @@ async def _run(job: Job, commands, events) -> None:
                 code = bench.result()
                 tables.flush()
                 _status(job, code)
-                out(Phase("bench", "done: the tables follow when the TUI closes", True))
+                out(Phase(name="bench", detail="done: the tables follow when the TUI closes", done=True))
             else:
                 bench.cancel()
                 await asyncio.gather(bench, return_exceptions=True)
                 print("tokentop: the bench was stopped before its end (q)", file=tables)
         except UsageError as exc:
-            out(EngineError(str(exc), fatal=True))
+            out(EngineError(message=str(exc), fatal=True))
             print(f"tokentop: {exc}", file=tables)
         finally:
             sys.stderr = sys.__stderr__
@@ -127,30 +130,29 @@ def _status(job: Job, code: int) -> None:
         json.dump({"code": code}, f)
 
 
-def run_live(args, lengths, tui) -> int:
-    """The TUI over the bench (`tui` is the CLI's, which owns the terminal checks), then its tables."""
-    from tui_app.commands.serving_run import check, run_endpoint_bench
-    from tui_app.engine.models import cache_root
+def run_live(opts, lengths, target: Callable, headless: Callable[[], int]) -> int:
+    """The TUI over the bench (`target`: the bench's process, serving_bench.bench_process), then
+    its tables; without a terminal, `headless()`: the bench as without --live."""
+    from tui_app.folders import cache_root
+    from tui_app.ui.launch import run_tui
 
     if not (sys.stdin.isatty() and sys.stdout.isatty()) and not os.environ.get("TOKENTOP_FORCE_TUI"):
         print("tokentop: --live needs a terminal; without one, a progress line per cell on stderr", file=sys.stderr)
-        return asyncio.run(run_endpoint_bench(args, lengths))
-    check(args)  # a usage error is one line here, not a TUI that closes at once
+        return headless()
     log_dir = cache_root()
     log_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="tokentop-bench-") as tmp:
-        plain = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, type(None)))}
-        job = Job(plain, [list(x) for x in lengths], os.path.join(tmp, "tables.md"), os.path.join(tmp, "status.json"))
-        source = BenchSource(job, str(log_dir / "attach.log"), target=bench_main)
-        view = argparse.Namespace(**{**vars(args), "no_record": True, "record": None, "fps": 4.0, "hz": 4.0, "auto": False, "out_dir": None})
-        tui(view, source, make=make_app)
+        job = Job(opts, [list(x) for x in lengths], os.path.join(tmp, "tables.md"), os.path.join(tmp, "status.json"))
+        source = BenchSource(job, str(log_dir / "attach.log"), target=target)
+        view = UiOptions(record=None, no_record=True, fps=4.0, hz=4.0, out_dir=None, auto=False)
+        run_tui(view, lambda: source, NO_TUI, make_app=make_app)
         source.close()  # printed its tables, if the TUI's own close did not
         code = source.bench_code()
         return 1 if code is None else code  # None: stopped before its end, its tables not whole
 
 
-def make_app(args, source, recorder=None):
+def make_app(opts: UiOptions, source, recorder=None):
     from monitors.sampler import Sampler
     from tui_app.ui.bench_app import BenchApp
 
-    return BenchApp(source, None, recorder=recorder, sampler=Sampler(hz=args.hz), fps=args.fps, out_dir=args.out_dir)
+    return BenchApp(source, None, recorder=recorder, sampler=Sampler(hz=opts.hz), fps=opts.fps, out_dir=opts.out_dir)

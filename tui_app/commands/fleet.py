@@ -10,7 +10,7 @@ import os
 import re
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from monitors.events import FleetReady, FleetSample
 from monitors.fleet import ROW_FIGURES, Selector, SelectorError
@@ -34,6 +34,22 @@ def duration(lo: float, hi: float, lo_open: bool = False, why: str = ""):
 
     parse.bounds = check.bounds  # type: ignore[attr-defined]  # read by the bounds test
     return parse
+
+
+@dataclass(kw_only=True)
+class FleetOptions:
+    """`attach --prometheus URL`'s own options (and --watch, which a single server takes too)."""
+
+    prometheus: str | None
+    match: str
+    prometheus_token_env: str | None
+    prometheus_basic_env: str | None
+    window: float
+    every: float
+    backfill: float
+    once: bool
+    output: str
+    watch: bool
 
 
 def add_fleet_args(p: argparse.ArgumentParser) -> None:
@@ -70,6 +86,7 @@ def add_fleet_args(p: argparse.ArgumentParser) -> None:
 
 
 def fleet_config(args, runs: list) -> FleetConfig:
+    """The fleet's watcher configuration from attach's options (FleetOptions, and its --insecure)."""
     if not args.prometheus:
         raise UsageError("--prometheus URL (or TOKENTOP_PROMETHEUS) names the Prometheus to read the fleet from")
     try:

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from monitors.servers import MetricsWindow
-from tui_app.commands.serving_bench import Cell, Request, markdown, write_outputs, xray_markdown
+from tui_app.commands.serving_tables import Cell, Request, markdown, write_outputs, xray_markdown
 from tui_app.core import fmt
 
 
@@ -132,9 +132,9 @@ async def warm_up(client, session, items: list) -> None:
 async def _accounted(client, session, requests: list[Request]) -> None:
     """Each request's X-ray in its row, once the server's spans are in (they come batched, after
     their streams): waits until every request has its span or its "no server span", at most the grace."""
-    from tui_app.attach.otlp import settled
+    from tui_app.attach.joiner import settled
 
-    await settled([x for r in requests if (x := session.xray.get(r.run_id)) is not None], client.joiner)
+    await settled([x for r in requests if (x := session.xray.get(r.run_id)) is not None], client.tracing.joiner)
     for r in requests:
         x = session.xray.get(r.run_id)
         if x is not None:
@@ -163,7 +163,7 @@ def report(args, plan: Plan, servers, cells: list[Cell], out, extra: dict | None
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "settings": {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, type(None)))},
     }
-    written = write_outputs(args, cells, env, {"ratios": ratios, **(extra or {})})
+    written = write_outputs(args.out, args.output, cells, env, {"ratios": ratios, **(extra or {})})
     # A sweep's step that stopped early ended its requests in flight: those are not failures.
     failed = any(not r.ok and not (c.stopped and r.stop_reason == "stopped") for c in cells for r in c.requests)
     return 0 if written and not failed else 1

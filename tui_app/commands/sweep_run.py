@@ -3,19 +3,20 @@ cells kept like any others, then the steps, the headroom and the cells."""
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import replace
 
 from monitors.servers import MetricsWindow
+from tui_app.attach.tokenizer import Prompts
 from tui_app.commands import sweep as sw
 from tui_app.commands import workloads as wl
-from tui_app.commands.serving_bench import Cell, Prompts
 from tui_app.commands.serving_cells import Measuring, Plan, measure_round, report, warm_up
+from tui_app.commands.serving_tables import Cell
 
 
 async def run_sweep(args, plan: Plan, lengths, workload, servers, session, out, progress_sink=None) -> int:
     from tui_app.commands.progress import Progress
 
-    args = argparse.Namespace(**{**vars(args), "requests": args.requests or sw.DEFAULT_REQUESTS, "duration": None})
+    args = replace(args, requests=args.requests or sw.DEFAULT_REQUESTS, duration=None)
     level = args.goodput_level / 100
     p_len, new = lengths[0]
     rates = plan.rates or []

@@ -1,7 +1,7 @@
 """Workloads for `tokentop bench --endpoint`: what each round sends, and when.
 
 - Synthetic (the default): prompts of an exact token length (the server's own tokenizer, see
-  Prompts in serving_bench), a fixed output length, closed loop or arrivals at --rate.
+  Prompts in attach/tokenizer.py), a fixed output length, closed loop or arrivals at --rate.
 - `--dataset sharegpt FILE`: the ShareGPT conversation format (a JSON list, or JSON lines, of
   {"conversations": [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}, ...]}). Each
   human turn is a prompt, its reply's token count the output length. Without --multi-turn the
@@ -23,14 +23,12 @@ import math
 import random
 from dataclasses import dataclass, field, replace
 
+from tui_app.attach.tokenizer import SALT
 from tui_app.core.options import UsageError, bounded
 
 HUMAN = ("human", "user")
 ASSISTANT = ("gpt", "assistant", "chatgpt", "bard", "bing", "model")
 FRESH, WARM = 1_000_003, 999_999_937  # hash-id offsets: a later round's blocks, the warm-up's
-# Where this run's texts start: a server that served an earlier run's prompts would otherwise
-# answer this run's from its prefix cache, and flatter its TTFT.
-SALT = random.SystemRandom().randrange(1, 1_000_000)
 SAMPLES = {"sharegpt": "sample_sharegpt.json", "trace": "sample_trace.jsonl"}
 SAMPLE_BLOCK = 16  # the shipped trace's tokens per hash id: its prompts stay short enough for a CPU
 

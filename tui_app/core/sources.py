@@ -1,18 +1,64 @@
 """Where the app's events come from: a live engine process, an attached server's client process,
-or a recording being replayed."""
+or a recording being replayed. The app knows a source only through EventSource."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import Protocol
 
-from monitors.events import EngineError, EngineReady, Event, FleetReady, Step
+from monitors.events import EngineError, EngineReady, Event, FleetReady, Levers, Step
+from tui_app.requests import Command, Pause, Resume
+
+
+class EventSource(Protocol):
+    """What the app drains once a frame and sends its keys' commands to."""
+
+    kind: str  # "engine", "server" or "fleet": what the KV pane and the status line show
+    live: bool  # whether commands reach something that generates (a replay's levers are recorded)
+    can_pause: bool  # False: Pause is answered with why not (a server's stream goes on)
+    step_mode: bool  # a replay released a step per key (advance) instead of on its schedule
+    server_pid: int | None  # the attached server's own process, when it runs on this host
+
+    @property
+    def pid(self) -> int | None:
+        """The process the memory pane and the leak detector follow."""
+
+    @property
+    def done(self) -> bool:
+        """Nothing more will come (a replay played to its end)."""
+
+    def start(self) -> None: ...
+
+    def drain(self) -> list[Event]:
+        """The events since the last call."""
+
+    def death(self) -> str | None:
+        """Once, when the process behind the source has died unasked: what happened."""
+
+    def alive(self) -> bool: ...
+
+    def send(self, cmd: Command) -> None: ...
+
+    def pause(self, paused: bool) -> None: ...
+
+    def advance(self) -> None: ...
+
+    def restart(self, levers: Levers, first_run_id: int = 1) -> None:
+        """A new process with these levers, numbering its runs from `first_run_id`."""
+
+    def close(self) -> None: ...
 
 
 class LiveSource:
+    """The engine's process (or, as AttachSource, an attached server's client): commands in, events out."""
+
     live = True
     kind = "engine"
     can_pause = True
+    step_mode = False
+    done = False
+    server_pid: int | None = None
 
     def __init__(self, config, log_path: str | None = None, *, target):
         """`target`: what the process runs (the engine's `tui_app.engine.main.engine_main`); handed
@@ -62,9 +108,15 @@ class LiveSource:
         self._reported_death = True
         return self.proc.exit_info().message
 
-    def send(self, *cmd) -> None:
+    def send(self, cmd: Command) -> None:
         if self.proc is not None and self.proc.alive():
-            self.proc.send(*cmd)
+            self.proc.send(cmd)
+
+    def pause(self, paused: bool) -> None:
+        self.send(Pause() if paused else Resume())
+
+    def advance(self) -> None:
+        """Nothing held back to release: a live source's events come as they are made."""
 
     def close(self) -> None:
         if self.proc is not None:
@@ -80,7 +132,7 @@ class AttachSource(LiveSource):
     can_pause = False
 
     def __init__(self, config, log_path: str | None = None, target=None):
-        from tui_app.attach.client import client_main
+        from tui_app.attach.loop import client_main
 
         super().__init__(config, log_path, target=target or client_main)
         self.server_pid: int | None = None
@@ -126,6 +178,7 @@ class ReplaySource:
 
     live = False
     pid = None
+    server_pid = None
     can_pause = True
 
     def __init__(self, events: list[Event], speed: float = 1.0, step_mode: bool = False, error: str | None = None):
@@ -174,7 +227,7 @@ class ReplaySource:
             out.append(ev)
             self.pos += 1
         if self.pos >= len(self.events) and self.error:
-            out.append(EngineError(self.error))
+            out.append(EngineError(message=self.error))
             self.error = None
         return out
 
@@ -185,7 +238,10 @@ class ReplaySource:
     def death(self) -> None:
         return None
 
-    def send(self, *cmd) -> None:
+    def alive(self) -> bool:
+        return not self.done
+
+    def send(self, cmd: Command) -> None:
         pass
 
     def restart(self, levers, first_run_id: int = 1) -> None:

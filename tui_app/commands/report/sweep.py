@@ -5,17 +5,19 @@ imported here only, when a report draws it."""
 
 from __future__ import annotations
 
-PASS, FAIL, SLO_LINE, MARK = "#0072B2", "#D55E00", "#777777", "#009E73"  # Okabe–Ito, as the report's
+from tui_app.commands.report.page import PALETTE, Figure
+
+PASS, FAIL, SLO_LINE, MARK = PALETTE[0], PALETTE[5], "#777777", PALETTE[2]  # the report's Okabe–Ito blue, vermillion, green
 
 
-def headroom_figure(verdict: dict):
-    """(the matplotlib figure, its caption) for one server's sweep (sweep.summary's JSON)."""
+def headroom_figure(index: int, verdict: dict) -> Figure:
+    """The figure of one server's sweep (sweep.summary's JSON), the `index`-th of the bench's."""
     from matplotlib.figure import Figure as MplFigure
+
+    from tui_app.commands.serving_bench import parse_slo
 
     steps = verdict["steps"]
     level = verdict["level"]
-    from tui_app.commands.serving_bench import parse_slo
-
     slo = parse_slo(verdict["slo"])
     keys = [k for k in ("ttft", "itl", "tpot", "e2e") if any(f"{k}_at_level_s" in s for s in steps)]
     fig = MplFigure(figsize=(10, 3.2 * max(len(keys), 1)), layout="constrained")
@@ -55,4 +57,4 @@ def headroom_figure(verdict: dict):
             else "No step met the SLO."
         )
     )
-    return fig, caption
+    return Figure(f"headroom-{index}", f"Headroom of {verdict['server']}", fig, caption)
