@@ -51,7 +51,7 @@ async def run_round(
 ) -> tuple[list[Sent], float, str | None]:
     """Send `items` (every text filled in), return what was sent, the round's wall time (from its
     start to its last request's end) and why it stopped early (`stop` said so), or None."""
-    from tui_app.engine.config import RunRequest
+    from tui_app.requests import RunRequest
 
     groups: dict[int, list[Item]] = {}
     singles: list[list[Item]] = []
