@@ -179,7 +179,7 @@ def summary(steps: list[dict], level: float, slo_text: str, server: str) -> tupl
     ci = headroom_interval(steps, level)
     failed = next((s for s in steps if not s["passed"]), None)
     out = {"server": server, "level": level, "slo": slo_text, "headroom_rate": best, "headroom_ci95": list(ci) if ci else None, "steps": steps}
-    share = f"{level * 100:g} %"
+    share = f"{level * 100:g}%"  # as fmt.pct writes the share that met it
     if best is None:
         s = steps[0]
         why = f"; {s['stopped']}" if s.get("stopped") else ""
