@@ -17,7 +17,6 @@ and a stalled server never stalls a frame.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
 import os
@@ -27,7 +26,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import httpx
-from httpx_sse import SSEError, aconnect_sse
+from httpx_sse import SSEError
 
 from monitors.events import (
     EngineError,
@@ -45,6 +44,7 @@ from monitors.redact import redact
 from monitors.servers import OPENAI, EngineTable, MetricsWindow, Quantiles
 from tui_app.attach.errors import AttachError, api_base, describe_failure, describe_status, host_port, server_root
 from tui_app.attach.metrics import detect, scrape
+from tui_app.attach.pooled import drained, sse_post
 from tui_app.attach.sse import ChunkReader, StreamResult, run_end
 from tui_app.attach.tracing import Tracing
 
@@ -304,7 +304,7 @@ class ServerClient:
         trace_id, trace = self.tracing.start(run_id, k, t0)
         try:
             for attempt in (trace, {}):
-                async with aconnect_sse(self.http, "POST", url, json=body, headers={**self._headers, **attempt}) as es:
+                async with sse_post(self.http, url, body, {**self._headers, **attempt}) as es:
                     r = es.response
                     if r.status_code != 200:
                         await r.aread()
@@ -433,16 +433,8 @@ async def token_chunks(es, out: StreamResult) -> AsyncIterator[tuple[str, int, i
         if out.error:
             return
         if out.done:
-            with contextlib.suppress(asyncio.TimeoutError, httpx.HTTPError, SSEError):
-                await asyncio.wait_for(_rest(events), 0.2)  # a server that keeps the body open is not waited for
+            await drained(events)
             break
         if got is not None:
             yield (*got, t)
     reader.close()
-
-
-async def _rest(events) -> None:
-    """The rest of a body: after [DONE] only its end (read whole, httpx keeps the connection for
-    the next request; left unread, it is closed and the next request pays a connect)."""
-    async for _ in events:
-        pass
