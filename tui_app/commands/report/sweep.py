@@ -43,7 +43,7 @@ def headroom_figure(index: int, verdict: dict) -> Figure:
             ax.annotate(text, mark, xytext=(8, -14), textcoords="offset points", fontsize=8, color=MARK, weight="bold")
         ax.set_ylabel(f"{key.upper()} p{level * 100:g} (ms)")
         ax.grid(alpha=0.3)
-        ax.set_ylim(bottom=0)
+        ax.set_ylim(0, max([y for _, y, _ in pts] + [limit * 1000 if limit else 0]) * 1.15 or None)  # room above the SLO line for its label
     axes[-1].set_xlabel("output tok/s achieved (each point a step, labelled with its offered rate)")
     failed = next((s for s in steps if not s["passed"]), None)
     caption = (
