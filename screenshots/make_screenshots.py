@@ -13,7 +13,8 @@ session (int8 switched on in the first run, enough runs after it for the leak de
 and one of a small `tokentop bench -o json`; and `tokentop serve` in Chromium, with `?` pressed.
 With TOKENTOP_VLLM_PYTHON (the real vLLM's venv, as the test tier has it): the X-ray of a run of
 eight streams on vLLM with four sequences at a time, its spans sent to tokentop's OTLP receiver,
-and the report's timeline of a `bench --endpoint --otlp` on it.
+and the report's timeline of a `bench --endpoint --otlp` on it. The headroom picture: the README's
+`bench --endpoint --sweep` on a one-slot llama.cpp server, the report's throughput–latency curve.
 Timed figures in them were taken on whatever load the machine had at the time.
 """
 
@@ -241,12 +242,36 @@ def xray_pictures(tmp: str) -> list[str]:
     return [*out, png]
 
 
+# The README's worked example (Benchmarking a server), on a llama.cpp server with one slot.
+SWEEP = ("--lengths", "64:32", "--sweep", "0.2:1:0.2", "--slo", "ttft=1.5s", "--repeats", "3", "--requests", "6")
+
+
+def headroom() -> str:
+    from tui_app.commands.report import build
+
+    server = LlamaServer("--slots", "1")
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            stem = os.path.join(tmp, "sweep")
+            bench = [sys.executable, "-m", "tui_app", "bench", "--endpoint", server.url, "--label", "llama.cpp", *SWEEP, "-o", "json", "--out", stem]
+            subprocess.run(bench, check=False, stdout=subprocess.DEVNULL)  # exit 1 where no step meets the SLO: drawn all the same
+            figure = next(f for f in build(stem + ".json").figures if f.name == "headroom-0")
+    finally:
+        server.close()
+    png = os.path.join(HERE, "report-headroom.png")
+    figure.fig.savefig(png, dpi=120, metadata={"Software": None})
+    return png
+
+
 def main() -> int:
     if shutil.which("rsvg-convert") is None:
         print("rsvg-convert is missing: apt-get install librsvg2-bin", file=sys.stderr)
         return 2
     if sys.argv[1:] == ["fleet"]:  # this picture alone: it needs no model run, browser or report
         print("wrote", asyncio.run(shoot_fleet((160, 45))))
+        return 0
+    if sys.argv[1:] == ["headroom"]:  # this one alone: a sweep of a few minutes, no browser
+        print("wrote", headroom())
         return 0
     if browser.unavailable():
         print(f"no browser pictures: {browser.unavailable()}", file=sys.stderr)
@@ -264,6 +289,7 @@ def main() -> int:
             print("wrote", png)
     for png in served():
         print("wrote", png)
+    print("wrote", headroom())
     return 0
 
 
