@@ -62,23 +62,27 @@ class Prompts:
         base = reference_text()
         ids = await self.reference_ids()
         out = []
-        i = start
-        for k in range(count):
-            text = None
-            for _ in range(4 if ids else 0):
-                # A cut can merge with its neighbour when the server tokenizes the text again: such a
-                # text is passed over for the next, so every prompt is exactly n_tokens long.
-                text = await self._text(_variant(ids or [], self.shared_prefix, i, n_tokens))
-                i += 1
-                back = await self._tokens(text) if text is not None else None
-                if text is None or back is None or len(back) == n_tokens:
-                    break
+        for i in range(start, start + count):
+            text = await self.exact_text(_variant(ids, self.shared_prefix, i, n_tokens), ids) if ids else None
             if text is None:
                 self.exact = False
-                text = " ".join(_rotated(base.split(), self.shared_prefix, 5 * (start + k)) * 4)[: n_tokens * 4]
+                text = " ".join(_rotated(base.split(), self.shared_prefix, 5 * i) * 4)[: n_tokens * 4]
             out.append(text)
-        self.made = max(self.made, i)
         return out
+
+    async def exact_text(self, ids: list[int], reference: list[int]) -> str | None:
+        """The text of `ids`, as many tokens long when the server tokenizes it again: two tokens side
+        by side can merge into one (or one split in two) when the text is read again, so the tail is
+        lengthened (or shortened) a token at a time. The head, a prefix shared with others, stays."""
+        n = len(ids)
+        text = None
+        for k in range(6):
+            text = await self._text(ids)
+            back = await self._tokens(text) if text is not None else None
+            if text is None or back is None or len(back) == n:
+                return text
+            ids = [*ids, reference[(n + k) % len(reference)]] if len(back) < n else ids[:-1]
+        return text
 
 
 def _variant(ids: list[int], keep: int, i: int, n: int) -> list[int]:

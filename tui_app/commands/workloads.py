@@ -237,21 +237,6 @@ def read_trace(path: str, block: int) -> list[Item]:
     return items
 
 
-async def exact_text(prompts, ids: list[int], reference: list[int]) -> str | None:
-    """The text of `ids`, as many tokens long when the server tokenizes it again: where the last
-    tokens merge (or split) across a cut, the tail is lengthened (or shortened) a token at a time.
-    The head, the blocks a request shares with others, stays as it is."""
-    n = len(ids)
-    text = None
-    for k in range(6):
-        text = await prompts._text(ids)
-        back = await prompts._tokens(text) if text is not None else None
-        if text is None or back is None or len(back) == n:
-            return text
-        ids = [*ids, reference[(n + k) % len(reference)]] if len(back) < n else ids[:-1]
-    return text
-
-
 def arrivals(rate: float, burstiness: float, seed: int, count: int | None = None, duration: float | None = None) -> list[float]:
     """Send times (s from the round's start) at `rate` a second: gamma-distributed gaps of shape
     `burstiness` and mean 1/rate, vllm bench serve's definition (1: a Poisson process, inf: even)."""
@@ -373,7 +358,7 @@ async def round_items(args, plan: CellPlan, prompts, round_no: int, warm: int, f
         items = [replace(it, at_s=(it.at_s or 0.0) / w.speed, hash_ids=[h + (SALT + fresh) * FRESH for h in it.hash_ids]) for it in w.items]
         warm_items = [replace(it, at_s=None, hash_ids=[h + WARM + SALT for h in it.hash_ids]) for it in w.items[:warm]]
         for it in [*warm_items, *items]:
-            it.text = (await exact_text(prompts, trace_ids(it, ref, w.block), ref) if ref else None) or "word " * it.prompt_tokens
+            it.text = (await prompts.exact_text(trace_ids(it, ref, w.block), ref) if ref else None) or "word " * it.prompt_tokens
         return warm_items, items
     base = w.items if size is None else [it for it in w.items if it.conversation < size]
     tag = f"[{fresh}] " if fresh else ""
