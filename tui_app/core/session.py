@@ -121,6 +121,7 @@ class Session:
     verdict: LeakVerdict | None = None
     device_verdicts: dict = field(default_factory=dict)  # source name → LeakVerdict, for the sources a run reported
     token_count: int = 0
+    sample_count: int = 0  # Sampled events so far: the index of the next, for charts that page
     fatal: str | None = None
     died: dict = field(default_factory=dict)  # run id → why it never finished
     listeners: list = field(default_factory=list)
@@ -138,6 +139,7 @@ class Session:
             self._step(ev)
         elif isinstance(ev, Sampled):
             self.samples.append(ev)
+            self.sample_count += 1
             now = self.read_rate() if self.reads and ev.t_ns - self.reads[-1][2] < READ_FRESH_NS else None
             self.mem_read.append(now[1] if now else None)
         elif isinstance(ev, ServerSample):
