@@ -190,7 +190,7 @@ async def test_layout_snapshots(size):
         # from an earlier test still loading) the first frames can take longer than any pause.
         await until(pilot, lambda: app.state == "replay finished", timeout=30, what="replay drawn")
         await pilot.pause(0.5)
-        await until(pilot, lambda: not any(w.dirty for w in app.panes.values() if w.display), timeout=30, what="panes drawn")
+        await until(pilot, lambda: not any(w.pending for w in app.panes.values() if w.display), timeout=30, what="panes drawn")
 
         svg = normalized_svg(app.export_screenshot())
     path = SNAPSHOTS / f"layout-{size[0]}x{size[1]}.svg"
@@ -369,7 +369,7 @@ async def test_no_title_legend_status_or_key_is_cut(size):
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: app.state == "replay finished", timeout=30, what="replay drawn")
         await pilot.pause(0.5)
-        await until(pilot, lambda: not any(w.dirty for w in app.panes.values() if w.display), timeout=30, what="panes drawn")
+        await until(pilot, lambda: not any(w.pending for w in app.panes.values() if w.display), timeout=30, what="panes drawn")
         for w in app.query("*"):
             if w.display and w.region.width and (w.border_title or w.border_subtitle):
                 for text in (str(w.border_title or ""), str(w.border_subtitle or "")):

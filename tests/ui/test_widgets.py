@@ -2,6 +2,7 @@
 
 import os
 import random
+from itertools import pairwise
 
 from rich.text import Text
 from textual.app import App
@@ -50,14 +51,37 @@ async def test_token_stream_wraps_incrementally_as_a_full_wrap_would():
         pane.redraw()
         shown = [strip.text.rstrip() for strip in pane._strips]
         expected = wrapped_tail(app, "".join(t for t, _ in pane.chunks), width, height)
-        assert shown == expected
-
-        assert len(shown) < height, "the whole text is on screen, frozen lines included"
+        assert shown[: len(expected)] == expected and not any(shown[len(expected) :]), "the text from the top, blank below"
+        assert len(expected) < height, "the whole text is on screen, frozen lines included"
         await pilot.resize_terminal(70, 20)  # a new width re-wraps what is kept
         await pilot.pause()
         pane.redraw()
         shown = [strip.text.rstrip() for strip in pane._strips]
         assert shown == wrapped_tail(app, "".join(t for t, _ in pane.chunks), pane.content_size.width, pane.content_size.height)
+
+
+async def test_token_stream_pages_lines_keep_their_rows():
+    """A new line does not move the lines above it (each would be sent to the terminal again); a
+    full pane moves half a pane on."""
+    pane = TokenStream()
+    app = One(pane)
+    async with app.run_test(size=(40, 12)) as pilot:
+        await pilot.pause()
+        height = pane.content_size.height
+        rows = []
+        for i in range(3 * height):
+            pane.add_text(f"line {i}\n")
+            pane.redraw()
+            rows.append([strip.text.rstrip() for strip in pane._strips])
+        for before, after in pairwise(rows):
+            kept = [a == b for a, b in zip(before, after, strict=True) if a]
+            jumped = after[0] != before[0]
+            assert jumped or all(kept), "lines stay where they are until the pane is full"
+            if jumped:
+                # the lines so far and the one still growing (empty here) fill the upper half
+                assert all(after[: height // 2 - 1]) and not any(after[height // 2 - 1 :]), after
+                carried = [line for line in after if line][:-1]
+                assert carried == [line for line in before if line][-len(carried) :], "the lower half moves up, whole"
 
 
 def test_fit_columns_keeps_whole_cells_and_leaves_out_the_least_important():
