@@ -22,13 +22,27 @@ from tui_app.core.options import (
     require_extra,
     run_request,
 )
+from tui_app.core.terminal import cannot_draw
 from tui_app.engine.config import DEVICE_MAPS
 from tui_app.prompts import PRESETS
 
 ENGINE_COMMANDS = ("run", "serve", "bench", "leakcheck", "demo")
 
 COUNT = bounded(int, 1)  # runs, tokens, layers: one or more
-FPS = bounded(float, 1, 60, why="redraws per second")
+_FPS = bounded(float, 1, 60, why="redraws per second")
+
+
+def FPS(text: str):
+    """--fps: a number of redraws per second, or "auto" (4, lowered while the terminal falls behind)."""
+    if text == "auto":
+        return text
+    try:
+        return _FPS(text)
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"{e} (or auto)") from None
+
+
+FPS.bounds = _FPS.bounds  # type: ignore[attr-defined]
 HZ = bounded(float, 0, 20, lo_open=True, why="samples per second; more would cost the machine what it measures")
 
 
@@ -85,7 +99,10 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
 
 def _ui_args(p: argparse.ArgumentParser) -> None:
     # 4 by measurement: at 8 the UI took 30 % of a core on the 2-core machine and slowed decode (README).
-    p.add_argument("--fps", type=FPS, default=4.0, help="redraws per second (default 4)")
+    p.add_argument(
+        "--fps", type=FPS, default="auto", help="redraws per second, or auto (the default: 4, lower while the terminal cannot keep up, as over a slow link)"
+    )
+    p.add_argument("--ascii", action="store_true", help="charts, borders and marks in plain ASCII (terminals or fonts without braille or box drawing)")
     p.add_argument("--hz", type=HZ, default=4.0, help="system/GPU samples per second (default 4)")
     p.add_argument("--record", default=None, help="record every event to this JSONL file (default: the user data folder)")
     p.add_argument("--no-record", action="store_true", help="do not record the session")
@@ -127,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("file")
     replay.add_argument("--speed", type=bounded(float, 0), default=1.0, help="1 = real time, N = N times faster, 0 = as fast as possible")
     replay.add_argument("--step", action="store_true", help="advance one step per key press (space)")
-    replay.add_argument("--fps", type=FPS, default=8.0, help="redraws per second (default 8)")
+    replay.add_argument("--fps", type=FPS, default=8.0, help="redraws per second, or auto (default 8)")
+    replay.add_argument("--ascii", action="store_true", help="charts, borders and marks in plain ASCII")
     replay.add_argument("--stats", action="store_true", help="print the per-run statistics instead of drawing the TUI")
     attach = sub.add_parser(
         "attach",
@@ -186,10 +204,11 @@ def _attach_args(p: argparse.ArgumentParser) -> None:
 
 
 def _tui(args, source=None, make=None) -> int:
-    if not (sys.stdin.isatty() and sys.stdout.isatty()) and not os.environ.get("TOKENTOP_FORCE_TUI"):
+    why = cannot_draw()
+    if why:
         own = {"attach": "`tokentop attach URL --no-tui`", "demo": "`tokentop demo --no-tui`"}
         no_tui = own.get(args.command, "`tokentop run --no-tui` (or `tokentop bench`)")
-        print(f"tokentop: no terminal here, so no TUI; for the numbers use {no_tui}", file=sys.stderr)
+        print(f"tokentop: {why}; for the numbers use {no_tui}", file=sys.stderr)
         return EXIT_USAGE
     from monitors.record import RecordError
     from tui_app.commands.run import live_source

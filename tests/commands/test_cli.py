@@ -185,7 +185,8 @@ def _numeric_options():
     sub = next(a for a in parser._actions if a.choices and isinstance(a.choices, dict))
     for name, p in sub.choices.items():
         for action in p._actions:
-            if action.option_strings and (isinstance(action.default, (int, float)) and not isinstance(action.default, bool)) and not action.choices:
+            numeric = isinstance(action.default, (int, float)) and not isinstance(action.default, bool)
+            if action.option_strings and (numeric or hasattr(action.type, "bounds")) and not action.choices:  # --fps: a number or auto
                 yield name, action.option_strings[-1], action.type
 
 

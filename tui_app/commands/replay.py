@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 from monitors.record import read_recording
@@ -20,6 +19,7 @@ def fold(events, history: int = HISTORY) -> Session:
 
 def replay_main(args) -> int:
     from tui_app.core.options import EXIT_USAGE
+    from tui_app.core.terminal import cannot_draw
 
     rec = read_recording(args.file)
     if rec.error:
@@ -32,12 +32,13 @@ def replay_main(args) -> int:
         for row in fold(rec.events).rows():
             print(row_line(row))
         return 0
-    if not (sys.stdin.isatty() and sys.stdout.isatty()) and not os.environ.get("TOKENTOP_FORCE_TUI"):
-        print("tokentop: no terminal here, so no TUI; use `tokentop replay --stats FILE` for the numbers", file=sys.stderr)
+    why = cannot_draw()
+    if why:
+        print(f"tokentop: {why}; use `tokentop replay --stats FILE` for the numbers", file=sys.stderr)
         return EXIT_USAGE
     from tui_app.core.sources import ReplaySource
     from tui_app.ui.app import TokentopApp
 
-    app = TokentopApp(ReplaySource(rec.events, speed=args.speed, step_mode=args.step, error=rec.error), None, fps=args.fps)
+    app = TokentopApp(ReplaySource(rec.events, speed=args.speed, step_mode=args.step, error=rec.error), None, fps=args.fps, ascii=args.ascii)
     app.run()
     return 0

@@ -14,7 +14,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import ClassVar
 
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Container, Horizontal
 from textual.widgets import Static
@@ -38,6 +38,7 @@ from monitors.system import trim_heap
 from tui_app.core import fmt
 from tui_app.core.session import Session, short_value
 from tui_app.process import yield_to_children
+from tui_app.ui.frames import FramePacer, PacedApp
 from tui_app.ui.screens.confirm import ConfirmScreen
 from tui_app.ui.screens.help import HelpScreen
 from tui_app.ui.screens.prompt import PromptScreen
@@ -54,7 +55,6 @@ from tui_app.ui.widgets.util_chart import UtilChart
 from tui_app.ui.widgets.waterfall import Waterfall
 
 CHARTS = ("latency", "kv", "memory", "util")
-FIRST_DATA_S = 5.0  # past this (an engine loading its model) the frame timer alone draws
 # The command palette's entries: sentences, with the key as their help line.
 PALETTE = {
     "lever('cache')": "Switch the KV cache on or off",
@@ -85,7 +85,7 @@ def _cycle(values, current):
     return values[(values.index(current) + 1) % len(values)] if current in values else values[0]
 
 
-class TokentopApp(App):
+class TokentopApp(PacedApp):
     # A path of its own: Textual reads a relative one beside the subclass (the demo's app lives in commands/).
     CSS_PATH = Path(__file__).with_name("app.tcss")
     TITLE = "tokentop"
@@ -121,17 +121,19 @@ class TokentopApp(App):
         *,
         recorder=None,
         sampler=None,
-        fps: float = 8.0,
+        fps: float | str = 8.0,
         auto: bool = False,
         prompt_file: str | None = None,
         out_dir: str | None = None,
         history: int = 4000,
+        ascii: bool = False,
     ):
         super().__init__()
+        self.ascii = ascii
         self.source = source
         self.request = request
         self.sampler = sampler
-        self.fps = max(1.0, min(fps or 8.0, 60.0))
+        self.pacer = FramePacer(self, fps)  # --fps: a number, or "auto" (frames.py)
         self.auto = auto
         self.prompt_file = prompt_file
         self.out_dir = out_dir  # None: the recordings folder (TOKENTOP_DATA moves it)
@@ -147,7 +149,6 @@ class TokentopApp(App):
         self._wanted: dict[str, object] = {}
         self._text: list[str] = []  # this frame's tokens, added to the text pane once per frame
         self._mode = ""
-        self._started = time.monotonic()
         self._phase_since: float | None = None  # when the phase in progress began, on this clock
         self.told: deque[str] = deque(maxlen=50)  # what notify() said, for tests and export
 
@@ -184,10 +185,7 @@ class TokentopApp(App):
             self.sampler.watch("engine", self.source.pid)
             self.sampler.start()
         yield_to_children()
-        self.set_interval(1.0 / self.fps, self.tick)
-        # The first figures are drawn when they come, not a frame later: until then (a server's
-        # first answer, or at most FIRST_DATA_S) the app looks every 50 ms.
-        self._first_data = self.set_interval(0.05, self._until_first_data)
+        self.pacer.start()
         self._apply_size()
         for sig in (signal.SIGTERM, signal.SIGHUP):
             try:
@@ -223,13 +221,11 @@ class TokentopApp(App):
             chart.dirty = True
 
     # ------------------------------------------------------------ the frame
-    def _until_first_data(self) -> None:
-        self.tick()
-        arrived = self.session.ready is not None and (self.source.kind != "server" or bool(self.session.server))
-        if arrived or time.monotonic() - self._started > FIRST_DATA_S:
-            self._first_data.stop()
+    def first_data_in(self) -> bool:
+        """The first figures are drawn when they come (a server's first answer), not a frame later."""
+        return self.session.ready is not None and (self.source.kind != "server" or bool(self.session.server))
 
-    def tick(self) -> None:
+    def feed(self) -> list:
         self._apply_size()  # cheap when the size class is unchanged; resize events do not always reach the App
         events = self.source.drain()
         if self.sampler is not None:
@@ -250,16 +246,23 @@ class TokentopApp(App):
         if self.running and now - self._table_t > 1.0:
             self._table_t = now
             self._mark("runs")
+        if not self.source.live and self.source.done and self.state != "replay finished":
+            self.state = "replay finished"
+        return events
+
+    def tick(self) -> None:
+        self.feed()
         for widget in self.panes.values():
             widget.redraw()
+        self.show_status()
+
+    def show_status(self) -> None:
         phase = self.session.phase
         state = self.state
         if phase is not None and not phase.done and self._phase_since is not None and state.startswith(f"{phase.name}: "):
             # A first compile takes a minute or more: the clock shows it is working, not stuck.
             state = f"{state} {time.monotonic() - self._phase_since:.0f} s"
-        self.status.show(self.session, state, self.request.preset if self.request else "replay", self.auto)
-        if not self.source.live and self.source.done and self.state != "replay finished":
-            self.state = "replay finished"
+        self.status.show(self.session, state, self.request.preset if self.request else "replay", self.auto, self._wanted, self.pacer.status_note())
 
     def _flush_text(self) -> None:
         """The frame's tokens into the text pane at once: a fast server sends thousands a second."""
@@ -620,4 +623,5 @@ def make_app(args, source, recorder=None) -> TokentopApp:
         auto=args.auto,
         prompt_file=args.prompt_file,
         out_dir=args.out_dir,
+        ascii=args.ascii,
     )
