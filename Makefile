@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup chromium run test bench bench-peer screenshots check clean gpu-wheels gpu-check lock test-latest test-oldest
+.PHONY: setup chromium sshd run test bench bench-peer screenshots check clean gpu-wheels gpu-check lock test-latest test-oldest
 
 setup: $(VENV)/.installed
 
@@ -19,6 +19,14 @@ chromium:
 # so that a release upstream cannot change what a fresh machine runs. torch is outside them: pinned
 # here because any other torch requirement pulls several GB of CUDA wheels (GPU users: see README).
 # requirements/run.txt is the engine's and the reports'; test.txt the same versions and the test tools.
+# Debian's OpenSSH server and client and GNU screen for the terminal tests (tests/system/test_ssh.py:
+# tokentop over a real ssh to a real sshd the tests start; test_terminals.py: through tmux and screen),
+# where apt-get and root are at hand; elsewhere those tests skip and say why.
+sshd:
+	@{ [ -x /usr/sbin/sshd ] && command -v ssh >/dev/null && command -v screen >/dev/null; } || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends openssh-server openssh-client screen; } \
+		|| echo "openssh-server, openssh-client or screen is not installed: the ssh and screen tests will skip"
+
 $(VENV)/.installed: pyproject.toml Makefile requirements/run.txt requirements/model.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "make needs Python >= 3.11 (pip install tokentop needs 3.10)"; exit 2; }
@@ -47,7 +55,7 @@ $(VLLM_VENV)/.installed: requirements/vllm.txt
 	touch $@
 
 # The tests run only once the checks pass, so CI keeps both green.
-test: check chromium $(VLLM_VENV)/.installed
+test: check chromium sshd $(VLLM_VENV)/.installed
 	$(PY) -m pytest -q -m "not vllm and not chaos"
 	TOKENTOP_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q -m vllm
 	$(PY) -m pytest -q -m chaos
@@ -116,7 +124,7 @@ lock: $(VENV)/.tested
 # Both ends of each range in pyproject.toml, each in a venv of its own, the suite without the vLLM
 # tier: the newest releases (a deprecation upstream shows here, by name, before a lock takes it) and
 # the oldest (uv's lowest-direct resolution). torch stays 2.13.0: the CPU build is the only one here.
-test-latest test-oldest: test-%: chromium
+test-latest test-oldest: test-%: chromium sshd
 	test -x $(VENV)-$*/bin/python || python3 -m venv $(VENV)-$*
 	$(VENV)-$*/bin/python -c "import torch" 2>/dev/null || $(VENV)-$*/bin/python -m pip -q install torch==2.13.0
 	$(UV) pip compile --quiet --find-links $(TORCH_CPU) --python $(VENV)-$*/bin/python --no-emit-package torch \
