@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup chromium sshd run test bench bench-peer screenshots check clean gpu-wheels gpu-check lock test-latest test-oldest
+.PHONY: setup chromium prometheus sshd run test bench bench-peer screenshots check clean gpu-wheels gpu-check lock test-latest test-oldest
 
 setup: $(VENV)/.installed
 
@@ -15,10 +15,14 @@ chromium:
 		&& apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } \
 		|| echo "chromium is not installed: the browser tests will skip"
 
-# Everything from the lock files in requirements/ (exact versions and hashes, made by `make lock`),
-# so that a release upstream cannot change what a fresh machine runs. torch is outside them: pinned
-# here because any other torch requirement pulls several GB of CUDA wheels (GPU users: see README).
-# requirements/run.txt is the engine's and the reports'; test.txt the same versions and the test tools.
+# Debian's Prometheus for the fleet tests (tests/helpers/prometheus.py runs it as a plain process on
+# 127.0.0.1; the package starts no daemon of its own without systemd), where apt-get and root are at
+# hand; elsewhere those tests skip and say why. Only the tests and benchmarks/fleet_scale.py need it.
+prometheus:
+	@command -v prometheus >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; } \
+		|| echo "prometheus is not installed: the fleet tests will skip"
+
 # Debian's OpenSSH server and client and GNU screen for the terminal tests (tests/system/test_ssh.py:
 # tokentop over a real ssh to a real sshd the tests start; test_terminals.py: through tmux and screen),
 # where apt-get and root are at hand; elsewhere those tests skip and say why.
@@ -27,6 +31,10 @@ sshd:
 		&& apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends openssh-server openssh-client screen; } \
 		|| echo "openssh-server, openssh-client or screen is not installed: the ssh and screen tests will skip"
 
+# Everything from the lock files in requirements/ (exact versions and hashes, made by `make lock`),
+# so that a release upstream cannot change what a fresh machine runs. torch is outside them: pinned
+# here because any other torch requirement pulls several GB of CUDA wheels (GPU users: see README).
+# requirements/run.txt is the engine's and the reports'; test.txt the same versions and the test tools.
 $(VENV)/.installed: pyproject.toml Makefile requirements/run.txt requirements/model.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "make needs Python >= 3.11 (pip install tokentop needs 3.10)"; exit 2; }
@@ -55,7 +63,7 @@ $(VLLM_VENV)/.installed: requirements/vllm.txt
 	touch $@
 
 # The tests run only once the checks pass, so CI keeps both green.
-test: check chromium sshd $(VLLM_VENV)/.installed
+test: check chromium prometheus sshd $(VLLM_VENV)/.installed
 	$(PY) -m pytest -q -m "not vllm and not chaos"
 	TOKENTOP_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q -m vllm
 	$(PY) -m pytest -q -m chaos
@@ -67,7 +75,7 @@ check: $(VENV)/.tested
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
-screenshots: setup chromium
+screenshots: setup chromium prometheus
 	command -v rsvg-convert >/dev/null || apt-get install -y librsvg2-bin
 	$(PY) screenshots/make_screenshots.py
 
@@ -77,7 +85,7 @@ bench-peer: setup
 	$(PIP) install --target .peer --no-deps xllamacpp
 	PYTHONPATH=.peer $(PY) benchmarks/ceiling.py
 
-bench: setup
+bench: setup prometheus
 	$(PY) benchmarks/framework_overhead.py
 	$(PY) benchmarks/levers.py
 	$(PY) benchmarks/ceiling.py
@@ -85,13 +93,14 @@ bench: setup
 	$(PY) benchmarks/kernel_stream.py
 	$(PY) benchmarks/startup.py
 	$(PY) benchmarks/observer_overhead.py
+	$(PY) benchmarks/fleet_scale.py
 
 # The lent GPU machine (docs/gpu.md) has no network and no copy of the default model: build, here,
 # the wheels it lacks (for its Python 3.12, a torchao built for its torch 2.11) and the default
 # model's tokenizer into an ignored folder that the device call carries (`carry: [".gpu-wheels"]`).
 GPU_WHEELS ?= .gpu-wheels
 gpu-wheels: setup
-	$(PY) benchmarks/gpu_check.py --wheels $(GPU_WHEELS)
+	$(PY) -m benchmarks.gpu_check --wheels $(GPU_WHEELS)
 
 # There: those wheels over the machine's own torch (--no-deps: nothing else is installed), then
 # every CUDA check, its report under $OUT. Without CUDA it says so and exits 2. The carried tmux
@@ -101,7 +110,7 @@ GPU_SITE ?= /tmp/tokentop-site
 gpu-check:
 	test -d $(GPU_WHEELS) || { echo "no $(GPU_WHEELS)/: run make gpu-wheels where there is network, and carry it"; exit 2; }
 	$(GPU_PY) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $(GPU_SITE) --find-links $(GPU_WHEELS) $(GPU_WHEELS)/*.whl
-	PATH="$$PATH:$(CURDIR)/$(GPU_WHEELS)/bin" PYTHONPATH=$(CURDIR):$(GPU_SITE) PYTHONUNBUFFERED=1 $(GPU_PY) benchmarks/gpu_check.py --tokenizer $(GPU_WHEELS)/default-tokenizer $(GPU_ARGS)
+	PATH="$$PATH:$(CURDIR)/$(GPU_WHEELS)/bin" PYTHONPATH=$(CURDIR):$(GPU_SITE) PYTHONUNBUFFERED=1 $(GPU_PY) -m benchmarks.gpu_check --tokenizer $(GPU_WHEELS)/default-tokenizer $(GPU_ARGS)
 
 clean:
 	rm -rf $(VENV) $(VENV)-latest $(VENV)-oldest
@@ -124,7 +133,7 @@ lock: $(VENV)/.tested
 # Both ends of each range in pyproject.toml, each in a venv of its own, the suite without the vLLM
 # tier: the newest releases (a deprecation upstream shows here, by name, before a lock takes it) and
 # the oldest (uv's lowest-direct resolution). torch stays 2.13.0: the CPU build is the only one here.
-test-latest test-oldest: test-%: chromium sshd
+test-latest test-oldest: test-%: chromium prometheus sshd
 	test -x $(VENV)-$*/bin/python || python3 -m venv $(VENV)-$*
 	$(VENV)-$*/bin/python -c "import torch" 2>/dev/null || $(VENV)-$*/bin/python -m pip -q install torch==2.13.0
 	$(UV) pip compile --quiet --find-links $(TORCH_CPU) --python $(VENV)-$*/bin/python --no-emit-package torch \

@@ -196,8 +196,9 @@ def main() -> int:
     from tui_app.core import fmt
     from tui_app.core.session import Session
     from tui_app.engine.bandwidth import weight_bytes
-    from tui_app.engine.generation import Engine, EngineConfig, RunRequest
+    from tui_app.engine.generation import Engine, EngineConfig
     from tui_app.engine.models import find_default_gguf
+    from tui_app.requests import RunRequest
 
     variants = {
         "fp32": {},
@@ -229,7 +230,7 @@ def main() -> int:
             continue
         warm = run()
         # the KV a step reads at the run's mean context: the final cache scaled back from its length
-        per_token = weight_bytes(engine._variants[engine.levers.quant]) + warm.kv_bytes * mean_context / (len(ids) + warm.n_tokens)
+        per_token = weight_bytes(engine.control.variants[engine.levers.quant]) + warm.kv_bytes * mean_context / (len(ids) + warm.n_tokens)
         dram = [read(dram_bytes, 3)]
         tps, reads, ratios = [], [read(per_token)], []
         for _ in range(args.repeats):

@@ -90,7 +90,8 @@ def main() -> int:
     from transformers import DynamicCache
 
     from tui_app.commands.bench import apply_levers
-    from tui_app.engine.generation import Engine, EngineConfig, RunRequest
+    from tui_app.engine.generation import Engine, EngineConfig
+    from tui_app.requests import RunRequest
 
     folder = tempfile.mkdtemp(prefix="tiny-llama-")
     tiny_llama(folder, args.tokenizer)

@@ -22,7 +22,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tui_app.commands.bench import apply_levers, parse_levers, prompt_of_length
 from tui_app.core import fmt
 from tui_app.core.session import Session
-from tui_app.engine.generation import Engine, EngineConfig, RunRequest
+from tui_app.engine.generation import Engine, EngineConfig
+from tui_app.requests import RunRequest
 
 DEFAULT = "no-cache,compile,int8,int4,lookup,draft,b4,int8+compile,int4+compile"
 

@@ -29,26 +29,27 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks._tmux import TmuxApp
 from monitors.events import RunFinished
 from monitors.record import read_recording
-from tui_app.commands.replay import fold
+from tui_app.core.session import Session
 
 
 def decode_tps(events, skip_first: int = 1) -> list[float]:
-    session = fold(events)
+    session = Session.from_events(events)
     runs = [r for r in session.timer.runs.values() if r.finished is not None]
     return [r.total.decode_tps for r in runs[skip_first:]]
 
 
 def engine_alone(runs: int, tokens: int, engine: dict) -> list[float]:
-    from tui_app.engine.generation import EngineConfig, RunRequest
+    from tui_app.engine.generation import EngineConfig
     from tui_app.engine.main import engine_main
     from tui_app.process import EngineProcess
+    from tui_app.requests import Run, RunRequest
 
     proc = EngineProcess(EngineConfig(**engine), target=engine_main).start()
     events = []
     try:
         req = RunRequest(max_new_tokens=tokens, ignore_eos=True)
         for _ in range(runs + 1):
-            proc.run(req)
+            proc.send(Run(req))
             while True:
                 ev = proc.get(timeout=120)
                 if ev is None:

@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.helpers.otlp import VLLM_ATTRS, protobuf_body
 from tui_app.attach import otlp
+from tui_app.attach.joiner import start as start_otlp
 
 BATCH = 50
 
@@ -35,7 +36,7 @@ def main() -> int:
     args = p.parse_args()
     events: list = []
     loop = asyncio.new_event_loop()
-    receiver, joiner = otlp.start("127.0.0.1:0", loop, events.append)
+    receiver, joiner = start_otlp("127.0.0.1:0", loop, events.append)
     runner = threading.Thread(target=loop.run_forever, daemon=True)
     runner.start()
     ticker = asyncio.run_coroutine_threadsafe(joiner.run(), loop)

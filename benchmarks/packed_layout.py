@@ -82,13 +82,13 @@ def main() -> int:
     engine = Engine(EngineConfig(threads=1), lambda ev: None)
     engine.load()
     engine.set_lever("quant", args.quant)
-    models = {"pooled, joined": engine._variants[args.quant], "pooled": engine._variants[args.quant]}
+    models = {"pooled, joined": engine.control.variants[args.quant], "pooled": engine.control.variants[args.quant]}
     if args.pages == "small":
         pools_on_small_pages(models["pooled"])
     for name, buffers in (("per-layer parameters", False), ("per-layer buffers", True)):
         models[name] = quantize(engine.model, args.quant, "cpu", torch.float32)
         per_layer(models[name], buffers, huge=args.pages == "huge")
-    engine._compiled_fn(models["pooled"], args.quant)  # sets the engine's inductor options for a CPU step
+    engine.control.compiled_fn(models["pooled"], args.quant)  # sets the engine's inductor options for a CPU step
     steps = {}
     for name, model in models.items():
         # Each variant gets its own copy of the step's code, so each has its own dynamo cache, as
@@ -107,7 +107,7 @@ def main() -> int:
                 model = models[name]
                 cache = StaticCache(config=model.config, max_cache_len=256)
                 torch.compiler.set_stance("default")
-                engine._forward(model, tok, cache, 0)  # eager first write, as a prefill does
+                engine.decoder.forward(model, tok, cache, 0)  # eager first write, as a prefill does
                 fn(tok, cache, torch.full((1, 1), 1))
                 torch.compiler.set_stance("default", skip_guard_eval_unsafe=True)  # as the engine's warm steps
                 t = time.perf_counter()

@@ -17,7 +17,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from monitors.sampler import Sampler
 from tui_app.core.session import Session
-from tui_app.engine.generation import Engine, EngineConfig, RunRequest
+from tui_app.engine.generation import Engine, EngineConfig
+from tui_app.requests import RunRequest
 
 
 def main() -> int:

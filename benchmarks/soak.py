@@ -4,14 +4,27 @@ the recording. The full soak (30 minutes or 500 runs) runs from here; tests/syst
 one-minute variant in CI.
 
     .venv/bin/python benchmarks/soak.py [--minutes 30] [--runs 500] [--seed 1]
+
+Attached (`--attach URL`): the real app on a running server, auto-repeat at --concurrency
+streams for --minutes, nothing pressed. Every 10 s it reads the UI's RSS and the server client's,
+the depth of the client's event queue and the recording's size; after the warm-up (until every
+ring buffer of the session is full, at most half the soak) the RSS trends are fitted as the leak
+detector fits baselines (monitors/leaks.py: least squares, 95 % interval). It passes when no
+error was said, every finished run is in the recording, neither RSS trend lies wholly above
+0.1 MiB/min, the event queue stays under 1,000 batches, and the recording's bytes per run in the
+soak's second half are within 10 % of its first half's.
+
+    .venv/bin/python benchmarks/soak.py --attach http://127.0.0.1:8000 --minutes 30 --concurrency 32
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -22,11 +35,14 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from monitors.events import RunFinished
+from monitors.events import RunFinished, to_json
+from monitors.leaks import fit_slope, t_quantile_975
 from monitors.record import Recorder, read_recording
 from monitors.sampler import Sampler
+from tui_app.attach.client import CONCURRENCY
 from tui_app.commands.run import engine_source
-from tui_app.engine.config import EngineConfig, RunRequest
+from tui_app.engine.config import EngineConfig
+from tui_app.requests import RunRequest
 from tui_app.ui.app import TokentopApp
 
 # q and ctrl+c end the app; c compiles for a minute on CPU, too long for the short variant.
@@ -145,13 +161,191 @@ async def soak(
     )
 
 
+FLAT_MIB_PER_MIN = 0.1  # an RSS trend wholly above this is a leak: 6 MiB an hour
+QUEUE_BOUND = 1000  # batches of events waiting for the UI (the client sends one every 5 ms at most)
+
+
+@dataclass
+class Trend:
+    """A series' least-squares slope per minute and its 95 % interval, fitted as monitors/leaks.py
+    fits the baseline after each run, over samples taken at equal intervals."""
+
+    name: str
+    slope: float
+    low: float
+    high: float
+    first: float
+    last: float
+
+    @classmethod
+    def of(cls, name: str, values: list[float], every_s: float) -> Trend:
+        if len(values) < 3:
+            return cls(name, math.nan, math.nan, math.nan, values[0] if values else math.nan, values[-1] if values else math.nan)
+        slope, se = fit_slope(values)
+        half = t_quantile_975(len(values) - 2) * se
+        per_min = 60.0 / every_s
+        return cls(name, slope * per_min, (slope - half) * per_min, (slope + half) * per_min, values[0], values[-1])
+
+    @property
+    def flat(self) -> bool:
+        return not self.low > FLAT_MIB_PER_MIN
+
+    def text(self) -> str:
+        return f"{self.name} {self.first:.0f} → {self.last:.0f} MiB, {self.slope:+.3f} MiB/min, 95% [{self.low:+.3f}, {self.high:+.3f}]"
+
+
+@dataclass
+class AttachedSoak:
+    seconds: float
+    warmup_s: float
+    rings_full: bool  # the warm-up ended with every ring buffer full (else at half the soak)
+    runs: int
+    recorded_runs: int
+    missing: list
+    errors: list
+    trends: list
+    queue_max: int
+    bytes_per_run: tuple  # mean bytes of a run's own events in the recording: (first half, second half) of the runs after the warm-up
+    trace: list  # (s, UI MiB, client MiB, queue batches, recording MiB, runs) every 10 s
+
+    @property
+    def ok(self) -> bool:
+        a, b = self.bytes_per_run
+        return (
+            not self.errors
+            and not self.missing
+            and self.runs > 0
+            and all(t.flat for t in self.trends)
+            and self.queue_max < QUEUE_BOUND
+            and abs(b / a - 1) <= 0.1
+        )
+
+    def text(self) -> str:
+        a, b = self.bytes_per_run
+        return (
+            f"attached soak: {self.seconds / 60:.1f} min, {self.runs} runs finished, {self.recorded_runs} in the recording, missing {self.missing}; "
+            f"errors {len(self.errors)}{': ' + self.errors[0] if self.errors else ''}\n"
+            f"after a warm-up of {self.warmup_s / 60:.1f} min ({'every ring buffer full' if self.rings_full else 'half the soak: rings not yet full'}):\n  "
+            + "\n  ".join(t.text() + ("" if t.flat else "  ← rising") for t in self.trends)
+            + f"\n  event queue at most {self.queue_max} batches (bound {QUEUE_BOUND}); a run's own lines in the recording {a / 1024:.1f} → "
+            f"{b / 1024:.1f} KiB (the runs' first half → second half, {b / a - 1:+.1%})\n"
+            f"every 10 s (s, UI MiB, client MiB, queue, recording MiB, runs): {self.trace}"
+        )
+
+
+async def attached_soak(
+    url: str, seconds: float, concurrency: int, max_new: int = 32, timeout_s: float = 120.0, out_dir: str | None = None, history: int = 500
+) -> AttachedSoak:
+    from monitors.events import EngineError, LeverRefused
+    from tui_app.attach.client import AttachConfig
+    from tui_app.core.sources import AttachSource
+
+    out_dir = out_dir or tempfile.mkdtemp(prefix="tokentop-soak-")
+    rec_path = os.path.join(out_dir, "soak.jsonl")
+    # A stream queued behind the server's busy slots hears nothing until one frees: on llama.cpp's 4
+    # slots, 32 streams wait up to 7 runs of 4; the default 30 s would call that a stall.
+    config = AttachConfig(url=url, concurrency=concurrency, timeout_s=timeout_s)
+    source = AttachSource([config], os.path.join(out_dir, "attach.log"))
+    app = TokentopApp(
+        source,
+        RunRequest(max_new_tokens=max_new, ignore_eos=True),
+        recorder=Recorder(rec_path),
+        sampler=Sampler(hz=4, history=history),
+        fps=8,
+        auto=True,
+        out_dir=out_dir,
+        history=history,
+    )
+    errors: list[str] = []
+
+    def said(ev) -> None:
+        if isinstance(ev, (EngineError, LeverRefused)):
+            errors.append(ev.message if isinstance(ev, EngineError) else ev.reason)
+
+    app.session.listeners.append(said)
+    me = psutil.Process()
+    every = 10.0
+    trace: list = []
+    warmup_at = None
+    async with app.run_test(size=(160, 45)) as pilot:
+        t0 = time.monotonic()
+        while app.session.ready is None and time.monotonic() - t0 < 120:
+            await pilot.pause(0.2)
+        client = psutil.Process(source.proc.pid)
+        t0 = time.monotonic()
+        next_at = 0.0
+        while (elapsed := time.monotonic() - t0) < seconds and app.session.fatal is None:
+            if elapsed >= next_at:
+                next_at += every
+                trace.append(
+                    (
+                        round(elapsed),
+                        round(me.memory_info().rss / 2**20, 1),
+                        round(client.memory_info().rss / 2**20, 1),
+                        source.proc.events.qsize(),
+                        round(os.path.getsize(rec_path) / 2**20, 2) if os.path.exists(rec_path) else 0.0,
+                        len(app.session.finished_ids) and app.session.finished_ids[-1],
+                    )
+                )
+                s = app.session
+                full = all(len(ring) == ring.maxlen for ring in (s.latency, s.samples, s.server))
+                if warmup_at is None and (full or elapsed >= seconds / 2):
+                    warmup_at, rings_full = len(trace) - 1, full
+            await pilot.pause(0.5)
+        if app.session.fatal:
+            errors.append(app.session.fatal)
+        app.auto = False
+        await until_idle(pilot, app)
+        finished = list(app.session.finished_ids)
+        await pilot.press("q")
+    events = read_recording(rec_path).events
+    recorded = {e.run_id for e in events if isinstance(e, RunFinished)}
+    after = trace[warmup_at or 0 :]
+    # Each finished run's own lines (its start, steps, end), in runs finished after the warm-up.
+    own: dict[int, int] = {}
+    for ev in events:
+        run = getattr(ev, "run_id", None)
+        if run is not None and run > after[0][5]:
+            own[run] = own.get(run, 0) + len(to_json(ev)) + 1
+    sizes = [own[r] for r in sorted(own) if r in recorded]
+    half = len(sizes) // 2
+    return AttachedSoak(
+        time.monotonic() - t0,
+        after[0][0],
+        bool(warmup_at is not None and rings_full),
+        len(finished),
+        len(recorded),
+        [r for r in finished if r not in recorded],
+        errors,
+        [Trend.of("UI RSS", [x[1] for x in after], every), Trend.of("client RSS", [x[2] for x in after], every)],
+        max(x[3] for x in trace),
+        (statistics.fmean(sizes[:half]) if half else math.nan, statistics.fmean(sizes[half:]) if half else math.nan),
+        trace,
+    )
+
+
+async def until_idle(pilot, app, timeout: float = 120) -> None:
+    """The run in flight ends (auto-repeat is off), so the last finished run is on disk."""
+    end = time.monotonic() + timeout
+    while app.running and time.monotonic() < end:
+        await pilot.pause(0.5)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--minutes", type=float, default=30)
     ap.add_argument("--runs", type=int, default=500)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--trace-allocations", action="store_true", help="print where Python memory grew after the warm-up (slow)")
+    ap.add_argument("--attach", default=None, metavar="URL", help="soak the app attached to this running server instead (auto-repeat, no keys)")
+    ap.add_argument("--concurrency", type=int, default=32, choices=CONCURRENCY, help="with --attach: streams per run (default 32)")
+    ap.add_argument("--max-new-tokens", type=int, default=32, help="with --attach: tokens per stream (default 32)")
+    ap.add_argument("--timeout", type=float, default=120.0, help="with --attach: seconds a stream may stay silent (default 120: queued streams wait)")
     args = ap.parse_args()
+    if args.attach:
+        a = asyncio.run(attached_soak(args.attach, args.minutes * 60, args.concurrency, args.max_new_tokens, args.timeout))
+        print(a.text())
+        return 0 if a.ok else 1
     r = asyncio.run(soak(args.minutes * 60, args.runs, args.seed, trace_allocations=args.trace_allocations))
     print(
         f"soak: {r.seconds / 60:.1f} min, {r.presses} key presses, {r.runs} runs finished, {r.recorded_runs} in the recording, "

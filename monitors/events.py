@@ -1,7 +1,8 @@
 """The event stream: plain dataclasses that the engine emits and every reader consumes.
 
 One stream feeds the UI, the recorder, the headless benchmark and replay, so there is no
-second code path that computes numbers differently. Events serialize to one JSON object
+second code path that computes numbers differently. Every field is named where an event is made
+(kw_only): a Step has sixteen, and a value in the wrong place would still be an int. Events serialize to one JSON object
 per line and back without loss (only ints, floats, strings, bools, None, lists, dicts).
 """
 
@@ -15,6 +16,20 @@ QUANT_LEVELS = ("off", "int8", "int4")
 SPEC_MODES = ("off", "lookup", "draft")
 BATCH_SIZES = (1, 2, 4, 8)
 STEP_KINDS = ("prefill", "decode", "reprefill", "verify")
+
+
+def next_lever_value(lever: str, current, batch_sizes: tuple[int, ...] | None = None):
+    """What a lever's key switches it to from `current`: on/off, or the next of its values (the
+    first after the last). `batch_sizes`: on a server, the numbers of streams it may be asked for."""
+    if lever in ("cache", "compile"):
+        return not current
+    return cycled({"quant": QUANT_LEVELS, "spec": SPEC_MODES, "batch": batch_sizes or BATCH_SIZES}[lever], current)
+
+
+def cycled(values, current):
+    """The value after `current` among `values`: the first after the last, or where `current` is not one."""
+    values = list(values)
+    return values[(values.index(current) + 1) % len(values)] if current in values else values[0]
 
 
 def now_ns() -> int:
@@ -52,7 +67,7 @@ class Levers:
         return self == Levers(cache=self.cache)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EngineReady:
     model: str
     source: str
@@ -75,7 +90,7 @@ class EngineReady:
     placement: dict | None = None  # --device-map: weight bytes per device ("cuda:0", "cpu", "disk")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Phase:
     """A preparation phase (load, compile, quantize) with its own duration, never mixed into steady-state numbers."""
 
@@ -86,7 +101,7 @@ class Phase:
     t_ns: int = field(default_factory=now_ns)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunStarted:
     run_id: int
     levers: Levers
@@ -97,7 +112,7 @@ class RunStarted:
     t_ns: int = field(default_factory=now_ns)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Step:
     """One step's tokens as its source emitted them.
 
@@ -128,7 +143,7 @@ class Step:
     compute_ns: int = 0
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LeverChanged:
     run_id: int | None
     lever: str
@@ -138,7 +153,7 @@ class LeverChanged:
     t_ns: int = field(default_factory=now_ns)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LeverRefused:
     lever: str
     value: object
@@ -146,7 +161,7 @@ class LeverRefused:
     t_ns: int = field(default_factory=now_ns)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TorchMemory:
     device: str
     allocated: int
@@ -155,7 +170,7 @@ class TorchMemory:
     t_ns: int = field(default_factory=now_ns)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunFinished:
     run_id: int
     n_tokens: int
@@ -177,7 +192,7 @@ class RunFinished:
     gpu_proc_mem: int | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Sampled:
     """One sampler reading, recorded so that replay draws the same memory and utilization charts."""
 
@@ -201,7 +216,7 @@ class Sampled:
     gpus: list | None = None  # every GPU of the machine, each monitors.gpu.GpuSample as a dict
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Bandwidth:
     """The weights a decode step reads and this machine's rate of reading those bytes (the engine's
     measurement: tui_app/engine/bandwidth.py), taken when the weights change and on request.
@@ -216,7 +231,7 @@ class Bandwidth:
     t_ns: int = field(default_factory=now_ns)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ServerSample:
     """One scrape of an attached server's /metrics, as figures (monitors.servers): `values` by
     figure name (quantile figures as {p50, p95, p99, mean, n}), `sources` the metric each came from."""
@@ -228,7 +243,7 @@ class ServerSample:
     server: str = ""  # which attached server (its label), when several are compared
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RequestSent:
     """One stream's request leaving the attach client. It carries a W3C `traceparent` with a fresh
     trace id and an `x-request-id`: the keys that join it to the server's own account of it
@@ -244,7 +259,23 @@ class RequestSent:
     t_ns: int = field(default_factory=now_ns)
 
 
-@dataclass
+@dataclass(kw_only=True)
+class FleetReady:
+    """A fleet read through Prometheus (monitors.fleet): where, its version, which replicas (the
+    label selector), the window its rates and quantiles are taken over, how often it is asked,
+    and the PromQL of each figure (a row figure's query covers every engine family at once)."""
+
+    url: str
+    version: str
+    selector: str
+    window_s: float
+    every_s: float
+    queries: dict
+    watch: bool = False  # tokentop sends no request of its own
+    t_ns: int = field(default_factory=now_ns)
+
+
+@dataclass(kw_only=True)
 class ServerTiming:
     """The server's own account of one request (monitors/xray.py folds it): `phases` in seconds by
     name (front, queue, prefill, decode, tail, ttft, e2e), `sources` the attribute or field each
@@ -266,7 +297,7 @@ class ServerTiming:
     t_ns: int = field(default_factory=now_ns)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class OtlpStatus:
     """The OTLP receiver's counts since it started, sent when they change (at most once a second):
     bodies and spans received, spans joined to our requests, spans of other clients' traces (and a
@@ -283,7 +314,25 @@ class OtlpStatus:
     t_ns: int = field(default_factory=now_ns)
 
 
-@dataclass
+@dataclass(kw_only=True)
+class FleetSample:
+    """One refresh of the fleet: `ts` Prometheus' evaluation time (unix seconds), a row per
+    replica (monitors.fleet: figures, up, since, marks), the fleet's own figures (quantiles over
+    every replica's summed buckets), and what changed (`notes`: a replica down or back, a query
+    refused, once). `backfill`: the fleet's past, from query_range, before tokentop attached.
+    `error`: why there is no refresh (Prometheus unreachable, refused), said once per change."""
+
+    t_ns: int
+    ts: float
+    rows: list
+    fleet: dict
+    notes: list = field(default_factory=list)
+    error: str = ""
+    backfill: bool = False
+    others: list = field(default_factory=list)  # jobs the selector matched that export no engine's metrics
+
+
+@dataclass(kw_only=True)
 class EngineError:
     message: str
     fatal: bool = False
@@ -308,6 +357,8 @@ EVENT_TYPES = {
         ServerTiming,
         OtlpStatus,
         EngineError,
+        FleetReady,
+        FleetSample,
     )
 }
 _FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in EVENT_TYPES.values()}
@@ -327,11 +378,13 @@ Event = (
     | ServerTiming
     | OtlpStatus
     | EngineError
+    | FleetReady
+    | FleetSample
 )
 
 
 def to_json(event: Event) -> str:
-    # Fields by name, not dataclasses.asdict: asdict deep-copies every list and dict, which was two
+    # Fields by name, not dataclasses.asdict: asdict deep-copies every list and dict, which is two
     # thirds of the recorder's cost per event at a fast server's 2,000 chunks a second (profiled).
     data: dict = {"type": type(event).__name__}
     for name in _FIELDS[type(event)]:

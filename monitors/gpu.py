@@ -24,6 +24,7 @@ class GpuSample:
     temp_c: float | None = None
     sm_clock_mhz: int | None = None
     mem_clock_mhz: int | None = None
+    energy_mj: int | None = None  # NVML's energy counter: millijoules since the driver loaded (Volta and later)
     reason: str = ""
 
 
@@ -112,8 +113,17 @@ class NvmlReader:
             s.temp_c = self._field(s, nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
             s.sm_clock_mhz = self._field(s, nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
             s.mem_clock_mhz = self._field(s, nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
+            s.energy_mj = self._energy(h)
             gpus.append(s)
         return GpuReading(True, "", gpus)
+
+    def _energy(self, handle) -> int | None:
+        """The energy counter, or None where the GPU has none (before Volta): its absence is not
+        a reading's failure, so it names no reason."""
+        try:
+            return int(self.nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
+        except Exception:  # noqa: BLE001 - NVMLError_NotSupported on older GPUs, as any other
+            return None
 
     def _proc_mem(self, sample: GpuSample, handle, pids) -> int | None:
         procs = self._field(sample, self.nvml.nvmlDeviceGetComputeRunningProcesses, handle)

@@ -31,6 +31,7 @@ class Sampler:
         self.interval = 1.0 / hz
         self.samples: deque[Sample] = deque(maxlen=history)
         self._lock = threading.Lock()
+        self._handed_t = 0  # the sample fresh() last handed out
         self._stop = threading.Event()
         self._watchers: dict[str, ProcessWatcher] = {"app": ProcessWatcher(os.getpid())}
         self._system = SystemWatcher()
@@ -69,6 +70,14 @@ class Sampler:
         with self._lock:
             return self.samples[-1] if self.samples else None
 
+    def fresh(self) -> Sampled | None:
+        """The latest sample as an event, once: None until a newer one is taken (a frame's new reading)."""
+        latest = self.latest()
+        if latest is None or latest.t_ns == self._handed_t:
+            return None
+        self._handed_t = latest.t_ns
+        return to_event(latest)
+
     def _loop(self) -> None:
         next_t = time.monotonic()
         while not self._stop.is_set():
@@ -99,7 +108,7 @@ def to_event(s: Sample) -> Sampled:
     """Flatten a sample into the recorded event (GPU figures summed over devices)."""
     eng, app = s.processes.get("engine"), s.processes.get("app")
     ev = Sampled(
-        s.t_ns,
+        t_ns=s.t_ns,
         engine_rss=eng.rss if eng else None,
         engine_cpu=eng.cpu_percent if eng else None,
         app_rss=app.rss if app else None,

@@ -115,9 +115,25 @@ OLLAMA = EngineTable(
     {"stream_options": {"include_usage": True}},
     kv_note="Ollama reports no KV cache figure",
 )
+DYNAMO = EngineTable(
+    "Dynamo",
+    "dynamo_",
+    {
+        "running": Figure("gauge", ("dynamo_frontend_inflight_requests",)),
+        "waiting": Figure("gauge", ("dynamo_frontend_queued_requests",)),
+        "ttft": Figure("quantiles", ("dynamo_frontend_time_to_first_token_seconds",)),
+        "itl": Figure("quantiles", ("dynamo_frontend_inter_token_latency_seconds",)),
+        "e2e": Figure("quantiles", ("dynamo_frontend_request_duration_seconds",)),
+        "gen_tps": Figure("rate", ("dynamo_frontend_output_tokens_total",)),
+    },
+    "Dynamo's frontend serves /metrics on its HTTP port (its workers' on DYN_SYSTEM_PORT)",
+    {"stream_options": {"include_usage": True}},
+    kv_note="Dynamo's frontend reports no KV cache figure (its workers do)",
+)
 OPENAI = EngineTable("OpenAI-compatible", "", {}, "this server answers no Prometheus /metrics", {"stream_options": {"include_usage": True}})
 
-ENGINES = (VLLM, SGLANG, LLAMACPP, TGI, OLLAMA)
+# A vLLM worker run by Dynamo exports both prefixes: vLLM's own figures come first.
+ENGINES = (VLLM, SGLANG, LLAMACPP, TGI, DYNAMO, OLLAMA)
 BY_NAME = {e.name: e for e in (*ENGINES, OPENAI)}
 
 # Shown beside each figure: what it is, in the panes' words.
@@ -229,6 +245,12 @@ class MetricsWindow:
 
     def add(self, samples: Samples, t: float | None = None) -> None:
         self.scrapes.append(Scrape(time.monotonic() if t is None else t, samples))
+        # The figures read the newest scrape and the last one at least window_s older: any before
+        # that is memory only (a vLLM page parses to tens of KB; 600 of them took the client's RSS
+        # ten minutes to level off).
+        newest = self.scrapes[-1].t
+        while len(self.scrapes) > 2 and newest - self.scrapes[1].t >= self.window_s:
+            self.scrapes.popleft()
 
     def _base(self) -> Scrape | None:
         """The oldest scrape inside the window (before the newest), for deltas."""

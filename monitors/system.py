@@ -133,8 +133,8 @@ def trim_heap() -> None:
     """Give free heap pages back to the OS, so RSS is live memory.
 
     Without it a leak can hide for many runs: new allocations reuse pages freed earlier that
-    still count in RSS, and the baseline stays flat (seen in our own tests: a 1 MB/run leak
-    read as +0.0002 MB/run after a heavy test had freed hundreds of MB).
+    still count in RSS, and the baseline stays flat (a 1 MB/run leak reads as +0.0002 MB/run after
+    hundreds of MB were freed before it).
     """
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)

@@ -110,8 +110,8 @@ class TimingStats:
 
     @property
     def itl(self) -> Summary:
-        # The runs table, the status line and the latency title ask every frame; a long run's
-        # thousands of intervals were sorted each time (a fifth of the UI's time at 2,000 tokens/s).
+        # The runs table, the status line and the latency title ask every frame; sorting a long
+        # run's thousands of intervals each time costs a fifth of the UI's time at 2,000 tokens/s.
         cached = self._itl_cache
         if cached is None or cached[0] != len(self.itl_s):
             cached = self._itl_cache = (len(self.itl_s), Summary.of(self.itl_s))

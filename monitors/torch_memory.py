@@ -14,8 +14,8 @@ def read_torch_memory(device: str, more: tuple[str, ...] = ()) -> TorchMemory | 
 
     devices = (device, *(d for d in more if d != device))
     return TorchMemory(
-        "+".join(devices),
-        sum(int(torch.cuda.memory_allocated(d)) for d in devices),
-        sum(int(torch.cuda.memory_reserved(d)) for d in devices),
-        sum(int(torch.cuda.max_memory_allocated(d)) for d in devices),
+        device="+".join(devices),
+        allocated=sum(int(torch.cuda.memory_allocated(d)) for d in devices),
+        reserved=sum(int(torch.cuda.memory_reserved(d)) for d in devices),
+        peak=sum(int(torch.cuda.max_memory_allocated(d)) for d in devices),
     )

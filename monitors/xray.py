@@ -39,6 +39,16 @@ PHASE_LABELS = {
     "tail": "server tail",
     "client": "outside the server's account (network, client)",
 }
+# A phase's colour everywhere it is drawn (the TUI's waterfall, the report's figures): Okabe–Ito.
+PHASE_COLOURS = {
+    "front": "#999999",
+    "queue": "#e69f00",
+    "prefill": "#0072b2",
+    "decode": "#009e73",
+    "tail": "#777777",
+    "client": "#cc79a7",
+    "unaccounted": "#444444",
+}
 XRAY_RUNS = 64  # runs whose requests are kept (a bench has many one-stream runs, a TUI run up to 32 streams)
 MAX_MARKS = 4096  # chunk arrivals kept per request: more than a waterfall's columns can tell apart
 OTHERS = 256  # the latest spans of other clients' traces, for their summary

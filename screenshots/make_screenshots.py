@@ -4,7 +4,9 @@ then rsvg-convert (Debian's librsvg2-bin). `make screenshots` runs this.
 The session shown: a run of the short prompt, int8 switched on mid-run, then a run with prompt
 lookup on the long (summarize-this) prompt, so every pane has something to show. The attach
 picture: the real llama.cpp server (xllamacpp) on the bundled GGUF, one stream, then four. The
-demo picture: `tokentop demo`'s caption over three steps of the default tour.
+demo picture: `tokentop demo`'s caption over three steps of the default tour. The fleet picture:
+a real Prometheus (Debian's) scraping three real llama.cpp servers every second, tokentop's own
+runs on the first, two streams of other traffic on the second, the third stopped (a replica down).
 
 Then `tokentop report` pages, rendered whole by headless Chromium: one of a recorded auto-repeat
 session (int8 switched on in the first run, enough runs after it for the leak detector's verdict)
@@ -34,7 +36,8 @@ from tests.helpers.llama_server import LlamaServer  # noqa: E402
 from tui_app.attach.client import AttachConfig  # noqa: E402
 from tui_app.commands.run import engine_source  # noqa: E402
 from tui_app.core.sources import AttachSource  # noqa: E402
-from tui_app.engine.config import EngineConfig, RunRequest  # noqa: E402
+from tui_app.engine.config import EngineConfig  # noqa: E402
+from tui_app.requests import RunRequest  # noqa: E402
 from tui_app.ui.app import TokentopApp  # noqa: E402
 
 SIZES = [(160, 45), (80, 24)]
@@ -90,12 +93,59 @@ async def shoot_attach(size: tuple[int, int]) -> str:
     return to_png(svg, size)
 
 
+async def shoot_fleet(size: tuple[int, int]) -> str:
+    """`tokentop attach --prometheus URL FIRST`: the fleet pane over three real servers."""
+    import threading
+
+    import httpx
+
+    from tests.helpers.prometheus import PrometheusServer, group
+    from tui_app.attach.fleet import FleetConfig
+    from tui_app.core.sources import FleetSource
+
+    servers = [LlamaServer() for _ in range(3)]
+    stop = threading.Event()
+
+    def traffic(url: str) -> None:  # another user's requests, on the second replica
+        while not stop.is_set():
+            httpx.post(url + "/v1/completions", json={"prompt": "Tell me about the sea.", "max_tokens": 24, "ignore_eos": True}, timeout=60)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        prom = PrometheusServer(tmp)
+        others = [threading.Thread(target=traffic, args=(servers[1].url,)) for _ in range(2)]
+        try:
+            prom.set_targets("llama", [group("llama", f"127.0.0.1:{s.port}") for s in servers])
+            prom.wait_up("llama", 3)
+            for t in others:
+                t.start()
+            cfg = FleetConfig(prom.url, match='{job="llama"}', window_s=10, every_s=1, backfill_s=120, runs=[AttachConfig(url=servers[0].url, metrics_hz=1)])
+            app = TokentopApp(FleetSource(cfg), RunRequest(max_new_tokens=64), sampler=Sampler(hz=4), fps=8, auto=True)
+            async with app.run_test(size=size) as pilot:
+                await until(pilot, lambda: len(app.session.finished_ids) >= 2)
+                servers[2].kill()
+                await until(pilot, lambda: app.session.fleet is not None and any(r.get("up") is False for r in app.session.fleet.rows))
+                await until(pilot, lambda: len(app.session.finished_ids) >= 5)
+                await pilot.pause(2.0)
+                name = f"tokentop-fleet-{size[0]}x{size[1]}"
+                svg = app.save_screenshot(filename=name + ".svg", path=HERE)
+                await pilot.press("a", "q")
+        finally:
+            stop.set()
+            for t in others:
+                if t.is_alive():
+                    t.join()
+            prom.close()
+            for s in servers:
+                s.close()
+    return to_png(svg, size)
+
+
 async def shoot_demo(size: tuple[int, int]) -> str:
     """`tokentop demo`'s caption: three steps of the default tour, held on int4 once its effect is measured."""
     from dataclasses import replace
 
-    from tui_app.commands.demo import DemoApp
     from tui_app.core.tour import default_tour
+    from tui_app.ui.demo_app import DemoApp
 
     tour = {s.label: s for s in default_tour(tokens=48, seconds=0)}
     steps = [tour["plain"], tour["int8"], replace(tour["int4"], seconds=600)]
@@ -195,6 +245,9 @@ def main() -> int:
     if shutil.which("rsvg-convert") is None:
         print("rsvg-convert is missing: apt-get install librsvg2-bin", file=sys.stderr)
         return 2
+    if sys.argv[1:] == ["fleet"]:  # this picture alone: it needs no model run, browser or report
+        print("wrote", asyncio.run(shoot_fleet((160, 45))))
+        return 0
     if browser.unavailable():
         print(f"no browser pictures: {browser.unavailable()}", file=sys.stderr)
         return 2
@@ -202,6 +255,7 @@ def main() -> int:
         print("wrote", asyncio.run(shoot(size)))
     print("wrote", asyncio.run(shoot_attach((160, 45))))
     print("wrote", asyncio.run(shoot_demo((160, 45))))
+    print("wrote", asyncio.run(shoot_fleet((160, 45))))
     with tempfile.TemporaryDirectory() as tmp:
         for png in xray_pictures(tmp):
             print("wrote", png)

@@ -96,3 +96,26 @@ def llama_server():
     server = LlamaServer()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def second_llama():
+    """A second real llama.cpp server: with llama_server, the fleet the Prometheus tests watch."""
+    server = LlamaServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def prometheus(tmp_path_factory, llama_server, second_llama):
+    """One real Prometheus for the session (tests/helpers/prometheus.py), scraping both llama.cpp
+    servers every second as job "llama"; tests add stand-in targets of other jobs and remove them."""
+    from tests.helpers.prometheus import PrometheusServer, group, unavailable
+
+    if unavailable():
+        pytest.skip(unavailable())
+    prom = PrometheusServer(str(tmp_path_factory.mktemp("prometheus")))
+    prom.set_targets("llama", [group("llama", f"127.0.0.1:{s.port}") for s in (llama_server, second_llama)])
+    prom.wait_up("llama", 2)
+    yield prom
+    prom.close()

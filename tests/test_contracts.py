@@ -68,3 +68,33 @@ def test_import_linter_contracts_hold():
         "no import cycle within any package",
     ):
         assert f"{name} KEPT" in r.stdout, r.stdout
+
+
+def test_the_command_line_is_parsed_without_torch_or_textual():
+    """Every subcommand's parser is built (tokentop --help) from modules that load neither."""
+    code = (
+        "import sys, tui_app.cli as c; c.build_parser(); c.serving_bench_parser(); print(*[m for m in ('torch', 'textual', 'matplotlib') if m in sys.modules])"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "", r.stdout + r.stderr
+
+
+def test_the_architecture_page_names_every_module_and_only_those_that_exist():
+    """docs/architecture.md is the newcomer's map: every file of the packages and the benchmarks is
+    on it, and every module it names is one that exists."""
+    import re
+
+    def files(*paths: str) -> list[str]:  # tracked, and new ones not yet added
+        git = ["git", "ls-files", "--cached", "--others", "--exclude-standard", *paths]
+        return subprocess.run(git, capture_output=True, text=True, cwd=ROOT, check=True).stdout.split()
+
+    tracked = files("tui_app", "monitors", "benchmarks")
+    with open(os.path.join(ROOT, "docs", "architecture.md"), encoding="utf-8") as f:
+        page = f.read()
+    names = {os.path.basename(f) for f in tracked if os.path.basename(f) not in ("__init__.py", "py.typed")}
+    missing = sorted(n for n in names if not re.search(rf"(?<![\w.]){re.escape(n)}(?![\w])", page))
+    assert not missing, f"docs/architecture.md does not name {missing}"
+    named = set(re.findall(r"[\w/]*\w\.(?:py|tcss|cpp|h)\b", page)) - {"llama.cpp"}  # the server, not a file
+    everything = files()
+    gone = sorted(n for n in named if not any(f == n or f.endswith("/" + n) for f in everything))
+    assert not gone, f"docs/architecture.md names what does not exist: {gone}"

@@ -99,3 +99,17 @@ def check_engine_folders() -> list[str]:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(fallback)  # the engine process inherits it
         notes.append(f"torch.compile's kernels go to {fallback} ({inductor}: {why}; TORCHINDUCTOR_CACHE_DIR moves them)")
     return notes
+
+
+def write_stamped(out_dir: str | None, what: str, kind: str, ext: str, write) -> Path:
+    """`write(path)` for a stamped file (`stamped`) in --out-dir, else the recordings folder; the
+    path, or FolderError with one line naming the folder or the file, and what moves it."""
+    folder = require(Path(out_dir) if out_dir else recordings_dir(), what, "--out-dir" if out_dir else "--out-dir or TOKENTOP_DATA")
+    path = stamped(folder, kind, ext)
+    try:
+        write(path)
+    except OSError as exc:
+        from monitors.files import write_error
+
+        raise FolderError(f"{kind} not written: {write_error(exc, path)}") from None
+    return path

@@ -1,6 +1,6 @@
 """The process boundary: the engine, or an attached server's client, runs in its own (spawned)
 process beside the UI; commands in, events out. What runs there is the `target` (the engine's
-`tui_app.engine.main.engine_main`, the client's `tui_app.attach.client.client_main`); this module
+`tui_app.engine.main.engine_main`, the client's `tui_app.attach.loop.client_main`); this module
 imports neither, so the UI reaches the engine only through the process.
 
 Why a process and not a thread (measured on the 2-core machine, see DESIGN.md): a UI loop in the
@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from monitors.events import EngineError, Event
+from tui_app.requests import Shutdown, Stop
 
 UI_NICE = 5  # how far the UI steps back from the processes it measures (yield_to_children)
 
@@ -43,8 +44,8 @@ def _spawner() -> tuple[ThreadPoolExecutor, int]:
 def yield_to_children() -> None:
     """Lower every thread of this (the UI's) process but the spawner by UI_NICE. Where the engine
     or the attach client wants the core the UI is drawing on, the kernel then hands it over: a
-    chunk's arrival, or a token's step, is not delayed by a frame. benchmarks/chunk_rate.py at
-    2,000 chunks/s, 2026-11-23, one run each: lag p99 1.24 → 0.28 ms, UI 10.4 → 9.5 % of a core.
+    chunk's arrival, or a token's step, is not delayed by a frame (benchmarks/chunk_rate.py at 2,000
+    chunks/s: the lag's p99 about a quarter of what it is without; docs/performance.md).
     Where threads cannot be reniced one by one (not Linux), nothing changes. Once a process."""
     global _yielded
     if _yielded:
@@ -90,7 +91,7 @@ def quiet_process(log_path: str | None, events) -> bool:
         try:
             fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         except OSError as exc:  # a traceback here would be drawn over the TUI, and say nothing of the fix
-            events.put(EngineError(f"cannot write the log {log_path} ({exc.strerror or exc}); set TOKENTOP_CACHE to a writable folder", fatal=True))
+            events.put(EngineError(message=f"cannot write the log {log_path} ({exc.strerror or exc}); set TOKENTOP_CACHE to a writable folder", fatal=True))
             return False
         os.dup2(fd, 1)
         os.dup2(fd, 2)
@@ -151,17 +152,9 @@ class EngineProcess:
     def exit_info(self) -> ExitInfo:
         return ExitInfo(self.proc.exitcode, describe_exit(self.proc.exitcode, self.what))
 
-    def send(self, *cmd) -> None:
+    def send(self, cmd) -> None:
+        """A command (tui_app.requests) to the process."""
         self.commands.put(cmd)
-
-    def run(self, request) -> None:
-        self.send("run", request)
-
-    def lever(self, name: str, value) -> None:
-        self.send("lever", name, value)
-
-    def stop_run(self) -> None:
-        self.send("stop")
 
     def drain(self, limit: int = 10_000) -> list[Event]:
         """Every event waiting now, without blocking (the UI calls this once per frame)."""
@@ -188,8 +181,8 @@ class EngineProcess:
     def shutdown(self, timeout: float = 3.0) -> None:
         if self.proc.is_alive():
             try:
-                self.send("stop")
-                self.send("shutdown")
+                self.send(Stop())
+                self.send(Shutdown())
             except (OSError, ValueError):
                 pass
             self.proc.join(timeout)

@@ -1,9 +1,9 @@
 """Prompt presets for the classic short-vs-long prompt experiment and for prompt lookup, and the
 fixed reference text whose perplexity shows what a lever does to the model's quality.
 
-Chosen by the default model's greedy output (64 tokens): the earlier long preset's notes on
-decoding drew a loop ("The time to first token is called the time to first token…"); a
-gardener's year (367 tokens with the chat template) draws a readable answer. The story preset
+Chosen by the default model's greedy output (64 tokens): notes on decoding draw a loop ("The
+time to first token is called the time to first token…"); a gardener's year (367 tokens with the
+chat template) draws a readable answer. The story preset
 asks for a retelling, which the model writes nearly word for word from the prompt: what prompt
 lookup proposes from (53 of 74 proposals accepted over 64 tokens, 9 of 9 over 12), where
 "summarize it" drew 34 of 194 and "continue it" 52 of 83.

@@ -7,12 +7,13 @@ import asyncio
 
 import pytest
 
-from monitors.events import EngineError, LeverChanged, LeverRefused, RunFinished, ServerSample, Step
+from monitors.events import EngineError, LeverChanged, LeverRefused, ServerSample, Step
 from monitors.record import Recorder, read_recording
-from tui_app.attach.client import AttachConfig, AttachError, ServerClient, api_base
-from tui_app.commands.replay import fold
+from tui_app.attach.client import AttachConfig, ServerClient
+from tui_app.attach.errors import AttachError, api_base
+from tui_app.core import readings
 from tui_app.core.session import Session
-from tui_app.engine.config import RunRequest
+from tui_app.requests import RunRequest
 
 
 async def attached(url: str, **options) -> tuple[ServerClient, Session, list]:
@@ -121,7 +122,7 @@ async def test_an_attach_session_records_and_replays_the_same_rows(llama_server,
     rec = read_recording(path)
     assert rec.error is None
     assert any(isinstance(e, ServerSample) and e.values for e in rec.events)
-    again = fold(rec.events)
+    again = Session.from_events(rec.events)
     live_row, replay_row = session.rows()[-1], again.rows()[-1]
     assert replay_row.run_id == fin.run_id
     assert replay_row.stats.itl.p50 == live_row.stats.itl.p50 and replay_row.stats.ttft_s == live_row.stats.ttft_s
@@ -142,34 +143,9 @@ async def test_metrics_figures_come_from_llamacpp_counters(llama_server):
     assert not [e for e in events if isinstance(e, EngineError)]
 
 
-def test_run_finished_from_a_server_has_no_engine_only_fields():
-    fin = RunFinished(1, 3, "eos", "x", None, None, None, None, None, None, "reference", prompt_tokens=7)
-    s = Session()
-    s.feed(fin)  # a baseline the server does not report feeds no leak detector
-    assert s.verdict is None
-
-
-def test_a_stall_is_marked_with_what_the_server_said():
-    from monitors.events import EngineReady, Levers, RunStarted
-
-    s = Session()
-    s.feed(EngineReady("m", "http://h:1", "vLLM", "server", 0, 0, 0, 0, 0, 0, 2048, 0.1, 0, server={"engine": "vLLM"}))
-    s.feed(RunStarted(1, Levers(batch=2, server="a"), 0, 64, "p"))
-    t = 0
-    for i in range(20):
-        t += 20_000_000
-        s.feed(Step(1, i + 1, "prefill" if i == 0 else "decode", [], "x", 1, t, 20_000_000, 0, 0, 0, 0))
-        s.feed(Step(1, i + 1, "decode", [], "y", 1, t, 300_000_000, 0, 0, 0, 0, segment=1))  # the other stream: not charted
-    s.feed(ServerSample(t, {"waiting": 3.0, "kv_usage": 0.97}, {}))
-    assert not [m for m in s.markers if m.label.startswith("stall")]
-    s.feed(Step(1, 21, "decode", [], "z", 1, t + 250_000_000, 250_000_000, 0, 0, 0, 0))
-    assert [m.label for m in s.markers if m.label.startswith("stall")] == ["stall 250ms: waiting 3, KV 97%"]
-    assert len(s.latency) == 21  # the first stream only
-
-
 async def test_two_servers_take_turns_and_the_comparison_is_the_rows(llama_server):
     from tests.helpers.llama_server import LlamaServer
-    from tui_app.attach.client import Servers
+    from tui_app.attach.loop import Servers
 
     other = LlamaServer("--slots", "2")
     session = Session()
@@ -200,5 +176,5 @@ async def test_two_servers_take_turns_and_the_comparison_is_the_rows(llama_serve
     ttft = m([s.ttft_s for s in b]) / m([s.ttft_s for s in a])
     itl = m([s.itl.p50 for s in b]) / m([s.itl.p50 for s in a])
     tps = m([s.decode_tps for s in b]) / m([s.decode_tps for s in a])
-    assert session.comparison() == [f"B ÷ A: TTFT {ttft:.2f}, ITL p50 {itl:.2f}, tok/s {tps:.2f} (2 ÷ 2 runs)"]
+    assert readings.comparison(session) == [f"B ÷ A: TTFT {ttft:.2f}, ITL p50 {itl:.2f}, tok/s {tps:.2f} (2 ÷ 2 runs)"]
     assert any(isinstance(e, LeverRefused) and e.lever == "server" for e in events)

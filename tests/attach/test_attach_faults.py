@@ -16,10 +16,11 @@ from aiohttp import web
 
 from monitors.events import EngineError, ServerSample
 from tests.helpers.llama_server import LlamaServer
-from tui_app.attach.client import AttachConfig, AttachError, ServerClient
+from tui_app.attach.client import AttachConfig, ServerClient
 from tui_app.attach.discover import find_servers
+from tui_app.attach.errors import AttachError
 from tui_app.core.session import Session
-from tui_app.engine.config import RunRequest
+from tui_app.requests import RunRequest
 
 REQ = RunRequest(prompt="Hi.", max_new_tokens=8)
 

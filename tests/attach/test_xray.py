@@ -22,9 +22,12 @@ from monitors.events import EngineError, OtlpStatus, RequestSent, ServerTiming, 
 from monitors.xray import OTHERS, XrayBook
 from tests.helpers.otlp import VLLM_ATTRS, protobuf_body
 from tui_app.attach import otlp
-from tui_app.attach.client import AttachConfig, ServerClient, Servers
+from tui_app.attach.client import AttachConfig, ServerClient
+from tui_app.attach.joiner import SpanJoiner
+from tui_app.attach.joiner import start as start_otlp
+from tui_app.attach.loop import Servers
 from tui_app.core.session import Session
-from tui_app.engine.config import RunRequest
+from tui_app.requests import RunRequest
 
 
 def json_value(v) -> dict:
@@ -154,7 +157,7 @@ def test_a_grpc_exporter_is_told_apart():
             s.settimeout(5)
             assert s.recv(100) == b""  # closed
         assert c.receiver.counts()[2] == {"gRPC": 1}
-        joiner = otlp.SpanJoiner(c.receiver, [].append)
+        joiner = SpanJoiner(c.receiver, [].append)
         assert "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf" in joiner.why_none()
     finally:
         c.receiver.close()
@@ -192,14 +195,48 @@ def joined(grace_s: float = 0.2):
     session = Session()
     spans: list = []
     receiver = otlp.OtlpReceiver("127.0.0.1", 0, spans.append).start()
-    joiner = otlp.SpanJoiner(receiver, session.feed, grace_s)
+    joiner = SpanJoiner(receiver, session.feed, grace_s)
     return session, receiver, joiner, spans
 
 
 def sent(session: Session, run_id: int, segment: int, trace_id: str) -> None:
-    session.feed(RequestSent(run_id, segment, trace_id, f"tokentop-{run_id}.{segment}", time.time_ns(), t_ns=1_000_000_000))
-    session.feed(Step(run_id, 1, "prefill", [], "a", 1, 1_400_000_000, 400_000_000, 0, 0, 0, 0, segment=segment))
-    session.feed(Step(run_id, 2, "decode", [], "b", 1, 1_900_000_000, 500_000_000, 0, 0, 0, 0, segment=segment))
+    session.feed(
+        RequestSent(run_id=run_id, segment=segment, trace_id=trace_id, request_id=f"tokentop-{run_id}.{segment}", wall_ns=time.time_ns(), t_ns=1_000_000_000)
+    )
+    session.feed(
+        Step(
+            run_id=run_id,
+            step=1,
+            kind="prefill",
+            token_ids=[],
+            text="a",
+            n_tokens=1,
+            t_ns=1_400_000_000,
+            dt_ns=400_000_000,
+            forward_ns=0,
+            kv_bytes=0,
+            kv_alloc_bytes=0,
+            seq_len=0,
+            segment=segment,
+        )
+    )
+    session.feed(
+        Step(
+            run_id=run_id,
+            step=2,
+            kind="decode",
+            token_ids=[],
+            text="b",
+            n_tokens=1,
+            t_ns=1_900_000_000,
+            dt_ns=500_000_000,
+            forward_ns=0,
+            kv_bytes=0,
+            kv_alloc_bytes=0,
+            seq_len=0,
+            segment=segment,
+        )
+    )
 
 
 def test_a_span_after_no_server_span_was_said_still_joins_and_others_are_summarised():
@@ -261,7 +298,7 @@ def test_a_flood_of_spans_is_counted_in_bounded_memory_and_reaches_the_ui_once_a
     first did (the others are a ring of OTHERS); the UI is sent one OtlpStatus a tick, not a span."""
     events: list = []
     loop = asyncio.new_event_loop()
-    receiver, joiner = otlp.start("127.0.0.1:0", loop, events.append)
+    receiver, joiner = start_otlp("127.0.0.1:0", loop, events.append)
     runner = threading.Thread(target=loop.run_forever, daemon=True)
     runner.start()
     bodies = [protobuf_body([(f"{k:032x}", "llm_request", VLLM_ATTRS) for k in range(i * 50, i * 50 + 50)]) for i in range(60)]
@@ -303,10 +340,21 @@ def test_a_flood_of_spans_is_counted_in_bounded_memory_and_reaches_the_ui_once_a
 
 def test_the_new_events_round_trip_through_json():
     evs = [
-        RequestSent(3, 1, "0af7651916cd43dd8448eb211c80319c", "tokentop-3.1-0af765191", 1_700_000_000_000_000_000, t_ns=5),
-        ServerTiming(3, 1, "0af7651916cd43dd8448eb211c80319c", "otlp", {"queue": 0.25}, {"queue": "gen_ai.latency.time_in_queue"}, {"span": "llm_request"}, 17),
-        ServerTiming(3, 2, "ff" * 16, "otlp", {}, {}, note="no server span: nothing reached it"),
-        OtlpStatus("127.0.0.1:4318", 2, 3, 1, 2, {"malformed": 1}, {"latest": 2}),
+        RequestSent(
+            run_id=3, segment=1, trace_id="0af7651916cd43dd8448eb211c80319c", request_id="tokentop-3.1-0af765191", wall_ns=1_700_000_000_000_000_000, t_ns=5
+        ),
+        ServerTiming(
+            run_id=3,
+            segment=1,
+            trace_id="0af7651916cd43dd8448eb211c80319c",
+            source="otlp",
+            phases={"queue": 0.25},
+            sources={"queue": "gen_ai.latency.time_in_queue"},
+            details={"span": "llm_request"},
+            start_unix_ns=17,
+        ),
+        ServerTiming(run_id=3, segment=2, trace_id="ff" * 16, source="otlp", phases={}, sources={}, note="no server span: nothing reached it"),
+        OtlpStatus(address="127.0.0.1:4318", bodies=2, spans=3, joined=1, others=2, rejected={"malformed": 1}, others_summary={"latest": 2}),
     ]
     for ev in evs:
         assert from_json(to_json(ev)) == ev
@@ -315,9 +363,9 @@ def test_the_new_events_round_trip_through_json():
 def test_the_book_keeps_the_last_runs_only():
     book = XrayBook(runs=3)
     for run in range(1, 6):
-        book.feed(RequestSent(run, 0, f"{run:032x}", str(run), 0, t_ns=0))
+        book.feed(RequestSent(run_id=run, segment=0, trace_id=f"{run:032x}", request_id=str(run), wall_ns=0, t_ns=0))
     assert book.run_ids() == [3, 4, 5]
-    book.feed(ServerTiming(1, 0, f"{1:032x}", "otlp", {"e2e": 1.0}, {}))  # a run already let go: nothing kept
+    book.feed(ServerTiming(run_id=1, segment=0, trace_id=f"{1:032x}", source="otlp", phases={"e2e": 1.0}, sources={}))  # a run already let go: nothing kept
     assert book.get(1) is None
 
 
@@ -375,10 +423,11 @@ async def test_attach_with_otlp_says_no_server_span_and_why_when_the_server_send
 
 
 async def test_x_opens_the_waterfall_of_the_last_run_in_the_attached_app(llama_server, tmp_path):
+    from monitors.xray import PHASE_COLOURS
     from tests.ui.test_app import APP_SIZE, finished, until
     from tui_app.core.sources import AttachSource
     from tui_app.ui.app import TokentopApp
-    from tui_app.ui.widgets.waterfall import PHASE_COLOURS, Waterfall, bar_cells
+    from tui_app.ui.widgets.waterfall import Waterfall, bar_cells
 
     source = AttachSource([AttachConfig(url=llama_server.url, concurrency=2)])
     app = TokentopApp(source, RunRequest(max_new_tokens=16, ignore_eos=True), fps=8, out_dir=str(tmp_path))

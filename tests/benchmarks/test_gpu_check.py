@@ -1,4 +1,4 @@
-"""benchmarks/gpu_check.py off the GPU: the report, the budget, the comparisons it judges by, and
+"""benchmarks/gpu_check off the GPU: the report, the budget, the comparisons it judges by, and
 the mid-run lever switch on a small random-weight Llama on the CPU (the half of each check that
 needs no CUDA). The checks themselves run on a lent GPU (docs/gpu.md)."""
 
@@ -8,23 +8,40 @@ import subprocess
 import pytest
 import torch
 
-from benchmarks import gpu_check as gpc
+from benchmarks.gpu_check import LEVER_GROUPS, SWITCH_AT
+from benchmarks.gpu_check.checks import check_bandwidth, check_device_map, check_observer_overhead, check_syncs, check_timing, check_tui
+from benchmarks.gpu_check.models import Bench, check_device_leak, lever_check, random_llama, save_tokenizer, tokenizer_dir
+from benchmarks.gpu_check.report import (
+    Failed,
+    Report,
+    Skip,
+    agree,
+    first_difference,
+    judge_greedy,
+    lever_cases,
+    near_tie_tolerance,
+    parse_csv,
+    pytest_summary,
+    run_check,
+)
+from benchmarks.gpu_check.run import main, run_all
+from benchmarks.gpu_check.wheels import carry_tmux
 from monitors.events import Levers
-from tui_app.engine.config import RunRequest
+from tui_app.requests import RunRequest
 
 
 def test_each_check_is_one_line_and_a_failure_never_stops_the_rest(tmp_path):
     lines = []
-    report = gpc.Report(tmp_path / "r.md", ["head"], budget_s=60, echo=lambda line, flush: lines.append(line))
+    report = Report(tmp_path / "r.md", ["head"], budget_s=60, echo=lambda line, flush: lines.append(line))
 
     def broken():
         raise ValueError("no\nluck")
 
     def failed():
-        raise gpc.Failed("off by 3", "5 MiB", "2 MiB")
+        raise Failed("off by 3", "5 MiB", "2 MiB")
 
     def skipped():
-        raise gpc.Skip("needs real weights")
+        raise Skip("needs real weights")
 
     seen = []
 
@@ -44,37 +61,37 @@ def test_each_check_is_one_line_and_a_failure_never_stops_the_rest(tmp_path):
 
 
 def test_checks_past_the_time_budget_say_skip_and_do_not_run(tmp_path):
-    report = gpc.Report(tmp_path / "r.md", [], budget_s=0, echo=lambda *a, **k: None)
+    report = Report(tmp_path / "r.md", [], budget_s=0, echo=lambda *a, **k: None)
     ran = []
     report.check("late", lambda: ran.append(1))
     assert not ran and report.checks[0].status == "SKIP" and "--start-at 'late'" in report.checks[0].reason
     assert report.check("other", lambda: ran.append(1)) is not None
-    only = gpc.Report(tmp_path / "o.md", [], budget_s=60, only="NVML", echo=lambda *a, **k: None)
+    only = Report(tmp_path / "o.md", [], budget_s=60, only="NVML", echo=lambda *a, **k: None)
     assert only.check("lever b2", lambda: ("", "")) is None and not only.checks
-    resumed = gpc.Report(tmp_path / "s.md", [], budget_s=60, start_at="bandwidth", echo=lambda *a, **k: None)
+    resumed = Report(tmp_path / "s.md", [], budget_s=60, start_at="bandwidth", echo=lambda *a, **k: None)
     for name in ("lever b2 (bf16)", "bandwidth ~1B bf16 plain", "suite --device cuda"):
         resumed.check(name, lambda: ("", ""))
     assert [c.name for c in resumed.checks] == ["bandwidth ~1B bf16 plain", "suite --device cuda"]
 
 
 def test_agree_passes_within_the_tolerance_and_fails_outside_it():
-    assert gpc.agree(101.0, 100.0, 0.01, unit=" MiB") == ("101 MiB", "100 MiB")
-    assert gpc.agree(103.0, 100.0, 0, 3) == ("103", "100")
-    with pytest.raises(gpc.Failed, match=r"off by \+3.5 ms") as exc:
-        gpc.agree(13.5, 10.0, 0.1, 2, " ms", "TTFT")
+    assert agree(101.0, 100.0, 0.01, unit=" MiB") == ("101 MiB", "100 MiB")
+    assert agree(103.0, 100.0, 0, 3) == ("103", "100")
+    with pytest.raises(Failed, match=r"off by \+3.5 ms") as exc:
+        agree(13.5, 10.0, 0.1, 2, " ms", "TTFT")
     assert (exc.value.figure, exc.value.reference) == ("13.5 ms", "10 ms")
 
 
 def test_nvidia_smi_csv_is_read_row_by_row():
     text = "0, 1234, 81559\n1, [N/A], 81559\n\n"
-    assert gpc.parse_csv(text) == [["0", "1234", "81559"], ["1", "[N/A]", "81559"]]
+    assert parse_csv(text) == [["0", "1234", "81559"], ["1", "[N/A]", "81559"]]
 
 
 def test_every_lever_and_every_pair_of_levers_from_two_groups():
-    cases = gpc.lever_cases()
-    singles = sum(len(v) for v in gpc.LEVER_GROUPS.values())
+    cases = lever_cases()
+    singles = sum(len(v) for v in LEVER_GROUPS.values())
     assert singles == 9 and len(cases) == 9 + 31
-    group = {name: g for g, levers in gpc.LEVER_GROUPS.items() for name in levers}
+    group = {name: g for g, levers in LEVER_GROUPS.items() for name in levers}
     for name, combo in cases[singles:]:
         a, b = name.split("+")
         assert group[a] != group[b] and len(combo) == 2
@@ -83,43 +100,43 @@ def test_every_lever_and_every_pair_of_levers_from_two_groups():
 
 
 def test_greedy_outputs_are_judged_lossless_or_reported():
-    assert gpc.first_difference([1, 2, 3], [1, 2, 3]) is None
-    assert gpc.first_difference([1, 2, 3], [1, 5, 3]) == 1 and gpc.first_difference([1, 2], [1, 2, 3]) == 2
-    assert gpc.judge_greedy([1, 2, 3], [1, 2, 3], True)[0] == "same 3 tokens"
-    assert "first differs at token 1" in gpc.judge_greedy([1, 2, 3], [1, 9, 3], False)[0]
-    assert "near-tie" in gpc.judge_greedy([1, 2, 3], [1, 9, 3], True, lambda i: 0.001, 0.01)[0]
-    with pytest.raises(gpc.Failed, match="differs from plain at token 1"):
-        gpc.judge_greedy([1, 2, 3], [1, 9, 3], True, lambda i: 0.5, 0.01)
-    with pytest.raises(gpc.Failed, match="2 tokens where plain gave 3"):
-        gpc.judge_greedy([1, 2, 3], [1, 2], True)
+    assert first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert first_difference([1, 2, 3], [1, 5, 3]) == 1 and first_difference([1, 2], [1, 2, 3]) == 2
+    assert judge_greedy([1, 2, 3], [1, 2, 3], True)[0] == "same 3 tokens"
+    assert "first differs at token 1" in judge_greedy([1, 2, 3], [1, 9, 3], False)[0]
+    assert "near-tie" in judge_greedy([1, 2, 3], [1, 9, 3], True, lambda i: 0.001, 0.01)[0]
+    with pytest.raises(Failed, match="differs from plain at token 1"):
+        judge_greedy([1, 2, 3], [1, 9, 3], True, lambda i: 0.5, 0.01)
+    with pytest.raises(Failed, match="2 tokens where plain gave 3"):
+        judge_greedy([1, 2, 3], [1, 2], True)
     # A few ulps of the largest logit: bf16 rounds 8 times coarser than fp16.
-    bf16, fp16 = (gpc.near_tie_tolerance(torch.finfo(t).eps, 10.0) for t in (torch.bfloat16, torch.float16))
+    bf16, fp16 = (near_tie_tolerance(torch.finfo(t).eps, 10.0) for t in (torch.bfloat16, torch.float16))
     assert 0.1 < bf16 < 0.5 and 0.02 < fp16 < bf16 / 7
 
 
 def test_pytest_summary_is_its_last_line():
     out = "....s\n==== 4 passed, 1 skipped in 3.2s ====\n"
-    assert gpc.pytest_summary(out) == "4 passed, 1 skipped in 3.2s"
-    assert gpc.pytest_summary("1 failed, 2 passed in 1.0s\n") == "1 failed, 2 passed in 1.0s"
+    assert pytest_summary(out) == "4 passed, 1 skipped in 3.2s"
+    assert pytest_summary("1 failed, 2 passed in 1.0s\n") == "1 failed, 2 passed in 1.0s"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
 def test_without_cuda_it_says_so_in_one_line_and_exits_2(capsys, tmp_path):
-    assert gpc.main(["--out", str(tmp_path)]) == 2
+    assert main(["--out", str(tmp_path)]) == 2
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and "no CUDA device here" in out
     assert not (tmp_path / "gpu-check.md").exists()
 
 
 def test_the_carried_tokenizer_holds_no_weights(tmp_path):
-    folder = gpc.save_tokenizer(tmp_path / "tok")
+    folder = save_tokenizer(tmp_path / "tok")
     names = {f.name for f in folder.iterdir()}
     assert {"tokenizer.json", "config.json"} <= names and not any(n.endswith(".safetensors") for n in names)
     assert sum(f.stat().st_size for f in folder.iterdir()) < 8 * 2**20
 
 
 def test_the_carried_tmux_runs_from_its_own_folder_with_its_libraries(tmp_path):
-    gpc.carry_tmux(tmp_path)
+    carry_tmux(tmp_path)
     assert {f.name for f in (tmp_path / "tmux").iterdir()} == {"tmux", "libevent_core-2.1.so.7", "libutempter.so.0"}
     # With the system's library folders out of reach of a plain lookup of these two, the wrapper still finds them.
     done = subprocess.run([str(tmp_path / "bin" / "tmux"), "-V"], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
@@ -133,12 +150,12 @@ def small_folder(tmp_path_factory):
     """The default model's tokenizer on a small Llama of its config, random weights."""
     folder = tmp_path_factory.mktemp("small")
     overrides = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}
-    return gpc.random_llama(folder, gpc.tokenizer_dir(None), "cpu", overrides)
+    return random_llama(folder, tokenizer_dir(None), "cpu", overrides)
 
 
 @pytest.fixture(scope="module")
 def small_bench(small_folder):
-    return gpc.Bench(small_folder, "cpu", "fp32")
+    return Bench(small_folder, "cpu", "fp32")
 
 
 @pytest.mark.parametrize(
@@ -146,12 +163,12 @@ def small_bench(small_folder):
 )
 def test_a_lever_switched_mid_run_gives_plain_greedy_output(small_bench, combo):
     req = RunRequest(preset="short", max_new_tokens=12, ignore_eos=True)
-    check = gpc.run_check("lever", lambda: gpc.lever_check(small_bench, combo, req))
+    check = run_check("lever", lambda: lever_check(small_bench, combo, req))
     if "spec" in combo and "batch" in combo:  # speculation needs batch 1: the engine refuses, the check says why
         assert check.status == "SKIP" and "refused" in check.reason
     else:
         assert check.status == "PASS", check.line()
-        assert check.figure == f"switched at step {gpc.SWITCH_AT}: same 12 tokens"
+        assert check.figure == f"switched at step {SWITCH_AT}: same 12 tokens"
     assert small_bench.engine.levers == Levers()  # left plain for the next check
 
 
@@ -167,7 +184,7 @@ def test_the_logit_gap_is_read_from_the_plain_model(small_bench):
 def test_ttft_and_itl_agree_with_a_clock_of_their_own(small_bench):
     """The CPU half of the CUDA-events check: the same marks, on perf_counter."""
     req = RunRequest(preset="short", max_new_tokens=12, ignore_eos=True)
-    check = gpc.run_check("timing", lambda: gpc.check_timing(small_bench, req))
+    check = run_check("timing", lambda: check_timing(small_bench, req))
     assert check.status == "PASS", check.line()
     assert check.reference.startswith("perf_counter: TTFT")
 
@@ -175,7 +192,7 @@ def test_ttft_and_itl_agree_with_a_clock_of_their_own(small_bench):
 @pytest.mark.parametrize("combo", [{}, {"spec": "lookup"}], ids=["plain", "lookup"])
 def test_host_reads_per_token_off_cuda(small_bench, combo):
     req = RunRequest(preset="long", max_new_tokens=12, ignore_eos=True)
-    check = gpc.run_check("syncs", lambda: gpc.check_syncs(small_bench, combo, req))
+    check = run_check("syncs", lambda: check_syncs(small_bench, combo, req))
     assert check.status == "PASS", check.line()
     assert check.figure.endswith("host reads/token, no CUDA here") and float(check.figure.split()[0]) <= 1
 
@@ -184,7 +201,7 @@ def test_the_device_leak_check_runs_the_apps_detector_and_off_cuda_has_no_device
     """The CPU half: the runs, the lever and the debug leak set and put back; the device sources are
     CUDA's, so here the check fails naming them (test_cuda.py runs it on a GPU)."""
     req = RunRequest(preset="short", max_new_tokens=2, ignore_eos=True)
-    check = gpc.run_check("leak", lambda: gpc.check_device_leak(small_bench, {"batch": 2}, req, 3, leak_mb=1.0))
+    check = run_check("leak", lambda: check_device_leak(small_bench, {"batch": 2}, req, 3, leak_mb=1.0))
     assert check.status == "FAIL" and check.reason == "no baseline from torch allocated, torch reserved, NVML process", check.line()
     assert small_bench.engine.levers == Levers() and small_bench.engine.cfg.debug_leak_mb == 0 and small_bench.engine._leak == []
 
@@ -192,7 +209,7 @@ def test_the_device_leak_check_runs_the_apps_detector_and_off_cuda_has_no_device
 def test_the_tui_check_drives_the_app_and_saves_its_screen(small_folder, tmp_path):
     """The CPU half: two runs with int8 switched on between them, the screen saved; without a GPU
     the panes have no GPU figures, and the check says so."""
-    check = gpc.run_check("tui", lambda: gpc.check_tui(small_folder, "cpu", tmp_path, size=(120, 36)))
+    check = run_check("tui", lambda: check_tui(small_folder, "cpu", tmp_path, size=(120, 36)))
     assert check.status == "FAIL" and check.reason.startswith("the panes lack the GPU's figures"), check.line()
     util, memory = check.figure.split(" | ")  # the two panes' subtitles, as drawn
     assert util.startswith("engine ") and memory.startswith("engine ")
@@ -203,8 +220,8 @@ def test_the_tui_check_drives_the_app_and_saves_its_screen(small_folder, tmp_pat
 def test_the_observer_check_reads_the_benchmarks_table(small_folder, tmp_path):
     """The benchmark itself on the CPU (the TUI in tmux, the small model): its ratio and UI CPU read
     back into the row, judged against the targets."""
-    report = gpc.Report(tmp_path / "r.md", [], budget_s=300, echo=lambda line, flush: None)
-    check = gpc.run_check("observer", lambda: gpc.check_observer_overhead(report, small_folder, 240, device="cpu", rounds=1, tokens=32))
+    report = Report(tmp_path / "r.md", [], budget_s=300, echo=lambda line, flush: None)
+    check = run_check("observer", lambda: check_observer_overhead(report, small_folder, 240, device="cpu", rounds=1, tokens=32))
     assert re.fullmatch(r"TUI ÷ alone [\d.]+ \([\d.]+–[\d.]+\), UI CPU [\d.]+ % of a core", check.figure), check.line()
     assert check.status == "PASS" or check.reason == "outside the target", check.line()  # speed is the benchmark's to say
     assert "observer overhead on cpu" in report.markdown()  # the benchmark's log beside the report
@@ -213,16 +230,16 @@ def test_the_observer_check_reads_the_benchmarks_table(small_folder, tmp_path):
 def test_the_device_map_check_places_the_model_over_two_devices_and_compares_greedy(small_folder):
     """The CPU half: the small model's weights offloaded to disk (the GPU and CPU on a lent GPU;
     the real default model over CPU and disk in test_device_map.py)."""
-    check = gpc.run_check("device map", lambda: gpc.check_device_map(small_folder, "cpu", {"cpu": "8MiB"}, "fp32"))
+    check = run_check("device map", lambda: check_device_map(small_folder, "cpu", {"cpu": "8MiB"}, "fp32"))
     assert check.status == "PASS", check.line()
     assert re.fullmatch(r"disk 12.4 MiB: same 16 tokens, [\d.]+ tok/s \(16 steps\)", check.figure), check.figure
     assert re.fullmatch(r"plain greedy, 16 tokens on cpu alone, [\d.]+ tok/s", check.reference), check.reference
-    refused = gpc.run_check("device map", lambda: gpc.check_device_map(small_folder, "cpu", {"cpu": "1GiB"}, "fp32"))
+    refused = run_check("device map", lambda: check_device_map(small_folder, "cpu", {"cpu": "1GiB"}, "fp32"))
     assert refused.status == "FAIL" and refused.reason.startswith("not split: {'cpu': "), refused.line()
 
 
 def test_the_bandwidth_figure_is_weights_times_tokens_over_a_copy(small_folder):
-    check = gpc.run_check("bandwidth", lambda: gpc.check_bandwidth(small_folder, "cpu", {}, "fp32", 16 * 2**20))
+    check = run_check("bandwidth", lambda: check_bandwidth(small_folder, "cpu", {}, "fp32", 16 * 2**20))
     assert check.status == "PASS", check.line()
     shape = r"([\d.]+) GB/s = ([\d.]+)% of the copy \(([\d.]+) tok/s × ([\d.]+) GB of weights\)"
     shape += r"; the app's mem bw ([\d.]+) of its in-place read \(([\d.]+) GB/s\)"
@@ -235,9 +252,9 @@ def test_the_bandwidth_figure_is_weights_times_tokens_over_a_copy(small_folder):
 def test_only_runs_what_it_names_and_makes_the_model_it_needs(tmp_path):
     """The whole sequence as on a GPU, narrowed by --only: the lever model is made on first need, once."""
     lines = []
-    report = gpc.Report(tmp_path / "r.md", [], budget_s=120, only="no-cache+b2", echo=lambda line, flush: lines.append(line))
+    report = Report(tmp_path / "r.md", [], budget_s=120, only="no-cache+b2", echo=lambda line, flush: lines.append(line))
     tiny = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16}
-    gpc.run_all(report, "cpu", gpc.tokenizer_dir(None), tmp_path, tiny)
+    run_all(report, "cpu", tokenizer_dir(None), tmp_path, tiny)
     assert [c.name for c in report.checks] == ["lever no-cache+b2 (bf16)", "lever no-cache+b2 (fp16)"]
     assert all(c.status == "PASS" for c in report.checks), lines
     assert [h for h in report.header if h.startswith("model ")] == [report.header[0]] and "default-arch" in report.header[0]

@@ -26,7 +26,7 @@ from tests.helpers.synthetic import session_events
 from tests.ui.test_app import APP_SIZE, finished, notes, until
 from tui_app.attach.client import AttachConfig
 from tui_app.core.sources import AttachSource
-from tui_app.engine.config import RunRequest
+from tui_app.requests import RunRequest
 from tui_app.ui.app import TokentopApp
 from tui_app.ui.widgets.runs_table import RunsTable
 from tui_app.ui.widgets.token_stream import MAX_CHUNKS

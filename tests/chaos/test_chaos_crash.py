@@ -22,7 +22,7 @@ from monitors.record import Recorder, read_recording
 from tests.ui.test_app import APP_SIZE, finished, until
 from tui_app.attach.client import AttachConfig
 from tui_app.core.sources import AttachSource
-from tui_app.engine.config import RunRequest
+from tui_app.requests import RunRequest
 from tui_app.ui.app import TokentopApp
 
 pytestmark = pytest.mark.chaos

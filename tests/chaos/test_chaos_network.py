@@ -16,7 +16,7 @@ from tests.helpers.llama_server import LlamaServer
 from tests.helpers.proxy import FaultProxy, Faults
 from tui_app.attach.client import AttachConfig, ServerClient
 from tui_app.core.session import Session
-from tui_app.engine.config import RunRequest
+from tui_app.requests import RunRequest
 
 pytestmark = pytest.mark.chaos
 REQ = RunRequest(prompt="Name three rivers of Europe.", max_new_tokens=16, ignore_eos=True)
@@ -143,8 +143,12 @@ async def test_32_streams_each_stalling_at_a_different_moment():
     server = LlamaServer("--slots", "32")
     try:
         with FaultProxy(("127.0.0.1", server.port)) as proxy:
-            async with Attached(proxy.url, timeout_s=2.0, concurrency=32, chat=False) as a:
-                fin, _, errors = await a.run(req)
+            # The runs without faults on a client of their own, patient with a loaded machine's gaps.
+            async with (
+                Attached(proxy.url, timeout_s=60, concurrency=32, chat=False) as plain,
+                Attached(proxy.url, timeout_s=3.0, concurrency=32, chat=False) as a,
+            ):
+                fin, _, errors = await plain.run(req)
                 assert errors == [] and fin.n_tokens == 32 * req.max_new_tokens
                 stream = proxy.bytes["down"] / 32
                 proxy.arm([Faults(hold_after=int(stream * (0.3 + 0.6 * i / 31))) for i in range(32)])
@@ -152,13 +156,13 @@ async def test_32_streams_each_stalling_at_a_different_moment():
                 fin, _, errors = await a.run(req)
                 took = time.perf_counter() - t
                 assert fin.stop_reason == "error"
-                assert errors == [f"127.0.0.1:{proxy.port} sent nothing for 2 s: the stream stalled (--timeout sets the limit)"]
-                assert 2.0 <= took < 20
+                assert errors == [f"127.0.0.1:{proxy.port} sent nothing for 3 s: the stream stalled (--timeout sets the limit)"]
+                assert 3.0 <= took < 30
                 tokens = [s.n_tokens for s in a.session.timer.runs[fin.run_id].segments]
                 assert len(tokens) == 32 and all(0 < n <= req.max_new_tokens for n in tokens), tokens
                 assert fin.n_tokens == sum(tokens) and len(set(tokens)) > 3  # each stopped where its bytes did
                 proxy.release()
-                fin, _, errors = await a.run(req)  # the network is back: all 32 run to the end
+                fin, _, errors = await plain.run(req)  # the network is back: all 32 run to the end
                 assert errors == [] and fin.n_tokens == 32 * req.max_new_tokens
     finally:
         server.close()

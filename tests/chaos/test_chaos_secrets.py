@@ -16,7 +16,7 @@ from monitors.redact import redact
 from tests.ui.test_app import APP_SIZE, finished, notes, status_text, until
 from tui_app.attach.client import AttachConfig
 from tui_app.core.sources import AttachSource
-from tui_app.engine.config import RunRequest
+from tui_app.requests import RunRequest
 from tui_app.ui.app import TokentopApp
 
 pytestmark = pytest.mark.chaos

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from monitors.record import read_recording
-from tui_app.commands.replay import fold
+from tui_app.core.session import Session
 
 
 def tokentop(*args, timeout=180, env=None):
@@ -29,7 +29,7 @@ def tokentop(*args, timeout=180, env=None):
         (["run", "--no-tui", "--preset", "file"], "--preset file needs --prompt-file"),
         (["bench", "--lengths", "12x4"], "bad length pair"),
         (["bench", "--levers", "turbo"], "unknown lever preset 'turbo'"),
-        (["leakcheck", "--runs", "5"], "use --runs 11 or more"),  # it used to exit 0 with no verdict
+        (["leakcheck", "--runs", "5"], "use --runs 11 or more"),  # too few runs for a verdict: not a silent exit 0
     ],
 )
 def test_command_line_misuse_exits_2_with_one_clear_line(args, needle):
@@ -79,7 +79,7 @@ def test_headless_run_records_and_replay_gives_the_same_statistics(tmp_path):
     assert replayed.returncode == 0
     assert [line for line in replayed.stdout.splitlines() if line.startswith("run ")] == live
     # the same folding in-process, field by field
-    rows = fold(got.events).rows()
+    rows = Session.from_events(got.events).rows()
     assert [row.stats.n_tokens for row in rows] == [8, 8]
 
 
@@ -171,33 +171,36 @@ def test_serve_binds_to_localhost_and_serves_the_page():
     ],
 )
 def test_headless_refuses_a_lever_it_cannot_apply_instead_of_dropping_it(levers, needle):
-    """It used to run without the lever, exit 0 and label the numbers without it."""
+    """Numbers labelled without the lever asked for would answer another question: exit 2, no numbers."""
     r = tokentop("run", "--no-tui", "--no-record", "--max-new-tokens", "2", *levers)
     assert r.returncode == 2 and needle in r.stderr, r.stderr
     assert " tok/s" not in r.stdout
 
 
 def _numeric_options():
-    """(subcommand, option, parse type) for every option that takes a number, in every subcommand."""
-    from tui_app.cli import build_parser
+    """(command line before the option, option, parse type) for every option that takes a number, in every subcommand."""
+    from tui_app.cli import build_parser, serving_bench_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.choices and isinstance(a.choices, dict))
-    for name, p in sub.choices.items():
+    parsers = [([name], p) for name, p in sub.choices.items()] + [(["bench", "--endpoint", "http://127.0.0.1:9"], serving_bench_parser())]
+    for before, p in parsers:
         for action in p._actions:
             numeric = isinstance(action.default, (int, float)) and not isinstance(action.default, bool)
-            if action.option_strings and (numeric or hasattr(action.type, "bounds")) and not action.choices:  # --fps: a number or auto
-                yield name, action.option_strings[-1], action.type
+            bounded = hasattr(action.type, "bounds")  # those whose default is None (--rate) say so by their type
+            if action.option_strings and (numeric or bounded) and not action.choices:
+                yield before, action.option_strings[-1], action.type
 
 
 def test_every_numeric_option_has_bounds_and_refuses_each_side_with_the_range(capsys):
-    """Before, --top-p 1.5, --threads -3, --port 0, --speed -1, --fps 0 or --repeats 0 were taken
-    (or refused later, by another option's name)."""
+    """--top-p 1.5, --threads -3, --port 0, --speed -1, --fps 0, --repeats 0: each refused by its own
+    name, with its range, before anything runs."""
     from tui_app.cli import main
 
     options = list(_numeric_options())
     assert len(options) >= 15
-    for cmd, opt, typ in options:
+    for before, opt, typ in options:
+        cmd = before[0]
         assert hasattr(typ, "bounds"), f"{cmd} {opt} takes any number"
         kind, lo, hi, lo_open = typ.bounds
         step = 1 if kind is int else 0.5
@@ -205,7 +208,7 @@ def test_every_numeric_option_has_bounds_and_refuses_each_side_with_the_range(ca
         for value in bad:
             capsys.readouterr()
             with pytest.raises(SystemExit) as done:
-                main([cmd, opt, str(kind(value)), *(["x.jsonl"] if cmd == "replay" else [])])
+                main([*before, opt, str(kind(value)), *(["x.jsonl"] if cmd in ("replay", "report") else [])])
             err = capsys.readouterr().err
             assert done.value.code == 2 and f"argument {opt}: must be" in err and str(kind(value)) in err, (cmd, opt, value, err)
 
@@ -256,7 +259,7 @@ def test_model_errors_name_the_option_and_the_kind_of_path(tmp_path):
 
 
 def test_headless_output_has_no_library_noise_unless_verbose():
-    """torchao's optional kernels, torch's pytree deprecations and the weight-loading bar were printed."""
+    """Not torchao's optional kernels, torch's pytree deprecations or the weight-loading bar: the numbers alone."""
     r = tokentop("run", "--no-tui", "--no-record", "--quant", "int8", "--max-new-tokens", "2")
     assert r.returncode == 0 and r.stderr.strip() == "", r.stderr
     loud = tokentop("run", "--no-tui", "--no-record", "--quant", "int8", "--max-new-tokens", "2", "--verbose", env={"TRANSFORMERS_VERBOSITY": "info"})

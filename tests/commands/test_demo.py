@@ -9,11 +9,12 @@ import pytest
 from monitors.events import RunStarted
 from tests.ui.test_app import until
 from tui_app.cli import main
-from tui_app.commands.demo import DemoApp, run_tour
+from tui_app.commands.demo import run_tour
 from tui_app.commands.run import engine_source
 from tui_app.core.session import Session
 from tui_app.core.tour import LEVERS, TourError, default_tour, load_tour, parse_tour, ratio
 from tui_app.engine.config import EngineConfig
+from tui_app.ui.demo_app import DemoApp
 
 TOKENS = 8
 

@@ -18,6 +18,7 @@ from monitors.events import RunFinished, RunStarted, Step
 from monitors.record import Recorder, read_recording
 from tests.helpers import browser
 from tui_app.cli import main
+from tui_app.requests import SetLever
 
 SESSION_FIGURES = ("latency", "ttft", "kv", "memory", "utilization")
 BENCH_FIGURES = ("ttft", "itl", "tps")
@@ -31,7 +32,7 @@ def recorded(engine, tmp_path_factory):
     from monitors.sampler import Sampler, to_event
     from tui_app.commands.bench import apply_levers
     from tui_app.core.session import Session
-    from tui_app.engine.config import RunRequest
+    from tui_app.requests import RunRequest
 
     path = tmp_path_factory.mktemp("report") / "session.jsonl"
     recorder = Recorder(path)
@@ -61,7 +62,7 @@ def recorded(engine, tmp_path_factory):
         def poll():
             if steps[0] == 3 and not sent:
                 sent.append(1)
-                return [("lever", "quant", "int8")]
+                return [SetLever("quant", "int8")]
             return []
 
         assert engine.run(req, poll) is not None
@@ -203,7 +204,7 @@ def test_a_session_report_holds_every_figure_and_the_runs_table_of_the_session(r
     events = read_recording(path).events
     table = page.tables["runs"]
     head, body = table[0], table[1:]
-    from tui_app.ui.widgets.runs_table import COLUMNS
+    from tui_app.core.columns import COLUMNS
 
     assert head == [c.title for c in COLUMNS]
     # The same cells as the app's table over the live session: the recording loses nothing.
@@ -267,7 +268,7 @@ def test_a_recording_with_event_types_it_cannot_draw_is_reported_without_them(re
     page, err = make_report(tmp_path, mixed, capsys)
     assert "1 FutureEvent" in err
     assert_self_contained(page, SESSION_FIGURES)
-    from tui_app.ui.widgets.runs_table import COLUMNS
+    from tui_app.core.columns import COLUMNS
 
     assert page.tables["runs"][1:] == [[c.cell(r) for c in COLUMNS] for r in live.rows()]
 
@@ -277,7 +278,7 @@ def test_a_recording_cut_short_by_a_crash_is_reported_up_to_the_cut(recorded, tm
     cut = tmp_path / "cut.jsonl"
     cut.write_bytes(path.read_bytes()[:-40])
     page, err = make_report(tmp_path, cut, capsys)
-    assert "truncated or corrupt" in err and err.count("\n") == 2  # the cut, then "wrote"
+    assert "the last, was cut short mid-write" in err and err.count("\n") == 2  # the cut, then "wrote"
     assert_self_contained(page, SESSION_FIGURES)
 
 
@@ -332,14 +333,14 @@ def test_the_memory_figure_draws_the_leak_detectors_trend_and_interval_as_scipy_
 
     from monitors.events import RunFinished as Finished
     from tests.helpers.synthetic import session_events
-    from tui_app.commands.replay import fold
-    from tui_app.commands.report import memory_figure
+    from tui_app.commands.report.session import memory_figure
+    from tui_app.core.session import Session
 
     events = session_events(runs=12, tokens=6)
     finished = [e for e in events if isinstance(e, Finished)]
     for k, f in enumerate(finished):
         f.baseline_rss += (k * 7 % 5) * 2**18  # jitter, so that the interval has a width
-    session = fold(events)
+    session = Session.from_events(events)
     assert session.verdict.status == "suspected"
     fig = memory_figure(session).fig
     trend_ax = fig.axes[1]

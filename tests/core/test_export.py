@@ -4,8 +4,8 @@ import json
 
 from monitors.events import Levers, RunStarted, Step
 from tests.helpers.synthetic import session_events
-from tui_app.commands.replay import fold
-from tui_app.ui.app import export_session
+from tui_app.core.export import export_session
+from tui_app.core.session import Session
 
 
 def _reject(constant):
@@ -16,8 +16,11 @@ def test_export_is_strict_json_with_null_for_missing_numbers(tmp_path):
     events = session_events(runs=2, tokens=8)
     t = events[-1].t_ns
     # a run stopped after its prefill: no decode step, so ITL and tok/s have no value
-    events += [RunStarted(3, Levers(), 5, 8, "p", t_ns=t + 1), Step(3, 1, "prefill", [1], "a", 1, t + 2, 1, 1, 0, 0, 6)]
-    session = fold(events)
+    events += [
+        RunStarted(run_id=3, levers=Levers(), prompt_tokens=5, max_new_tokens=8, prompt_text="p", t_ns=t + 1),
+        Step(run_id=3, step=1, kind="prefill", token_ids=[1], text="a", n_tokens=1, t_ns=t + 2, dt_ns=1, forward_ns=1, kv_bytes=0, kv_alloc_bytes=0, seq_len=6),
+    ]
+    session = Session.from_events(events)
     path = tmp_path / "x.json"
     export_session(session, str(path))
     data = json.loads(path.read_text(), parse_constant=_reject)

@@ -8,7 +8,8 @@ import torch
 
 from monitors.events import EngineError, Step
 from tui_app.commands.bench import apply_levers
-from tui_app.engine.generation import Engine, EngineConfig, RunRequest
+from tui_app.engine.generation import Engine, EngineConfig
+from tui_app.requests import RunRequest
 
 NEW = 12
 

@@ -7,19 +7,20 @@ import itertools
 import pytest
 import torch
 
-from monitors.events import Bandwidth, LeverChanged, Levers, Phase, RunStarted, Sampled, Step
+from monitors.events import Bandwidth, Phase, RunStarted, Step
 from monitors.record import Recorder, read_recording
 from tui_app.commands.bench import apply_levers
+from tui_app.core import readings
 from tui_app.core.session import READ_WINDOW, Session
 from tui_app.engine import bandwidth
-from tui_app.engine.generation import RunRequest
+from tui_app.requests import Probe, RunRequest
 
 
 def int8_bytes(engine) -> int:
     """The int8 variant's bytes a step reads, by its format: a byte per linear weight and an fp32
     scale per output row (the tied head has its own int8 copy), the fp32 norms and rotary tables;
     the embedding table is not read whole (one row per token)."""
-    q = engine._variants["int8"]
+    q = engine.control.variants["int8"]
     norms = sum(p.numel() for n, p in q.named_parameters() if "norm" in n)
     rotary = sum(b.numel() * b.element_size() for b in engine.model.buffers())
     linears = [m for m in engine.model.modules() if isinstance(m, torch.nn.Linear)]
@@ -50,7 +51,7 @@ def test_the_read_rate_shown_is_the_recorded_steps_bytes_over_their_intervals(pl
     session = Session()  # as replay folds the recording
     for ev in events:
         session.feed(ev)
-    rate, frac = session.read_rate()
+    rate, frac = readings.read_rate(session)
     assert rate == pytest.approx(expected, rel=0.01)
     assert frac == pytest.approx(expected / probe.read_bps, rel=0.01)
 
@@ -59,7 +60,7 @@ def test_a_measurement_asked_for_in_a_run_is_a_phase_outside_the_steps_intervals
     plain.run(RunRequest(max_new_tokens=4))
     assert not any(isinstance(e, Bandwidth) for e in collect)  # the weights did not change: not measured again
     collect.clear()
-    plain.run(RunRequest(max_new_tokens=4), poll=lambda: [("probe",)] if not collect[1:] else [])
+    plain.run(RunRequest(max_new_tokens=4), poll=lambda: [Probe()] if not collect[1:] else [])
     started = next(e for e in collect if isinstance(e, RunStarted))
     probe = next(e for e in collect if isinstance(e, Bandwidth))
     phase = next(e for e in collect if isinstance(e, Phase) and e.name == "bandwidth")
@@ -90,7 +91,7 @@ def test_spans_read_only_the_weights_a_step_reads_and_nearly_all_of_them(plain, 
     their bytes (only runs under 1 MiB are left out)."""
     if level != "off":
         apply_levers(plain, {"quant": level})
-    model = plain._variants[level]
+    model = plain.control.variants[level]
     tensors = [p for t in bandwidth._read_tensors(model) for p in bandwidth._plain(t)]
     views = bandwidth.spans(model)
     ranges = sorted((v.data_ptr(), v.data_ptr() + v.numel() * 8) for v in views)
@@ -100,33 +101,3 @@ def test_spans_read_only_the_weights_a_step_reads_and_nearly_all_of_them(plain, 
     assert 0.94 * bandwidth.weight_bytes(model) <= nbytes <= bandwidth.weight_bytes(model) + 64 * len(tensors)
     read, rate = bandwidth.read_rate(model, repeats=2)
     assert read == nbytes and rate > 0
-
-
-def test_the_session_counts_decode_steps_of_the_current_weights_only():
-    s = Session()
-    mib = 2**20
-    s.feed(RunStarted(1, Levers(), 10, 8, "p"))
-    s.feed(Step(1, 1, "prefill", [1], "a", 1, 0, 5_000_000, 0, mib, mib, 10))
-    s.feed(Step(1, 2, "decode", [2], "b", 1, 1, 1_000_000, 0, mib, mib, 11))
-    assert s.read_rate() is None  # no measurement yet
-    s.feed(Bandwidth("off", 99 * mib, 98 * mib, 200e9, "a read"))
-    s.feed(Step(1, 3, "decode", [3], "c", 1, 2_000_000, 1_000_000, 0, mib, mib, 12))
-    s.feed(Step(1, 4, "decode", [4], "d", 1, 4_000_000, 3_000_000, 0, 3 * mib, mib, 13))
-    rate, frac = s.read_rate()
-    assert rate == pytest.approx((100 * mib + 102 * mib) / 4e-3)
-    assert frac == pytest.approx(rate / 200e9)
-    s.feed(Sampled(4_500_000))
-    s.feed(Sampled(4_000_000_000))  # long after the last step: nothing is being read
-    assert list(s.mem_read) == [pytest.approx(frac), None]
-    s.feed(LeverChanged(1, "compile", True, Levers(compile=True), 1))
-    assert s.read_rate() is None  # another step: its rate starts again
-    s.feed(Step(1, 5, "reprefill", [5], "e", 1, 9_000_000, 5_000_000, 0, mib, mib, 14))
-    assert s.read_rate() is None  # a prefill reads at compute speed: not a decode step
-
-
-def test_a_server_run_has_no_read_rate():
-    s = Session()
-    s.feed(Bandwidth("off", 100, 100, 1e9, "a read"))
-    s.feed(RunStarted(1, Levers(server="a"), 10, 8, "p"))
-    s.feed(Step(1, 1, "decode", [1], "a", 1, 0, 1_000_000, 0, 0, 0, 11))
-    assert s.read_rate() is None

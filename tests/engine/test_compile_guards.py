@@ -7,7 +7,8 @@ import torch
 from benchmarks.framework_overhead import tiny_llama
 from monitors.events import Step
 from tui_app.commands.bench import apply_levers
-from tui_app.engine.generation import Engine, EngineConfig, RunRequest
+from tui_app.engine.generation import Engine, EngineConfig
+from tui_app.requests import RunRequest
 
 
 @pytest.fixture(scope="module")
@@ -46,5 +47,5 @@ def test_each_compiled_shape_gives_the_eager_tokens(tiny):
     for shape in shapes:
         assert tokens(tiny, *shape) == eager[shape], shape
         assert all(tiny.trusted)  # each compiled decode step ran on the reduced guards
-    assert not tiny._trusting  # a run gives the process its default stance back
-    assert {(b, n) for _, b, n in tiny._warm} == {(1, 256), (2, 256), (1, 512)}
+    assert not tiny.control.trusting  # a run gives the process its default stance back
+    assert {(b, n) for _, b, n in tiny.control.warm} == {(1, 256), (2, 256), (1, 512)}

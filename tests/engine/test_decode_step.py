@@ -37,7 +37,7 @@ def _decode(model, lean: LeanDecode, fused: tuple | None, batch: int):
 
 @pytest.mark.parametrize(("level", "batch"), [("int8", 1), ("int4", 1), ("int4", 2)])
 def test_the_fused_step_computes_what_the_layers_do(engine, level, batch):
-    model = engine._variant(level)
+    model = engine.control.variant(level)
     lean = LeanDecode(model)
     assert lean.use_fused_step()
     fused = lean.fused
@@ -59,7 +59,7 @@ def test_the_fused_step_computes_what_the_layers_do(engine, level, batch):
 
 
 def test_the_fused_step_refuses_a_full_cache_and_unknown_tokens(engine):
-    model = engine._variant("int4")
+    model = engine.control.variant("int4")
     lean = LeanDecode(model)
     assert lean.use_fused_step()
     cache = StaticCache(config=model.config, max_cache_len=PROMPT.shape[1])

@@ -4,7 +4,7 @@ Here, without a GPU, a small --max-memory for the CPU sends the rest of the real
 layers to disk: the same hooks that move activations between GPUs then move weights in from disk,
 and the engine must give the same greedy text and perplexity as the model on one device, show where
 the weights are, and refuse, with the reason, the levers that need the whole model on one device.
-gpu_check.py runs the GPU + CPU split on a lent GPU (docs/gpu.md)."""
+benchmarks/gpu_check runs the GPU + CPU split on a lent GPU (docs/gpu.md)."""
 
 import argparse
 
@@ -13,7 +13,7 @@ import pytest
 from monitors.events import LeverChanged, LeverRefused, RunFinished
 from tests.commands.test_cli import tokentop
 from tui_app.commands.options import max_memory
-from tui_app.engine.config import RunRequest
+from tui_app.requests import RunRequest
 
 REQ = RunRequest(max_new_tokens=12, ignore_eos=True)
 

@@ -8,9 +8,9 @@ import torch
 from monitors.events import EngineError, LeverChanged, LeverRefused, Phase, Step
 from monitors.kvcache import kv_formula_bytes, measure_cache
 from tui_app.commands.bench import apply_levers
-from tui_app.engine.generation import RunRequest
 from tui_app.engine.models import cache_kwarg
 from tui_app.prompts import reference_text
+from tui_app.requests import RunRequest, SetLever, Stop
 
 N = 24
 REQ = RunRequest(preset="short", max_new_tokens=N, ignore_eos=True)
@@ -133,14 +133,14 @@ def test_compile_static_cache_greedy_equals_generate_and_reports_allocated_vs_us
     tokens, steps, _fin = run(plain, collect)
     phases = [e for e in collect if isinstance(e, Phase) and e.name == "compile" and e.done]
     assert tokens == ref_short
-    assert plain._lean_step(plain.model).own_attention  # the compiled step reads only the filled slots
+    assert plain.decoder.lean_step(plain.model).own_attention  # the compiled step reads only the filled slots
     last = steps[-1]
     assert last.kv_alloc_bytes == kv_formula_bytes(4, 1, 256, 30, 3, 64)  # a 256-slot static cache
     assert last.kv_bytes == kv_formula_bytes(4, 1, last.seq_len, 30, 3, 64)
     # compiled variants are reused: a second run compiles nothing
     run(plain, collect)
     assert not [e for e in collect if isinstance(e, Phase) and e.name == "compile"]
-    assert phases or ("off", 1, 256) in plain._warm
+    assert phases or ("off", 1, 256) in plain.control.warm
 
 
 def test_int8_is_coherent_deterministic_and_reports_its_quality(plain, collect, ref_short):
@@ -179,7 +179,7 @@ def test_a_quantized_variants_perplexity_is_what_its_decode_computes(plain):
     assert apply_levers(plain, {"quant": "int4"}) == ""
     from transformers import DynamicCache
 
-    model = plain._variants["int4"]
+    model = plain.control.variants["int4"]
     ids = plain.tok(reference_text(), return_tensors="pt")["input_ids"][:, :512]
     cache = DynamicCache(config=model.config)
     with torch.inference_mode():
@@ -190,7 +190,7 @@ def test_a_quantized_variants_perplexity_is_what_its_decode_computes(plain):
 
 def test_a_lever_switched_mid_run_continues_the_text(plain, collect, ref_long):
     """Switches that do not change the weights keep the greedy text exact; steps after a switch carry the new segment."""
-    plan = {3: ("lever", "cache", False), 6: ("lever", "cache", True), 9: ("lever", "spec", "lookup"), 10: ("lever", "spec", "off")}
+    plan = {3: SetLever("cache", False), 6: SetLever("cache", True), 9: SetLever("spec", "lookup"), 10: SetLever("spec", "off")}
     seen = {"steps": 0}
 
     def poll():
@@ -216,7 +216,7 @@ def test_quant_switched_mid_run_reprefills_and_continues(plain, collect, ref_sho
         n = sum(isinstance(e, Step) for e in collect)
         if n == 6 and not sent:
             sent.append(1)
-            return [("lever", "quant", "int8")]
+            return [SetLever("quant", "int8")]
         return []
 
     tokens, steps, _fin = run(plain, collect, REQ, poll)
@@ -227,7 +227,7 @@ def test_quant_switched_mid_run_reprefills_and_continues(plain, collect, ref_sho
 
 def test_stop_ends_a_run_at_a_token_boundary(plain, collect):
     def poll():
-        return [("stop",)] if sum(isinstance(e, Step) for e in collect) >= 3 else []
+        return [Stop()] if sum(isinstance(e, Step) for e in collect) >= 3 else []
 
     _tokens, steps, fin = run(plain, collect, REQ, poll)
     assert fin.stop_reason == "stopped" and len(steps) == 3
@@ -285,8 +285,8 @@ def test_a_sampled_token_is_torch_multinomials_draw(engine, top_p):
     logits = torch.randn(3, 500, generator=torch.Generator().manual_seed(1)) * 3
     engine.cfg.temperature, engine.cfg.top_p = 0.7, top_p
     try:
-        engine._gen.manual_seed(5)
-        ours = engine._pick(logits).tolist()
+        engine.decoder.gen.manual_seed(5)
+        ours = engine.decoder.pick(logits).tolist()
     finally:
         engine.cfg.temperature, engine.cfg.top_p = 0.0, 1.0
     probs = torch.softmax(logits / 0.7, dim=-1)
@@ -318,9 +318,9 @@ def _transformers_perplexity(model, ids: torch.Tensor) -> float:
         return math.exp(float(model(input_ids=ids, labels=ids).loss))
 
 
-# The most a variant's perplexity may lie from full precision's, on the reference text: measured on
-# the default model on 2026-11-23, fp32 24.599, int8 24.566 (-0.14 %), int4 24.570 (-0.12 %);
-# a quantization bug moves it by far more (int4 activations rounded to int8 once cost +1.8 %).
+# The most a variant's perplexity may lie from full precision's, on the reference text: the default
+# model's int8 and int4 lie within 0.2 % of fp32 (docs/performance.md), where a quantization bug
+# moves it by far more (int4 activations rounded to int8 per group cost +1.8 %).
 PPL_BOUND = {"off": 1e-9, "int8": 0.01, "int4": 0.01}
 
 
@@ -331,5 +331,5 @@ def test_every_variants_perplexity_is_transformers_loss_on_the_same_tokens(plain
     assert apply_levers(plain, {"quant": level}) == ""
     ids = plain.tok(reference_text(), return_tensors="pt")["input_ids"][:, :512]
     shown = plain.perplexity(level)
-    assert shown == pytest.approx(_transformers_perplexity(plain._variants[level], ids), rel=1e-9)
+    assert shown == pytest.approx(_transformers_perplexity(plain.control.variants[level], ids), rel=1e-9)
     assert shown == pytest.approx(_transformers_perplexity(plain.model, ids), rel=PPL_BOUND[level])

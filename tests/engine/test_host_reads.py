@@ -1,4 +1,4 @@
-"""Reads of a tensor's value by the host, each a device→host sync on a GPU (issue 6: ≤ 1 per token).
+"""Reads of a tensor's value by the host, each a device→host sync on a GPU (the target: ≤ 1 per token).
 
 The counter is checked on calls whose reads are known; then the engine on the real default model,
 lever by lever, against `model.generate` on the same prompt."""
@@ -9,7 +9,7 @@ import torch
 from monitors.events import Step
 from monitors.host_reads import count_host_reads
 from tui_app.commands.bench import apply_levers
-from tui_app.engine.generation import RunRequest
+from tui_app.requests import RunRequest
 
 N = 8
 

@@ -8,8 +8,9 @@ import torch
 
 from monitors.events import LeverRefused, Step
 from tui_app.engine import models
-from tui_app.engine.generation import Engine, EngineConfig, RunRequest
+from tui_app.engine.generation import Engine, EngineConfig
 from tui_app.engine.models import ModelError, load_model
+from tui_app.requests import RunRequest
 
 
 def test_default_gguf_is_found_without_importing_its_package():
@@ -28,7 +29,13 @@ def test_cold_load_converts_once_then_loads_the_cached_copy(tmp_path, monkeypatc
     stem, live = models.find_default_gguf().stem, tmp_path / "elsewhere" / "x.gguf"
     live.parent.mkdir()
     live.write_bytes(b"x")
-    planted = {f"{stem}-gone": tmp_path / "deleted-venv" / "x.gguf", f"{stem}-old": None, f"{stem}-live": live, "Other-abc": None}
+    planted = {
+        f"{stem}-gone": tmp_path / "deleted-venv" / "x.gguf",
+        f"{stem}-old": None,
+        f"{stem}-other-transformers": models.find_default_gguf().resolve(),  # this file, converted by other versions
+        f"{stem}-live": live,
+        "Other-abc": None,
+    }
     for name, source in planted.items():
         (tmp_path / "models" / name).mkdir(parents=True)
         if source is not None:
@@ -44,6 +51,15 @@ def test_cold_load_converts_once_then_loads_the_cached_copy(tmp_path, monkeypatc
         assert n1 == n2 and torch.equal(p1, p2)
     assert warm.tokenizer.chat_template  # an instruct model keeps its chat template
     assert not list(tmp_path.glob("models/*.tmp*"))  # saved atomically
+
+
+def test_the_copy_is_made_again_by_another_transformers_or_gguf(monkeypatch):
+    gguf = models.find_default_gguf()
+    here = models._gguf_cache_dir(gguf)
+    real = models.importlib.metadata.version
+    for dist in ("transformers", "gguf"):
+        monkeypatch.setattr(models.importlib.metadata, "version", lambda d, dist=dist: "0.0.1" if d == dist else real(d))
+        assert models._gguf_cache_dir(gguf) not in (here, None) and models._gguf_cache_dir(gguf).parent == here.parent
 
 
 @pytest.mark.parametrize(

@@ -86,6 +86,6 @@ def test_adopt_moves_parameters_in_place_and_keeps_ties():
 @pytest.mark.slow
 def test_the_compile_lever_puts_the_fp_weights_on_huge_pages(plain):
     assert apply_levers(plain, {"compile": True}) == ""
-    plain._warm_compile(1, 256)
+    plain.control.warm_compile(1, 256)
     weight = plain.model.get_input_embeddings().weight
     assert _huge_bytes_at(weight.data_ptr()) >= weight.numel() * weight.element_size() - pages.HUGE

@@ -9,9 +9,10 @@ import pytest
 from monitors.events import EngineError, EngineReady, LeverChanged, RunFinished, Step
 from monitors.sampler import Sampler
 from tests.monitors.test_system import PAGE, statm_rss, walked_rss
-from tui_app.engine.generation import EngineConfig, RunRequest
+from tui_app.engine.generation import EngineConfig
 from tui_app.engine.main import engine_main
 from tui_app.process import EngineProcess
+from tui_app.requests import Run, RunRequest, SetLever, Stop
 
 
 def wait_for(proc, kind, timeout=120, seen=None):
@@ -45,17 +46,17 @@ def test_run_and_lever_across_the_process_boundary(proc):
     high = statm_rss(proc.pid)
     assert min(low, high) - 64 * PAGE <= rss <= max(low, high) + 64 * PAGE
     assert rss == pytest.approx(walked_rss(proc.pid), rel=0.01)
-    proc.run(RunRequest(max_new_tokens=12, ignore_eos=True))
+    proc.send(Run(RunRequest(max_new_tokens=12, ignore_eos=True)))
     fin, seen = wait_for(proc, RunFinished)
     assert fin.n_tokens == 12 and sum(e.n_tokens for e in seen if isinstance(e, Step)) == 12
-    proc.lever("cache", False)
+    proc.send(SetLever("cache", False))
     ch, _ = wait_for(proc, LeverChanged)
     assert ch.levers.cache is False and ch.run_id is None
     # stop mid-run, then a queued run still happens
-    proc.run(RunRequest(max_new_tokens=200, ignore_eos=True))
+    proc.send(Run(RunRequest(max_new_tokens=200, ignore_eos=True)))
     wait_for(proc, Step)
-    proc.stop_run()
-    proc.run(RunRequest(max_new_tokens=3, ignore_eos=True))
+    proc.send(Stop())
+    proc.send(Run(RunRequest(max_new_tokens=3, ignore_eos=True)))
     first, _ = wait_for(proc, RunFinished)
     second, _ = wait_for(proc, RunFinished)
     assert first.stop_reason == "stopped" and second.n_tokens == 3
@@ -63,7 +64,7 @@ def test_run_and_lever_across_the_process_boundary(proc):
 
 def test_engine_killed_mid_run_is_reported(proc):
     wait_for(proc, EngineReady)
-    proc.run(RunRequest(max_new_tokens=500, ignore_eos=True))
+    proc.send(Run(RunRequest(max_new_tokens=500, ignore_eos=True)))
     wait_for(proc, Step)
     os.kill(proc.pid, signal.SIGKILL)
     proc.proc.join(10)

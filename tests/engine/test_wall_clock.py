@@ -7,7 +7,7 @@ import pytest
 
 from monitors.events import Phase, RunStarted, Step
 from monitors.timing import RunTimer
-from tui_app.engine.generation import RunRequest
+from tui_app.requests import Pause, Resume, RunRequest
 
 READER_S = 0.002  # a reader's own work per token (a UI drawing it): the engine waits for it, and so must its figures
 
@@ -59,10 +59,10 @@ def test_a_pause_is_its_own_phase_not_a_token_interval(plain):
         calls["n"] += 1
         if calls["n"] == 4:
             calls["paused"] = time.perf_counter()
-            return [("pause",)]
+            return [Pause()]
         if calls["paused"] is not None and time.perf_counter() - calls["paused"] > 0.3:
             calls["paused"] = None
-            return [("resume",)]
+            return [Resume()]
         return []
 
     listen, plain.emit = plain.emit, events.append

@@ -55,6 +55,7 @@ class FakeNVML:
 
     def __init__(self, n=2, init_error=None, unsupported=(), procs=None):
         self.n = n
+        self.energy_mj = {h: 5_000_000 + h for h in range(n)}  # a test advances it as a GPU would draw
         self.init_error = init_error
         self.lost: set[int] = set()
         self.unsupported = set(unsupported)
@@ -113,6 +114,10 @@ class FakeNVML:
     def nvmlDeviceGetTemperature(self, h, sensor):
         self._check("temp", h)
         return 55
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        self._check("energy", h)
+        return self.energy_mj[h]
 
     def nvmlDeviceGetClockInfo(self, h, kind):
         self._check("clock", h)

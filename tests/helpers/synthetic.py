@@ -11,41 +11,67 @@ MIB = 2**20
 def session_events(runs: int = 3, tokens: int = 60) -> list:
     t = 10_000 * MS
     out = [
-        Phase("load", "SmolLM2-135M-Instruct from converted-cache", True, 1.2, t_ns=t),
+        Phase(name="load", detail="SmolLM2-135M-Instruct from converted-cache", done=True, seconds=1.2, t_ns=t),
         EngineReady(
-            "SmolLM2-135M-Instruct",
-            "converted-cache",
-            "cpu",
-            "float32",
-            134515008,
-            538060032,
-            30,
-            3,
-            64,
-            4,
-            8192,
-            1.2,
-            1,
-            {"int8": "int8 per-channel weights, LM head too (fused when compiled)"},
-            None,
+            model="SmolLM2-135M-Instruct",
+            source="converted-cache",
+            device="cpu",
+            dtype="float32",
+            n_params=134515008,
+            weight_bytes=538060032,
+            n_layers=30,
+            kv_heads=3,
+            head_dim=64,
+            kv_bytes_per_elem=4,
+            context_len=8192,
+            load_s=1.2,
+            threads=1,
+            quant_impl={"int8": "int8 per-channel weights, LM head too (fused when compiled)"},
+            perplexity=None,
             t_ns=t,
         ),
-        Bandwidth("off", 538060288, 511377408, 36.0e9, "a read of the fp weights in place (487.7 MiB), the best of 5", t_ns=t),
+        Bandwidth(
+            quant="off",
+            weight_bytes=538060288,
+            read_bytes=511377408,
+            read_bps=36.0e9,
+            source="a read of the fp weights in place (487.7 MiB), the best of 5",
+            t_ns=t,
+        ),
     ]
     rss = 900 * MIB
     text = "The lighthouse keeper wrote down the weather, the ships, and the small repairs. "
     for run in range(1, runs + 1):
         levers = Levers()
         t += 300 * MS
-        out.append(RunStarted(run, levers, 42, tokens, "Write a short story about a robot who learns to paint.", "short", t_ns=t))
+        out.append(
+            RunStarted(
+                run_id=run,
+                levers=levers,
+                prompt_tokens=42,
+                max_new_tokens=tokens,
+                prompt_text="Write a short story about a robot who learns to paint.",
+                preset="short",
+                t_ns=t,
+            )
+        )
         seg = 0
         seq = 42
         for i in range(tokens):
             if i == tokens // 2 and run == 2:
                 seg += 1
                 levers = Levers(quant="int8")
-                out.append(LeverChanged(run, "quant", "int8", levers, seg, t_ns=t))
-                out.append(Bandwidth("int8", 135439360, 134479872, 37.8e9, "a read of the int8 weights in place (128.3 MiB), the best of 5", t_ns=t))
+                out.append(LeverChanged(run_id=run, lever="quant", value="int8", levers=levers, segment=seg, t_ns=t))
+                out.append(
+                    Bandwidth(
+                        quant="int8",
+                        weight_bytes=135439360,
+                        read_bytes=134479872,
+                        read_bps=37.8e9,
+                        source="a read of the int8 weights in place (128.3 MiB), the best of 5",
+                        t_ns=t,
+                    )
+                )
                 kind, dt = "reprefill", 180 * MS
             elif i == 0:
                 kind, dt = "prefill", 210 * MS
@@ -57,11 +83,27 @@ def session_events(runs: int = 3, tokens: int = 60) -> list:
             seq += 1
             word = text.split(" ")[i % 14] + " "
             kv = 2 * 4 * seq * 30 * 3 * 64
-            out.append(Step(run, i + 1, kind, [100 + i], word, 1, t, dt, dt - 2 * MS, kv, kv, seq, seg))
+            out.append(
+                Step(
+                    run_id=run,
+                    step=i + 1,
+                    kind=kind,
+                    token_ids=[100 + i],
+                    text=word,
+                    n_tokens=1,
+                    t_ns=t,
+                    dt_ns=dt,
+                    forward_ns=dt - 2 * MS,
+                    kv_bytes=kv,
+                    kv_alloc_bytes=kv,
+                    seq_len=seq,
+                    segment=seg,
+                )
+            )
             if i % 4 == 0:
                 out.append(
                     Sampled(
-                        t,
+                        t_ns=t,
                         engine_rss=rss + i * MIB // 4,
                         engine_cpu=98.0 + (i % 3),
                         app_rss=280 * MIB,
@@ -74,17 +116,17 @@ def session_events(runs: int = 3, tokens: int = 60) -> list:
                 )
         out.append(
             RunFinished(
-                run,
-                tokens,
-                "max tokens",
-                text,
-                rss + 40 * MIB,
-                rss + run * MIB,
-                None,
-                None,
-                24.6 if run != 2 else 24.63,
-                None if run != 2 else 37,
-                "reference" if run != 2 else "differs at token 37",
+                run_id=run,
+                n_tokens=tokens,
+                stop_reason="max tokens",
+                text=text,
+                peak_rss=rss + 40 * MIB,
+                baseline_rss=rss + run * MIB,
+                torch_peak=None,
+                gpu_baseline=None,
+                perplexity=24.6 if run != 2 else 24.63,
+                first_diff=None if run != 2 else 37,
+                diff_note="reference" if run != 2 else "differs at token 37",
                 t_ns=t,
             )
         )

@@ -11,6 +11,7 @@ from tests.helpers.fake_nvml import (
     NVML_ERROR_LIBRARY_NOT_FOUND,
     FakeNVML,
 )
+from tui_app.core import readings
 
 
 def test_readings_of_every_device():
@@ -74,7 +75,7 @@ def test_gpu_lost_mid_session_stays_na_and_others_go_on():
     nv.lost.discard(1)  # a lost GPU is not queried again (NVML calls on it can hang)
     r = reader.read()
     assert "lost" in r.gpus[1].reason
-    assert nv.calls - calls == 8  # only GPU 0's eight queries
+    assert nv.calls - calls == 9  # only GPU 0's nine queries
 
 
 def test_sampler_and_event_carry_the_reason_without_a_gpu():
@@ -91,6 +92,28 @@ def test_sampler_event_sums_gpu_memory():
     assert ev.gpu_mem_used == 3 * 2**30 and ev.gpu_proc_mem == 5 and ev.gpu_sm == pytest.approx(40.5)
     s.stop()
     assert nv.shutdown_called
+
+
+def test_energy_counter_gives_joules_per_token_over_the_tokens_seen_meanwhile():
+    """NVML's energy counter (mJ, every GPU) ÷ the tokens generated between two samples; a GPU
+    without the counter (before Volta) leaves it out with no reason of its own."""
+    from monitors.events import Step
+    from tui_app.core.session import Session
+
+    nv = FakeNVML(n=2)
+    sampler = Sampler(gpu=NvmlReader(nv))
+    session = Session()
+    session.feed(to_event(sampler.sample_once()))
+    assert readings.joules_per_token(session) is None  # one reading
+    zero = {"forward_ns": 0, "kv_bytes": 0, "kv_alloc_bytes": 0, "seq_len": 0}
+    session.feed(Step(run_id=1, step=1, kind="decode", token_ids=[], text="x", n_tokens=50, t_ns=1, dt_ns=1, **zero))
+    nv.energy_mj[0] += 30_000  # 30 J and 20 J while those 50 tokens were generated
+    nv.energy_mj[1] += 20_000
+    session.feed(to_event(sampler.sample_once()))
+    assert readings.joules_per_token(session) == pytest.approx((30 + 20) / 50)
+    sampler.stop()
+    g = NvmlReader(FakeNVML(n=1, unsupported={"energy"})).read().gpus[0]
+    assert g.energy_mj is None and g.reason == "" and g.power_w is not None
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="real NVML path: runs where an NVIDIA GPU is present")

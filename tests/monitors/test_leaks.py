@@ -47,7 +47,7 @@ def test_clean_noisy_runs_with_an_allocator_step_stay_quiet(seed):
 
 
 def _baselines(engine, runs):
-    from tui_app.engine.generation import RunRequest
+    from tui_app.requests import RunRequest
 
     det = LeakDetector()
     req = RunRequest(max_new_tokens=2, ignore_eos=True)
@@ -78,76 +78,9 @@ def test_real_model_200_clean_runs_stay_quiet(plain):
     assert [v for v in verdicts if v.status == "suspected"] == []
 
 
-def test_a_preparation_phase_restarts_the_baseline_series():
-    from monitors.events import Phase, RunFinished
-    from tui_app.core.session import Session
-
-    s = Session()
-    for i in range(12):
-        s.feed(RunFinished(i, 1, "eos", "", 0, (900 + i) * MB, None, None, None, None, ""))
-    assert s.verdict.status == "suspected"
-    s.feed(Phase("quantize", "int8", True, 1.0))  # a quantized copy: +100 MB, legitimately
-    assert s.verdict is None and s.leak.seen == 0
-    for i in range(12):
-        s.feed(RunFinished(100 + i, 1, "eos", "", 0, 1100 * MB, None, None, None, None, ""))
-    assert s.verdict.status == "none"
-
-
 def test_runs_needed_is_exactly_when_the_first_verdict_comes():
     from monitors.leaks import LeakDetector
 
     det = LeakDetector()
     verdicts = [det.add(100 * 2**20).status for _ in range(det.runs_needed)]
     assert verdicts[-2] == "collecting" and verdicts[-1] == "none"
-
-
-def test_device_memory_is_followed_by_each_source_and_the_nearest_to_a_leak_is_shown():
-    from monitors.events import Phase, RunFinished
-    from tui_app.core.session import Session
-
-    s = Session()
-    assert s.device_leak_text() is None  # off CUDA no run reports device memory
-    rng = random.Random(3)
-    for i in range(20):
-        # a 1 MB/run tensor leak: torch allocated exactly, reserved in 2 MB segments, NVML on top of the context
-        allocated = (500 + i) * MB
-        s.feed(
-            RunFinished(
-                i,
-                8,
-                "max tokens",
-                "",
-                0,
-                900 * MB,
-                None,
-                allocated,
-                None,
-                None,
-                "",
-                gpu_reserved=(520 + 2 * (i // 2)) * MB,
-                gpu_proc_mem=int((1100 + 2 * (i // 2) + rng.gauss(0, 0.2)) * MB),
-            )
-        )
-    assert set(s.device_verdicts) == {"torch allocated", "torch reserved", "NVML process"}
-    assert all(v.status == "suspected" for v in s.device_verdicts.values())
-    assert s.verdict.status == "none"  # the host's memory is flat: the leak is on the device only
-    name, verdict = s.device_leak()
-    assert verdict.mb_per_run == pytest.approx(1.0, abs=0.1)
-    assert s.device_leak_text() == f"GPU {verdict.text()} in {name}" and "suspected" in s.device_leak_text()
-    s.feed(Phase("compile", "graphs", True, 3.0))  # CUDA-graph pools: a legitimate rise, a new series
-    assert s.device_leak_text() is None and all(d.seen == 0 for d in s.device_leaks.values())
-    for i in range(12):
-        reserved = (700 + (4 if i > 1 else 0)) * MB  # one more segment while the caches warm up: no trend
-        s.feed(RunFinished(100 + i, 8, "eos", "", 0, 900 * MB, None, 600 * MB, None, None, "", gpu_reserved=reserved, gpu_proc_mem=1300 * MB))
-        s.feed(RunFinished(200 + i, 3, "stopped", "", 0, 900 * MB, None, 900 * MB, None, None, "", gpu_reserved=2000 * MB))  # cut short: not a baseline
-    assert {v.status for v in s.device_verdicts.values()} == {"none"}
-    assert s.device_leak_text().startswith("GPU leak: none (")
-
-
-def test_a_server_run_reports_no_device_memory():
-    from monitors.events import RunFinished
-    from tui_app.core.session import Session
-
-    s = Session()
-    s.feed(RunFinished(1, 8, "eos", "", None, None, None, None, None, None, ""))
-    assert s.device_verdicts == {} and s.device_leak_text() is None

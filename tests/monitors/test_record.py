@@ -6,10 +6,24 @@ from monitors.record import Recorder, RecordError, read_recording
 
 def _make():
     return [
-        Phase("load", "x", True, 1.0),
-        RunStarted(1, Levers(), 3, 2, "p"),
-        Step(1, 1, "prefill", [5], "a", 1, 10, 5, 4, 100, 100, 4),
-        RunFinished(1, 1, "eos", "a", 1, 1, None, None, 12.0, None, "reference"),
+        Phase(name="load", detail="x", done=True, seconds=1.0),
+        RunStarted(run_id=1, levers=Levers(), prompt_tokens=3, max_new_tokens=2, prompt_text="p"),
+        Step(
+            run_id=1, step=1, kind="prefill", token_ids=[5], text="a", n_tokens=1, t_ns=10, dt_ns=5, forward_ns=4, kv_bytes=100, kv_alloc_bytes=100, seq_len=4
+        ),
+        RunFinished(
+            run_id=1,
+            n_tokens=1,
+            stop_reason="eos",
+            text="a",
+            peak_rss=1,
+            baseline_rss=1,
+            torch_peak=None,
+            gpu_baseline=None,
+            perplexity=12.0,
+            first_diff=None,
+            diff_note="reference",
+        ),
     ]
 
 
@@ -98,7 +112,7 @@ def test_counts_are_singular_for_one(tmp_path):
 
 
 def test_a_failed_start_leaves_no_recording(tmp_path):
-    """`--device` wrong: the default recording was left 0 bytes, and replay then rejected it."""
+    """`--device` wrong: no 0-byte default recording is left behind, which replay would reject."""
     import os
     import subprocess
     import sys

@@ -60,7 +60,7 @@ def test_a_runs_peak_rss_counts_a_buffer_that_lived_inside_the_run(plain):
     """A real run whose reader holds 96 MB while the first token is handed over and frees it: the
     run's peak is at least the RSS read while the buffer was held (the largest of 50 Hz RSS reads
     never saw it), and no more than that or a plain run's peak."""
-    from tui_app.engine.generation import RunRequest
+    from tui_app.requests import RunRequest
 
     n = 96 * MB
     req = RunRequest(preset="short", max_new_tokens=4, ignore_eos=True)

@@ -26,7 +26,24 @@ def test_empty_summary_is_nan_not_an_error():
 
 
 def _step(run, i, kind, t, dt, n=1, seg=0, prop=0, acc=0, fwd=None):
-    return Step(run, i, kind, [0] * n, "x", n, t, dt, dt - 100 if fwd is None else fwd, 10, 10, i, seg, prop, acc, compute_ns=dt - 50)
+    return Step(
+        run_id=run,
+        step=i,
+        kind=kind,
+        token_ids=[0] * n,
+        text="x",
+        n_tokens=n,
+        t_ns=t,
+        dt_ns=dt,
+        forward_ns=dt - 100 if fwd is None else fwd,
+        kv_bytes=10,
+        kv_alloc_bytes=10,
+        seq_len=i,
+        segment=seg,
+        proposed=prop,
+        accepted=acc,
+        compute_ns=dt - 50,
+    )
 
 
 def test_run_timer_definitions_against_hand_computation():
@@ -36,15 +53,29 @@ def test_run_timer_definitions_against_hand_computation():
     ms = 1_000_000
     t0 = 1000 * ms
     timer = RunTimer()
-    timer.started(RunStarted(1, Levers(batch=2), 10, 8, "p", t_ns=t0))
+    timer.started(RunStarted(run_id=1, levers=Levers(batch=2), prompt_tokens=10, max_new_tokens=8, prompt_text="p", t_ns=t0))
     timer.step(_step(1, 1, "prefill", t0 + 100 * ms, 100 * ms))
     timer.step(_step(1, 2, "decode", t0 + 150 * ms, 50 * ms))
     timer.step(_step(1, 3, "decode", t0 + 210 * ms, 60 * ms))
     timer.lever_changed(1, 1, Levers(batch=2, spec="lookup"))
-    timer.phase(Phase("compile", "x", True, 1.0, t_ns=t0 + 220 * ms))
+    timer.phase(Phase(name="compile", detail="x", done=True, seconds=1.0, t_ns=t0 + 220 * ms))
     timer.step(_step(1, 4, "reprefill", t0 + 1300 * ms, 90 * ms, seg=1))  # 1090 ms since step 3, 1000 of them compiling
     timer.step(_step(1, 5, "verify", t0 + 1360 * ms, 60 * ms, n=3, seg=1, prop=4, acc=2))
-    timer.finished(RunFinished(1, 7, "max tokens", "", 0, 0, None, None, None, None, ""))
+    timer.finished(
+        RunFinished(
+            run_id=1,
+            n_tokens=7,
+            stop_reason="max tokens",
+            text="",
+            peak_rss=0,
+            baseline_rss=0,
+            torch_peak=None,
+            gpu_baseline=None,
+            perplexity=None,
+            first_diff=None,
+            diff_note="",
+        )
+    )
     rec = timer.runs[1]
     tot = rec.total
     assert tot.ttft_s == pytest.approx(0.100)
@@ -70,7 +101,7 @@ def test_a_mid_run_batch_switch_weights_each_segment_by_its_own_batch():
     (1×3 + 2×4) ÷ 0.5 s, not the starting batch × 7 tokens (which under-reported the run)."""
     ms = 1_000_000
     timer = RunTimer()
-    timer.started(RunStarted(1, Levers(batch=1), 10, 8, "p", t_ns=0))
+    timer.started(RunStarted(run_id=1, levers=Levers(batch=1), prompt_tokens=10, max_new_tokens=8, prompt_text="p", t_ns=0))
     timer.step(_step(1, 1, "prefill", 50 * ms, 50 * ms))
     for i in range(3):
         timer.step(_step(1, 2 + i, "decode", (150 + 100 * i) * ms, 100 * ms))

@@ -12,7 +12,7 @@ from monitors.events import ServerSample, Step
 from monitors.servers import parse_metrics
 from tui_app.attach.client import AttachConfig, ServerClient
 from tui_app.core.session import Session
-from tui_app.engine.config import RunRequest
+from tui_app.requests import RunRequest
 
 pytestmark = pytest.mark.vllm
 

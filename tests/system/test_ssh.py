@@ -24,7 +24,7 @@ from monitors.record import read_recording
 from tests.helpers.proxy import FaultProxy
 from tests.helpers.screen import run_texts, staleness
 from tests.helpers.sshd import Sshd, missing
-from tui_app.commands.replay import fold
+from tui_app.core.session import Session
 
 pytestmark = [
     pytest.mark.ssh,
@@ -42,7 +42,7 @@ TTFT = re.compile(r"TTFT \d+ ms")
 
 
 @dataclass
-class Session:
+class Watched:
     recording: Path
     link: list = field(default_factory=list)  # (t_ns, screen) at 256 kbit/s
     slow: list = field(default_factory=list)  # (t_ns, screen) at SLOW_RATE
@@ -68,9 +68,9 @@ def tmux_server(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def over_ssh(tmp_path_factory, tmux_server) -> Session:
+def over_ssh(tmp_path_factory, tmux_server) -> Watched:
     folder = tmp_path_factory.mktemp("ssh")
-    session = Session(folder / "ssh.jsonl")
+    session = Watched(folder / "ssh.jsonl")
     with Sshd(folder / "sshd") as sshd, FaultProxy(("127.0.0.1", sshd.port)) as proxy:
         for way in (proxy.up, proxy.down):
             way.rate, way.latency_s = RATE, DELAY_S
@@ -144,7 +144,7 @@ def test_the_figures_are_those_of_a_local_terminal(over_ssh, tmp_path):
         app.close()
 
     def p50s(path: Path, before_ns: int | None = None) -> list[float]:
-        rows = fold(read_recording(str(path)).events).rows()
+        rows = Session.from_events(read_recording(str(path)).events).rows()
         return [
             r.stats.itl.p50
             for r in rows

@@ -11,9 +11,10 @@ import pytest
 from monitors.events import OtlpStatus
 from monitors.xray import SPAN_PHASES
 from tests.helpers.vllm import VLLM_PYTHON, VllmError, free_port, vllm_server
-from tui_app.attach.client import AttachConfig, Servers
+from tui_app.attach.client import AttachConfig
+from tui_app.attach.loop import Servers
 from tui_app.core.session import Session
-from tui_app.engine.config import RunRequest
+from tui_app.requests import RunRequest
 
 pytestmark = pytest.mark.vllm
 # Two sequences at a time; spans exported every 200 ms instead of the SDK's 5 s, so a test waits less.

@@ -12,8 +12,10 @@ import pytest
 from monitors.sampler import Sampler
 from tests.helpers.synthetic import session_events
 from tui_app.commands.run import engine_source
+from tui_app.core import readings
 from tui_app.core.sources import ReplaySource
-from tui_app.engine.generation import EngineConfig, RunRequest
+from tui_app.engine.generation import EngineConfig
+from tui_app.requests import RunRequest
 from tui_app.ui.app import TokentopApp
 from tui_app.ui.screens.help import HelpScreen
 from tui_app.ui.screens.prompt import PromptScreen
@@ -166,7 +168,7 @@ async def test_replay_shows_the_recorded_runs_and_refuses_levers():
         await pilot.pause(0.1)
         assert any("memory read rate of its own engine only" in n for n in notes(app))
         # the recording's own measurement still draws the figure: the int8 run's last decode steps
-        assert app.session.bandwidth.quant == "int8" and app.session.read_rate() is not None
+        assert app.session.bandwidth.quant == "int8" and readings.read_rate(app.session) is not None
 
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -220,8 +222,9 @@ async def test_events_keep_flowing_while_a_modal_is_open():
 
 
 async def test_opening_help_and_the_palette_keeps_no_widgets_behind():
-    """Textual's Footer kept every key widget it rebuilt on a screen change (0.8 MB per help
-    opening; the soak's UI memory climbed 6 MB a minute): after many openings, no widget is left."""
+    """After many openings, no widget is left behind: a key bar that kept every key widget it
+    rebuilt on a screen change (Textual's Footer does) costs 0.8 MB per help opening, 6 MB a minute
+    of the soak's UI memory."""
     import gc
     from collections import Counter
 
@@ -271,8 +274,8 @@ async def test_restart_of_a_working_engine_asks_first_and_keeps_every_run(tmp_pa
     import json
 
     from monitors.record import Recorder, read_recording
-    from tui_app.commands.replay import fold
-    from tui_app.ui.app import export_session
+    from tui_app.core.export import export_session
+    from tui_app.core.session import Session
     from tui_app.ui.screens.confirm import ConfirmScreen
 
     rec_path = tmp_path / "s.jsonl"
@@ -292,14 +295,14 @@ async def test_restart_of_a_working_engine_asks_first_and_keeps_every_run(tmp_pa
         export_session(app.session, str(tmp_path / "x.json"))
         assert [r["run"] for r in json.loads((tmp_path / "x.json").read_text())["runs"]] == ["1", "2"]
         await pilot.press("q")
-    replayed = fold(read_recording(rec_path).events)
+    replayed = Session.from_events(read_recording(rec_path).events)
     assert [row.label for row in replayed.rows()] == ["1", "2"] and all(row.finished for row in replayed.rows())
 
 
 async def test_every_key_answers_at_once(tmp_path):
     """r mid-run says the run stopped and its row says so; a lever or the prompt preset while idle
     says it applies to the next run (and starts none); v with every chart shown says so; after
-    s → off the status no longer names the draft."""
+    s → off the status does not name the draft."""
     app = live_app(tmp_path, max_new=120)
     async with app.run_test(size=APP_SIZE) as pilot:
         await until(pilot, lambda: app.session.token_count > 3, what="tokens")
@@ -335,7 +338,7 @@ async def test_a_phase_in_progress_shows_its_elapsed_time():
 
     events = session_events(runs=1, tokens=4)
     first_step = next(i for i, e in enumerate(events) if type(e).__name__ == "Step")
-    events.insert(first_step, Phase("compile", "compiling the decode step (static cache 256, batch 1, off)", False))
+    events.insert(first_step, Phase(name="compile", detail="compiling the decode step (static cache 256, batch 1, off)", done=False))
     app = TokentopApp(ReplaySource(events, speed=0, step_mode=True), None)  # held at that step
     async with app.run_test(size=APP_SIZE) as pilot:
         await until(pilot, lambda: "compiling the decode step" in status_text(app), what="the phase shown")
@@ -345,16 +348,19 @@ async def test_a_phase_in_progress_shows_its_elapsed_time():
 
 async def test_palette_entries_are_sentences_for_every_key():
     """They read "tokentop: KV cache" and "help (question_mark)"."""
-    from tui_app.ui.app import PALETTE
+    from tui_app.ui.palette import ENTRIES, KeyCommands
 
     app = TokentopApp(ReplaySource(session_events(runs=1, tokens=4), speed=0), None)
     async with app.run_test(size=APP_SIZE):
-        ours = [c for c in app.get_system_commands(app.screen) if c.title in PALETTE.values()]
-    assert {b.action for b in app.BINDINGS if b.action not in ("quit",)} <= set(PALETTE)
-    assert len(ours) == len(PALETTE)
+        provider = KeyCommands(app.screen)
+        ours = [hit async for hit in provider.discover()]
+        found = [hit async for hit in provider.search("kv cache")]
+    assert {b.action for b in app.BINDINGS if b.action not in ("quit",)} <= set(ENTRIES)
+    assert len(ours) == len(ENTRIES)
     for c in ours:
-        assert c.title[0].isupper() and "tokentop:" not in c.title and "_" not in c.help, (c.title, c.help)
+        assert c.text[0].isupper() and "tokentop:" not in c.text and "_" not in c.help, (c.text, c.help)
     assert any(c.help == "key: ?" for c in ours)
+    assert [h.text for h in found][:1] == [ENTRIES["lever('cache')"]] and found[0].help == "key: k"
 
 
 LEGEND_NAMES = {"decode", "spec verify", "mean", "p95", "prefill", "lever", "measured", "formula", "allocated", "engine RSS", "UI RSS", "GPU proc"}
@@ -384,7 +390,7 @@ async def test_no_title_legend_status_or_key_is_cut(size):
             assert "│ compile" in status or "│ replay" in status, status
         keys = str(app.key_bar.render()).rstrip()
         assert len(keys) <= size[0] and "? help" in keys and "q quit" in keys
-        assert ("v view" in keys) == (app._mode != "wide")
+        assert ("v view" in keys) == (app.monitor.mode != "wide")
         for name in ("latency", "kv", "memory", "util"):
             pane = app.panes[name]
             if pane.display:

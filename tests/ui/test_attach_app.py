@@ -4,8 +4,9 @@ levers working and the server's refused with what to do instead."""
 from monitors.sampler import Sampler
 from tests.ui.test_app import APP_SIZE, finished, notes, status_text, until
 from tui_app.attach.client import AttachConfig
+from tui_app.core import readings
 from tui_app.core.sources import AttachSource
-from tui_app.engine.config import RunRequest
+from tui_app.requests import RunRequest
 from tui_app.ui.app import TokentopApp
 from tui_app.ui.widgets.server_pane import ServerPane
 
@@ -35,7 +36,7 @@ async def test_attached_app_streams_shows_the_server_and_refuses_its_levers(llam
         assert app.state != "paused"
         await pilot.press("m")
         await until(pilot, lambda: any("not a replay's or a server's" in n for n in notes(app)), what="m refused")
-        assert app.session.read_rate() is None and "mem bw" not in status_text(app)
+        assert readings.read_rate(app.session) is None and "mem bw" not in status_text(app)
 
         await pilot.press("b")
         await until(pilot, lambda: app.session.levers.batch == 2, what="concurrency 2")
@@ -73,7 +74,7 @@ async def test_two_servers_t_moves_runs_and_auto_alternates(llama_server, tmp_pa
             table.dirty = True
             table.redraw(force=True)
             text = "\n".join(strip.text for strip in table._strips)
-            assert app.session.comparison()[0] in text and text.count("ctx2k c1") >= 2
+            assert readings.comparison(app.session)[0] in text and text.count("ctx2k c1") >= 2
             await pilot.press("q")
     finally:
         other.close()

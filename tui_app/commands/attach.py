@@ -3,19 +3,85 @@ TUI or (--no-tui) each run's numbers."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from monitors.events import EngineError, RunFinished, ServerSample
-from tui_app.core import fmt
+from tui_app.commands.fleet import FleetOptions, add_fleet_args
+from tui_app.commands.options import COUNT, add_generation, add_ui
+from tui_app.core import fmt, readings
 from tui_app.core.fmt import figure_text
-from tui_app.core.options import EXIT_USAGE, UsageError, make_recorder, run_request
+from tui_app.core.options import EXIT_USAGE, PromptOptions, SamplingOptions, UiOptions, UsageError, bounded, make_recorder, run_request
+from tui_app.core.tour import server_tour
+
+PARSER = {
+    "help": "the same panes for a running inference server (vLLM, SGLang, TGI, llama.cpp, Ollama, any OpenAI-compatible API)",
+    "description": "Stream requests through a server's OpenAI-compatible API and show them live, with the server's own "
+    "Prometheus /metrics beside them. Without a URL, looks for servers on this host.",
+}
+NO_TUI = "`tokentop attach URL --no-tui`"
 
 
-def choose_urls(args) -> list[str]:
+@dataclass(kw_only=True)
+class Options(PromptOptions, SamplingOptions, UiOptions, FleetOptions):
+    url: list[str]
+    model: str | None  # the served model to ask
+    metrics: str | None
+    api_key_env: str | None
+    insecure: bool
+    chat: bool
+    label: list[str]
+    concurrency: int
+    timeout: float
+    metrics_hz: float
+    no_tui: bool
+    runs: int
+    demo: bool
+    otlp: str | None  # HOST:PORT of the OTLP receiver for the servers' spans (x opens the waterfall)
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    from tui_app.attach.client import CONCURRENCY
+
+    p.add_argument("url", nargs="*", help="the server's base URL, e.g. http://127.0.0.1:8000 (/v1 is added); up to 4 to compare them (t moves between)")
+    g = p.add_argument_group("server")
+    g.add_argument("--model", default=None, help="the served model to ask (default: the first of /v1/models)")
+    g.add_argument("--metrics", default=None, metavar="URL", help="its Prometheus metrics (default: URL/metrics)")
+    g.add_argument("--api-key-env", default=None, metavar="VAR", help="the environment variable holding the API key (default OPENAI_API_KEY when set)")
+    g.add_argument("--insecure", action="store_true", help="accept a self-signed TLS certificate")
+    mode = g.add_mutually_exclusive_group()
+    mode.add_argument("--chat", dest="chat", action="store_true", default=True, help="/v1/chat/completions (default)")
+    mode.add_argument("--completions", dest="chat", action="store_false", help="/v1/completions with the raw prompt")
+    g.add_argument("--label", action="append", default=[], help="a server's name in the runs table, once per URL (default host:port)")
+    g.add_argument("--concurrency", type=int, choices=CONCURRENCY, default=1, help="parallel streams per run (b switches it live)")
+    g.add_argument("--timeout", type=bounded(float, 0, 3600, lo_open=True), default=30.0, help="seconds a stream may stay silent before it counts as stalled")
+    g.add_argument(
+        "--metrics-hz",
+        type=bounded(float, 0, 20, lo_open=True, why="a scrape is a request to the server"),
+        default=1.0,
+        help="scrapes of /metrics per second (default 1)",
+    )
+    from tui_app.attach.otlp import add_otlp_arg
+
+    add_otlp_arg(g)  # attach: x opens the waterfall
+    add_generation(p)
+    p.add_argument("--no-tui", action="store_true", help="print each run's numbers instead of drawing the TUI")
+    p.add_argument("--runs", type=COUNT, default=1, help="with --no-tui: how many runs")
+    p.add_argument("--demo", action="store_true", help="a captioned tour: prompt length, concurrent streams, each server in turn (docs/demo.md)")
+    add_fleet_args(p)
+    add_ui(p)
+    p.set_defaults(truncate="none", no_chat=False)
+
+
+def main(opts: Options) -> int:
+    return attach_demo(opts) if opts.demo else attach_main(opts)
+
+
+def choose_urls(args: Options) -> list[str]:
     """The URLs given, or the one server found on this host; UsageError lists what was tried or found."""
     if args.url:
         return args.url
@@ -33,9 +99,10 @@ def choose_urls(args) -> list[str]:
     return [url]
 
 
-def attach_configs(args, urls: list[str]) -> list:
+def attach_configs(args: Options, urls: list[str]) -> list:
     """One client configuration per server URL (several: to compare them)."""
-    from tui_app.attach.client import AttachConfig, AttachError, api_base
+    from tui_app.attach.client import AttachConfig
+    from tui_app.attach.errors import AttachError, api_base
 
     if len(urls) > 4:
         raise UsageError(f"attach compares up to 4 servers; {len(urls)} URLs were given")
@@ -64,6 +131,7 @@ def attach_configs(args, urls: list[str]) -> list:
         concurrency=args.concurrency,
         timeout_s=args.timeout,
         metrics_hz=args.metrics_hz,
+        watch=args.watch,
     )
     if len(urls) > 1 and args.metrics:
         raise UsageError("--metrics names one server's metrics; with several URLs each is read at URL/metrics")
@@ -82,19 +150,23 @@ def otlp_address(args) -> str | None:
         raise UsageError(str(exc)) from None
 
 
-def attach_main(args, tui) -> int:
-    """`tui(args, source)` draws the app (the CLI's, which owns the terminal checks)."""
+def attach_main(args: Options) -> int:
+    if args.prometheus:
+        return fleet_main(args)
     request = run_request(args)
     configs = attach_configs(args, choose_urls(args))
     if args.no_tui:
         return asyncio.run(_headless(args, configs, request))
-    return tui(args, attach_source(configs))
+    from tui_app.ui.launch import run_tui
+
+    source = attach_source(configs)
+    return run_tui(args, lambda: source, NO_TUI)
 
 
 def attach_source(configs):
     """The TUI's source for these servers: their client in a process of its own, logging to the cache folder."""
     from tui_app.core.sources import AttachSource
-    from tui_app.engine.models import cache_root
+    from tui_app.folders import cache_root
 
     log_dir = cache_root()
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -119,7 +191,7 @@ def server_line(fin: RunFinished, sample: ServerSample | None) -> str:
 async def xray_lines(session, run_id: int, joiner) -> None:
     """Each stream's X-ray, with --otlp once its span is in: the server's phases with their
     sources and the client's time outside them."""
-    from tui_app.attach.otlp import settled
+    from tui_app.attach.joiner import settled
 
     reqs = session.xray.requests(run_id)
     await settled(reqs, joiner)
@@ -140,7 +212,8 @@ async def connected(args, configs):
     scraped, every event into a recording Session; all closed however the command ends.
     UsageError where the recording or a server cannot be had."""
     from monitors.record import RecordError
-    from tui_app.attach.client import AttachError, Servers
+    from tui_app.attach.errors import AttachError
+    from tui_app.attach.loop import Servers
     from tui_app.core.session import Session
 
     try:
@@ -184,6 +257,8 @@ async def _headless(args, configs, request) -> int:
     from tui_app.commands.run import row_line
 
     async with connected(args, configs) as (servers, session):
+        if args.watch:
+            return await _watch_headless(args, servers)
         failed = False
         for _ in range(args.runs):
             for i, c in enumerate(servers.clients):  # ABAB…: the servers take turns on the same requests
@@ -200,12 +275,85 @@ async def _headless(args, configs, request) -> int:
                 await c.sample()
                 latest = next((x for x in reversed(session.server) if x.server == c.levers.server and not x.error), None)
                 print(server_line(fin, latest), flush=True)
-                await xray_lines(session, fin.run_id, c.joiner)
+                await xray_lines(session, fin.run_id, c.tracing.joiner)
                 failed = failed or fin.stop_reason == "error"
                 session.trim()
-        for line in session.comparison():
+        for line in readings.comparison(session):
             print(line)
         if session.verdict and args.runs > 1 and len(servers.clients) == 1:
             print(session.verdict.text().replace("leak:", "server leak:"))
         stopped = session.recorder is not None and session.recorder.stopped is not None  # asked to record, it could not record every run
         return 1 if failed or stopped else 0
+
+
+async def _watch_headless(args: Options, servers) -> int:
+    """`attach URL --watch --no-tui`: the server's own figures each --every (or --once), no request of ours."""
+    while True:
+        for c in servers.clients:
+            sample = await c.sample()
+            if sample is not None:
+                shown = [f"{figure_text(k, v)} [{sample.sources.get(k, '?')}]" for k, v in sample.values.items() if v is not None]
+                print(f"{c.levers.server}: " + ("; ".join(shown) or "no figure yet (counters need two scrapes)"), flush=True)
+        if args.once:
+            return 0
+        await asyncio.sleep(args.every)
+
+
+def fleet_main(args: Options) -> int:
+    """`attach --prometheus URL`: the fleet's TUI (runs to URL, or to replicas found), or --no-tui's table."""
+    from monitors.record import RecordError
+    from tui_app.commands.fleet import fleet_config, headless
+
+    if args.no_tui:
+        if args.url:
+            raise UsageError("--no-tui with --prometheus prints the fleet and sends nothing; for runs of your own beside it, leave out --no-tui")
+        cfg = fleet_config(args, [])
+        try:
+            recorder = make_recorder(args)
+        except RecordError as exc:
+            raise UsageError(str(exc)) from None
+        try:
+            return asyncio.run(headless(cfg, args.once, args.output, recorder))
+        finally:
+            if recorder is not None:
+                recorder.close()
+                print(f"recorded to {recorder.path}", file=sys.stderr)
+    if args.once:
+        raise UsageError("--once is for --no-tui (the TUI refreshes every --every)")
+    if not args.watch:
+        run_request(args)
+    runs = attach_configs(args, args.url) if args.url and not args.watch else []
+    cfg = fleet_config(args, runs)
+    if not runs and not args.watch:
+        if args.label:
+            raise UsageError("--label names the URLs given; replicas found in Prometheus are named host:port")
+        cfg.template = attach_configs(args, ["http://127.0.0.1"])[0]  # a found replica's URL replaces this one
+    from tui_app.core.sources import FleetSource
+    from tui_app.folders import cache_root
+    from tui_app.ui.launch import run_tui
+
+    log_dir = cache_root()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    source = FleetSource(cfg, str(log_dir / "attach.log"))
+    return run_tui(args, lambda: source, NO_TUI)
+
+
+def attach_demo(args: Options) -> int:
+    """`tokentop attach URL [URL ...] --demo`: the server tour (tour.server_tour) on those servers."""
+    from tui_app.commands.demo import tui_tour
+
+    configs = attach_configs(args, choose_urls(args))
+    steps = server_tour(len(configs))
+    if args.no_tui:
+        return asyncio.run(_headless_tour(args, configs, steps))
+    source = attach_source(configs)
+    return tui_tour(args, steps, lambda: source, NO_TUI)
+
+
+async def _headless_tour(args: Options, configs, steps) -> int:
+    from tui_app.commands.demo import run_server_tour
+
+    async with connected(args, configs) as (servers, session):
+        print(f"a tour of {len(steps)} steps on {len(configs)} server{'s' if len(configs) > 1 else ''}", flush=True)
+        log = await run_server_tour(servers, session, steps, say=lambda line: print(line, flush=True))
+    return 0 if all(r.figures is not None and not r.refused for r in log.results.values()) else 1

@@ -7,6 +7,7 @@ so configurations compare like with like.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import platform
@@ -17,7 +18,11 @@ from dataclasses import dataclass, field
 from monitors.events import EngineError, LeverRefused, Levers
 from monitors.text import plural
 from monitors.timing import Summary
+from tui_app.commands.options import add_engine, check_engine
 from tui_app.core import fmt
+from tui_app.core.options import EXIT_USAGE, EngineOptions, bounded
+from tui_app.core.tour import lever_settings
+from tui_app.requests import Stop
 
 LEVER_PRESETS = {
     "plain": {},
@@ -31,20 +36,39 @@ LEVER_PRESETS = {
     "b4": {"batch": 4},
     "b8": {"batch": 8},
 }
-# Order matters: turning a lever on may need another on (compile needs the cache) or off (spec needs batch 1).
-_RESET_ORDER = (("spec", "off"), ("compile", False), ("batch", 1), ("cache", True), ("quant", "off"))
-_APPLY_ORDER = ("quant", "batch", "cache", "compile", "spec")
 
 
-def add_bench_args(p) -> None:
-    from tui_app.commands.serving_bench import add_endpoint_args
+PARSER = {
+    "help": "sweep levers x prompt lengths x output lengths; tables and files",
+    "description": "Sweep the engine's levers × prompt lengths × output lengths, with warm-up runs and repeats; a Markdown "
+    "table, and files with -o. A serving benchmark of running servers instead: tokentop bench --endpoint URL (its "
+    "options: tokentop bench --endpoint URL --help).",
+}
 
-    add_endpoint_args(p)
-    from tui_app.core.options import bounded
 
-    p.add_argument("--levers", default="plain,int8,lookup", help=f"comma-separated; join with + to combine. Known: {', '.join(LEVER_PRESETS)}")
-    p.add_argument("--lengths", default="128:64,512:128,1024:256", help="prompt:new token pairs (default: the classic latency study)")
-    p.add_argument(
+@dataclass(kw_only=True)
+class SweepOptions:
+    """The lengths a sweep measures, how often, and where its files go (the serving benchmark's too)."""
+
+    lengths: str
+    prompt_lengths: str | None
+    new_tokens: int
+    warmup: int
+    repeats: int
+    output: list[str]
+    out: str
+
+
+@dataclass(kw_only=True)
+class Options(EngineOptions, SweepOptions):
+    levers: str
+
+
+def add_sweep(p: argparse.ArgumentParser) -> None:
+    """SweepOptions."""
+    g = p.add_argument_group("sweep")
+    g.add_argument("--lengths", default="128:64,512:128,1024:256", help="prompt:new token pairs (default: the classic latency study)")
+    g.add_argument(
         "--prompt-lengths",
         nargs="?",
         const="16,512",
@@ -52,11 +76,51 @@ def add_bench_args(p) -> None:
         metavar="N,M",
         help="the short-vs-long prompt experiment: these prompt lengths, --new-tokens each, with ratios",
     )
-    p.add_argument("--new-tokens", type=bounded(int, 1), default=64, help="new tokens for --prompt-lengths")
-    p.add_argument("--warmup", type=bounded(int, 0), default=1, help="unmeasured runs before each row (default 1)")
-    p.add_argument("--repeats", type=bounded(int, 1), default=3, help="measured runs per row (default 3)")
-    p.add_argument("-o", "--output", choices=["json", "csv", "jsonl"], action="append", default=[], help="also write results in this format (repeatable)")
-    p.add_argument("--out", default="tokentop-bench", help="file name stem for -o outputs (default tokentop-bench)")
+    g.add_argument("--new-tokens", type=bounded(int, 1), default=64, help="new tokens for --prompt-lengths")
+    g.add_argument("--warmup", type=bounded(int, 0), default=1, help="unmeasured runs before each row (default 1)")
+    g.add_argument("--repeats", type=bounded(int, 1), default=3, help="measured runs per row (default 3)")
+    g.add_argument("-o", "--output", choices=["json", "csv", "jsonl"], action="append", default=[], help="also write results in this format (repeatable)")
+    g.add_argument("--out", default="tokentop-bench", help="file name stem for -o outputs (default tokentop-bench)")
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    add_engine(p, generation=False)
+    p.add_argument("--levers", default="plain,int8,lookup", help=f"comma-separated; join with + to combine. Known: {', '.join(LEVER_PRESETS)}")
+    add_sweep(p)
+
+
+def main(opts: Options) -> int:
+    check_engine(opts.threads)
+    return run_bench(opts)
+
+
+def sweep_lengths(opts: SweepOptions) -> list[tuple[int, int]]:
+    """(prompt, new) token pairs to measure; ValueError says which option is wrong."""
+    if opts.prompt_lengths:
+        lengths = [(int(n), opts.new_tokens) for n in opts.prompt_lengths.split(",")]
+        if any(p <= 0 for p, _ in lengths) or opts.new_tokens <= 0:
+            raise ValueError("--prompt-lengths and --new-tokens must be positive")
+    else:
+        lengths = parse_lengths(opts.lengths)
+    if opts.repeats < 1 or opts.warmup < 0:
+        raise ValueError("--repeats must be at least 1 and --warmup at least 0")
+    return lengths
+
+
+def outputs_writable(opts: SweepOptions) -> bool:
+    """Checked before a sweep (a traceback after the whole sweep lost its files); False after saying why not."""
+    if not opts.output:
+        return True
+    from pathlib import Path
+
+    from tui_app.folders import FolderError, require
+
+    try:
+        require(Path(opts.out).expanduser().absolute().parent, "the bench outputs", "--out")
+    except FolderError as exc:
+        print(f"tokentop: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def parse_levers(spec: str) -> list[tuple[str, dict]]:
@@ -146,18 +210,15 @@ def apply_levers(engine, combo: dict) -> str:
 
     engine.emit = catch
     try:
-        for name, value in _RESET_ORDER:
+        for name, value in lever_settings(Levers(**combo)):
             engine.set_lever(name, value)
-        target = Levers(**combo)
-        for name in _APPLY_ORDER:
-            engine.set_lever(name, getattr(target, name))
     finally:
         engine.emit = listen
     return "; ".join(refusals)
 
 
 def measure(engine, session, errors: list, name: str, combo: dict, prompt_len: int, new: int, warmup: int, repeats: int, progress) -> Result:
-    from tui_app.engine.config import RunRequest
+    from tui_app.requests import RunRequest
 
     res = Result(name, prompt_len, new, repeats)
     res.refused = apply_levers(engine, combo)
@@ -199,7 +260,7 @@ def count_reads(engine, req, steps: int = 16) -> tuple[float | None, float | Non
 
     def poll():
         polls[0] += 1
-        return [("stop",)] if polls[0] > steps else []
+        return [Stop()] if polls[0] > steps else []
 
     with count_host_reads(cuda=engine.device.startswith("cuda")) as n:
         fin = engine.run(req, poll)
@@ -260,40 +321,18 @@ def environment(engine) -> dict:
     }
 
 
-def run_bench(args) -> int:
+def run_bench(args: Options) -> int:
     from tui_app.commands.run import load_engine
-    from tui_app.core.options import EXIT_USAGE
     from tui_app.core.session import Session
 
     try:
         combos = parse_levers(args.levers)
-        if args.prompt_lengths:
-            lengths = [(int(n), args.new_tokens) for n in args.prompt_lengths.split(",")]
-            if any(p <= 0 for p, _ in lengths) or args.new_tokens <= 0:
-                raise ValueError("--prompt-lengths and --new-tokens must be positive")
-        else:
-            lengths = parse_lengths(args.lengths)
-        if args.repeats < 1 or args.warmup < 0:
-            raise ValueError("--repeats must be at least 1 and --warmup at least 0")
+        lengths = sweep_lengths(args)
     except ValueError as exc:
         print(f"tokentop: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if args.output:  # checked now: a traceback after the whole sweep lost its files
-        from pathlib import Path
-
-        from tui_app.folders import FolderError, require
-
-        try:
-            require(Path(args.out).expanduser().absolute().parent, "the bench outputs", "--out")
-        except FolderError as exc:
-            print(f"tokentop: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-    if args.endpoint:  # running servers instead of the engine
-        import asyncio
-
-        from tui_app.commands.serving_bench import run_endpoint_bench
-
-        return asyncio.run(run_endpoint_bench(args, lengths))
+    if not outputs_writable(args):
+        return EXIT_USAGE
     session = Session()
     errors: list[str] = []  # why a configuration failed
     session.listeners.append(lambda ev: errors.append(ev.message) if isinstance(ev, EngineError) else None)
@@ -349,7 +388,7 @@ def prompt_length_ratios(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(args, env: dict, results: list[Result]) -> bool:
+def write_outputs(args: Options, env: dict, results: list[Result]) -> bool:
     """Each file asked for, whole; False, said in one line, where one cannot be written (the
     tables are on stdout already)."""
     from tui_app.core.options import csv_text, write_file

@@ -1,8 +1,132 @@
-"""Option types the commands' parsers share that need more than core may load."""
+"""The option groups the commands' parsers are built from, and the checks every command that runs
+the engine in this process makes first. Each command's parser shows only its own groups."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+
+from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES
+from tui_app.core.options import bounded, require_extra
+from tui_app.engine.config import DEVICE_MAPS
+from tui_app.prompts import PRESETS
+
+COUNT = bounded(int, 1)  # runs, tokens, layers: one or more
+_FPS = bounded(float, 1, 60, why="redraws per second")
+
+
+def FPS(text: str):
+    """--fps: a number of redraws per second, or "auto" (4, lowered while the terminal falls behind)."""
+    if text == "auto":
+        return text
+    try:
+        return _FPS(text)
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"{e} (or auto)") from None
+
+
+FPS.bounds = _FPS.bounds  # type: ignore[attr-defined]
+HZ = bounded(float, 0, 20, lo_open=True, why="samples per second; more would cost the machine what it measures")
+
+
+def add_generation(p: argparse.ArgumentParser) -> None:
+    """The prompt and the sampling (PromptOptions less its handling, and SamplingOptions)."""
+    g = p.add_argument_group("generation")
+    g.add_argument("--prompt", default=None, help="prompt text (default: the preset)")
+    g.add_argument("--prompt-file", default=None, help="read the prompt from a file")
+    g.add_argument("--preset", default=None, choices=PRESETS, help="prompt preset: short, long, story (the one prompt lookup favours) or file")
+    g.add_argument("--max-new-tokens", type=COUNT, default=128)
+    g.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens")
+    g.add_argument("--temperature", type=bounded(float, 0), default=0.0, help="0 = greedy (default)")
+    g.add_argument(
+        "--top-p", type=bounded(float, 0, 1, lo_open=True, why="the share of probability kept"), default=1.0, help="nucleus sampling, (0, 1] (default 1: off)"
+    )
+    g.add_argument("--seed", type=bounded(int, 0, 2**63 - 1), default=0)
+
+
+def add_model(p: argparse.ArgumentParser) -> None:
+    """ModelOptions."""
+    g = p.add_argument_group("model")
+    g.add_argument(
+        "--model", default="default", help="'default' (bundled SmolLM2-135M-Instruct), a Hugging Face id in the local cache, a folder or a .gguf file"
+    )
+    g.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
+    g.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
+    g.add_argument(
+        "--device-map",
+        default=None,
+        choices=DEVICE_MAPS,
+        help="place the model's layers over every GPU, then CPU, then disk (accelerate), for a model larger than one GPU",
+    )
+    g.add_argument("--max-memory", type=max_memory, default=None, metavar="DEV=SIZE,...", help="with --device-map: each device's share, e.g. 0=20GiB,cpu=64GiB")
+    g.add_argument("--draft-model", default=None, help="draft model for speculative decoding (default: the target's own first layers)")
+    g.add_argument("--draft-layers", type=COUNT, default=4, help="layers of the self-draft (default 4)")
+    g.add_argument("--threads", type=bounded(int, 0), default=0, help="torch threads on CPU (default 0: cores - 1, leaving one for the UI)")
+
+
+def add_engine(p: argparse.ArgumentParser, generation: bool = True) -> None:
+    """EngineOptions (and with `generation`, the prompt and its handling: PromptOptions)."""
+    add_model(p)
+    if generation:
+        add_generation(p)
+        g = p.add_argument_group("prompt handling")
+        g.add_argument("--truncate", choices=["none", "left"], default="none", help="left: drop the start of a prompt too long for the context")
+        g.add_argument("--no-chat", action="store_true", help="do not wrap the prompt in the model's chat template")
+    else:
+        g = p.add_argument_group("sampling")
+        g.add_argument("--temperature", type=bounded(float, 0), default=0.0, help="0 = greedy (default)")
+        g.add_argument(
+            "--top-p",
+            type=bounded(float, 0, 1, lo_open=True, why="the share of probability kept"),
+            default=1.0,
+            help="nucleus sampling, (0, 1] (default 1: off)",
+        )
+        g.add_argument("--seed", type=bounded(int, 0, 2**63 - 1), default=0)
+    g = p.add_argument_group("levers (initial state; keys switch them live)")
+    g.add_argument("--no-cache", action="store_true", help="start with the KV cache off")
+    g.add_argument(
+        "--compile", action="store_true", help="start with static cache + a compiled decode step (torch.compile; a quantized Llama on CPU: one C++ op)"
+    )
+    g.add_argument("--quant", choices=QUANT_LEVELS, default="off")
+    g.add_argument("--spec", choices=SPEC_MODES, default="off")
+    g.add_argument("--batch", type=int, choices=BATCH_SIZES, default=1)
+    g.add_argument("--verbose", action="store_true", help="show the libraries' own warnings and progress bars")
+    g.add_argument("--debug-leak-mb", type=bounded(float, 0), default=0.0, help=argparse.SUPPRESS)
+
+
+def add_record(p: argparse.ArgumentParser) -> None:
+    """RecordOptions."""
+    p.add_argument("--record", default=None, help="record every event to this JSONL file (default: the user data folder)")
+    p.add_argument("--no-record", action="store_true", help="do not record the session")
+
+
+def add_ui(p: argparse.ArgumentParser) -> None:
+    """UiOptions."""
+    # 4 by measurement: at 8 the UI took 30 % of a core on the 2-core machine and slowed decode (README).
+    p.add_argument(
+        "--fps", type=FPS, default="auto", help="redraws per second, or auto (the default: 4, lower while the terminal cannot keep up, as over a slow link)"
+    )
+    p.add_argument("--ascii", action="store_true", help="charts, borders and marks in plain ASCII (terminals or fonts without braille or box drawing)")
+    p.add_argument("--hz", type=HZ, default=4.0, help="system/GPU samples per second (default 4)")
+    add_record(p)
+    p.add_argument("--out-dir", default=None, help="folder for exports (e) and screenshots (ctrl+s) (default: the recordings folder)")
+    p.add_argument("--auto", action="store_true", help="start in auto-repeat mode")
+
+
+def check_engine(threads: int | None = None) -> None:
+    """Before the engine starts: its extra installed (UsageError), its folders writable (FolderError),
+    a fallback said; with `threads`, a warning where they outnumber the cores."""
+    from tui_app.folders import check_engine_folders
+
+    require_extra("engine")
+    if threads is None:
+        return
+    for note in check_engine_folders():
+        print(f"tokentop: {note}", file=sys.stderr)
+    cores = os.cpu_count() or 1
+    if threads > cores:
+        print(f"tokentop: warning: --threads {threads} is more than this machine's {cores} cores; threads beyond them only wait", file=sys.stderr)
 
 
 def max_memory(text: str) -> dict:

@@ -2,25 +2,39 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
+from dataclasses import dataclass
 
 from monitors.record import read_recording
-from tui_app.core.session import HISTORY, Session
+from tui_app.commands.options import FPS
+from tui_app.core.options import EXIT_USAGE, bounded
+from tui_app.core.session import Session
+from tui_app.core.terminal import cannot_draw
+
+PARSER = {"help": "the TUI on a recording, no model loaded"}
 
 
-def fold(events, history: int = HISTORY) -> Session:
-    session = Session(history=history)
-    for ev in events:
-        session.feed(ev)
-    if session.current is not None and session.current.finished is None:  # the app was killed, or the disk filled, mid-run
-        session.died[session.current.started.run_id] = "the recording ends mid-run"
-    return session
+@dataclass(kw_only=True)
+class Options:
+    file: str
+    speed: float
+    step: bool
+    fps: float | str
+    ascii: bool
+    stats: bool
 
 
-def replay_main(args) -> int:
-    from tui_app.core.options import EXIT_USAGE
-    from tui_app.core.terminal import cannot_draw
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file")
+    p.add_argument("--speed", type=bounded(float, 0), default=1.0, help="1 = real time, N = N times faster, 0 = as fast as possible")
+    p.add_argument("--step", action="store_true", help="advance one step per key press (space)")
+    p.add_argument("--fps", type=FPS, default=8.0, help="redraws per second, or auto (default 8)")
+    p.add_argument("--ascii", action="store_true", help="charts, borders and marks in plain ASCII")
+    p.add_argument("--stats", action="store_true", help="print the per-run statistics instead of drawing the TUI")
 
+
+def main(args: Options) -> int:
     rec = read_recording(args.file)
     if rec.error:
         print(f"tokentop: {rec.error}", file=sys.stderr)
@@ -29,7 +43,7 @@ def replay_main(args) -> int:
     if args.stats:
         from tui_app.commands.run import row_line
 
-        for row in fold(rec.events).rows():
+        for row in Session.from_events(rec.events).rows():
             print(row_line(row))
         return 0
     why = cannot_draw()

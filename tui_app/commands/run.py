@@ -5,15 +5,43 @@ Without a TUI the engine runs in this process: there is no UI to compete with it
 
 from __future__ import annotations
 
+import argparse
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from monitors.events import EngineError, LeverRefused
 from monitors.record import RecordError
 from monitors.text import plural
-from tui_app.core import fmt
-from tui_app.core.options import EXIT_USAGE, engine_config, make_recorder, run_request
+from tui_app.commands.options import COUNT, add_engine, add_ui, check_engine
+from tui_app.core import fmt, readings
+from tui_app.core.options import EXIT_USAGE, EngineOptions, PromptOptions, UiOptions, engine_config, make_recorder, run_request
 from tui_app.core.session import Row, Session
+
+PARSER = {"help": "the TUI (default), or --no-tui for numbers only"}
+
+
+@dataclass(kw_only=True)
+class Options(EngineOptions, PromptOptions, UiOptions):
+    no_tui: bool
+    runs: int
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    add_engine(p)
+    add_ui(p)
+    p.add_argument("--no-tui", action="store_true", help="print each run's numbers instead of drawing the TUI")
+    p.add_argument("--runs", type=COUNT, default=1, help="with --no-tui: how many runs")
+
+
+def main(opts: Options) -> int:
+    check_engine(opts.threads)
+    run_request(opts)  # validate before any model loads
+    engine_config(opts)
+    if opts.no_tui:
+        return run_headless(opts)
+    from tui_app.ui.launch import run_tui
+
+    return run_tui(opts, lambda: live_source(opts), "`tokentop run --no-tui` (or `tokentop bench`)")
 
 
 def lever_option(lever: str, value) -> str:
@@ -25,7 +53,7 @@ def lever_option(lever: str, value) -> str:
     return f"--{lever} {value}"
 
 
-def load_engine(args, session: Session):
+def load_engine(args: EngineOptions, session: Session):
     """An in-process engine feeding `session`; None (after printing why) when the model cannot load
     or refuses a lever the command line asked for: numbers labelled without the lever asked for
     would answer another question than the one put."""
@@ -84,7 +112,7 @@ def row_line(row: Row) -> str:
     return "  ".join(parts)
 
 
-def run_headless(args) -> int:
+def run_headless(args: Options) -> int:
     try:
         recorder = make_recorder(args)
     except RecordError as exc:
@@ -117,7 +145,7 @@ def run_headless(args) -> int:
             for row in rows:
                 print(row_line(row), flush=True)
             session.trim()
-            read = session.read_rate()
+            read = readings.read_rate(session)
             if read is not None:
                 bw = session.bandwidth
                 print(
@@ -128,7 +156,7 @@ def run_headless(args) -> int:
         if session.verdict and args.runs > 1:
             print(session.verdict.text())
             if session.device_verdicts:
-                print(session.device_leak_text())
+                print(readings.device_leak_text(session))
         return 0 if recorder is None or recorder.stopped is None else 1  # asked to record, it could not record every run
     finally:
         if recorder is not None:
@@ -145,7 +173,7 @@ def engine_source(config, log_path: str | None = None):
     return LiveSource(config, log_path, target=engine_main)
 
 
-def live_source(args):
+def live_source(args: EngineOptions):
     """The engine process for these arguments, its output going to a log beside the model cache
     (FolderError, one line, when that folder cannot be written)."""
     from tui_app.folders import cache_root, require

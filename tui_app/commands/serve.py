@@ -6,14 +6,51 @@ watch from elsewhere is an SSH tunnel to the loopback address (the parser's desc
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import os
 import shlex
 import socket
 import sys
+from dataclasses import dataclass
 
 from monitors.redact import redact
-from tui_app.core.options import EXIT_USAGE
+from tui_app.commands.options import add_engine, add_ui, check_engine
+from tui_app.core.options import EXIT_USAGE, EngineOptions, PromptOptions, UiOptions, bounded
+
+PARSER = {
+    "help": "serve the TUI to a browser (textual-serve); `serve [options] attach URL ...` serves a server's",
+    "description": "Serve the TUI to a browser: the engine's, or after the word attach a server's (tokentop serve --port 8001 "
+    "attach http://127.0.0.1:8000). Whoever opens the page drives the engine (every key, new prompts, "
+    "this machine's memory) and tokentop asks no password, so it binds to 127.0.0.1 only. To watch from another "
+    "machine, forward the port over SSH there: ssh -L 8000:127.0.0.1:8000 you@this-machine, then open "
+    "http://127.0.0.1:8000. --host beyond this machine also needs --public.",
+}
+
+
+@dataclass(kw_only=True)
+class Options(EngineOptions, PromptOptions, UiOptions):
+    host: str
+    port: int
+    public: bool
+    served: list[str] | None  # `attach URL ...`, from the word attach on: the app served is attach's
+    argv: list[str]  # the command line up to there, passed on to the app served
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    add_engine(p)
+    add_ui(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only; others need --public)")
+    p.add_argument("--port", type=bounded(int, 1, 65535), default=8000, help="port (default 8000)")
+    p.add_argument("--public", action="store_true", help="allow a --host reachable from other machines: anyone who reaches it drives the engine")
+    p.set_defaults(served=None, argv=[])
+
+
+def main(opts: Options) -> int:
+    if not opts.served:  # serving attach needs no engine here: a base install does
+        check_engine(opts.threads)
+    return serve(opts)
+
 
 TUNNEL = "ssh -L {port}:127.0.0.1:{port} you@this-machine, then open http://127.0.0.1:{port}"
 
@@ -60,7 +97,7 @@ def _passthrough(argv: list[str]) -> list[str]:
     return kept
 
 
-def serve(args) -> int:
+def serve(args: Options) -> int:
     try:
         from textual_serve.server import Server
     except ImportError:

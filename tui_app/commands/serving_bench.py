@@ -11,28 +11,52 @@ over the cell's window. Goodput: requests per second that met every SLO given wi
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
-import math
 import random
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from monitors.events import RunFinished
 from monitors.servers import MetricsWindow
-from monitors.timing import Summary
+from tui_app.attach.tokenizer import Prompts
+from tui_app.commands.bench import SweepOptions, add_sweep, outputs_writable, sweep_lengths
+from tui_app.commands.serving_tables import SLO_KEYS, Cell, Request, markdown, write_outputs, xray_markdown
 from tui_app.core import fmt
-from tui_app.core.options import EXIT_USAGE, UsageError, bounded, csv_text, write_file
+from tui_app.core.options import EXIT_USAGE, UsageError, bounded
 
-SLO_KEYS = ("ttft", "itl", "tpot", "e2e")
-XRAY_COLUMNS = ("server_queue", "server_prefill", "server_decode", "overhead_ttft", "overhead_e2e")
-STATS = ("mean", "std", "p50", "p90", "p95", "p99")
+PARSER = {
+    "prog": "tokentop bench",
+    "usage": "tokentop bench --endpoint URL [--endpoint URL ...] [options]",
+    "description": "A serving benchmark of running servers: prompt length × output length × load (concurrent clients, "
+    "or Poisson arrivals with --rate), each request through the attach client; TTFT, ITL, TPOT, e2e, throughput and goodput, "
+    "with the servers' own figures from their /metrics.",
+}
 
 
-def add_endpoint_args(p) -> None:
-    g = p.add_argument_group("serving benchmark (with --endpoint)")
-    g.add_argument("--endpoint", action="append", default=[], metavar="URL", help="a running server to benchmark instead of the engine (repeatable)")
+@dataclass(kw_only=True)
+class Options(SweepOptions):
+    endpoint: list[str]
+    model: str | None
+    label: list[str]
+    concurrency: str
+    rate: float | None
+    duration: float | None
+    slo: str
+    prompts: str | None
+    shared_prefix: int
+    api_key_env: str | None
+    insecure: bool
+    seed_arrivals: int
+    otlp: str | None  # HOST:PORT of the OTLP receiver for the servers' spans
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("servers and load")
+    g.add_argument("--endpoint", action="append", default=[], metavar="URL", help="a running server to benchmark (repeatable)")
+    g.add_argument("--model", default=None, help="the served model to ask (default: the first of /v1/models)")
     g.add_argument("--label", action="append", default=[], help="a name per --endpoint (default host:port)")
     g.add_argument("--concurrency", default="1", help="closed loop: comma-separated numbers of concurrent clients (default 1)")
     g.add_argument("--rate", type=bounded(float, 0, lo_open=True), default=None, help="open loop: Poisson arrivals at this many requests/s instead")
@@ -46,6 +70,18 @@ def add_endpoint_args(p) -> None:
     from tui_app.attach.otlp import add_otlp_arg
 
     add_otlp_arg(g)  # bench: the server's queue, prefill and decode per request, and the client's overhead beside them
+    add_sweep(p)
+
+
+def main(opts: Options) -> int:
+    try:
+        lengths = sweep_lengths(opts)
+    except ValueError as exc:
+        print(f"tokentop: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if not outputs_writable(opts):
+        return EXIT_USAGE
+    return asyncio.run(run_endpoint_bench(opts, lengths))
 
 
 def parse_slo(spec: str) -> dict[str, float]:
@@ -80,161 +116,10 @@ def poisson_arrivals(rate: float, seed: int, count: int | None = None, duration:
         times.append(t)
 
 
-@dataclass
-class Request:
-    """One request's numbers, as the attach client measured them."""
-
-    run_id: int
-    sent_s: float  # since the cell's start
-    ok: bool
-    prompt_tokens: int | None
-    tokens: int
-    ttft_s: float
-    itl_s: list[float]
-    e2e_s: float
-    # Its X-ray (monitors/xray.py): trace and request ids, the server's phases with their sources, the overhead.
-    xray: dict = field(default_factory=dict)
-
-    @property
-    def tpot_s(self) -> float:
-        return (self.e2e_s - self.ttft_s) / (self.tokens - 1) if self.ok and self.tokens > 1 else math.nan
-
-    @property
-    def mean_itl_s(self) -> float:
-        return sum(self.itl_s) / len(self.itl_s) if self.itl_s else math.nan
-
-    def good(self, slo: dict[str, float]) -> bool:
-        got = {"ttft": self.ttft_s, "itl": self.mean_itl_s, "tpot": self.tpot_s, "e2e": self.e2e_s}
-        return self.ok and all(not math.isnan(got[k]) and got[k] <= v for k, v in slo.items())
-
-
-@dataclass
-class Cell:
-    server: str
-    load: str  # "c4" closed loop, "r2.5/s" open loop
-    prompt_tokens: int
-    new_tokens: int
-    wall_s: float = 0.0
-    requests: list[Request] = field(default_factory=list)
-    server_figures: dict = field(default_factory=dict)
-    slo: dict = field(default_factory=dict)
-
-    def summary(self, name: str) -> Summary:
-        ok = [r for r in self.requests if r.ok]
-        values = {
-            "ttft": [r.ttft_s for r in ok],
-            "itl": [x for r in ok for x in r.itl_s],
-            "tpot": [r.tpot_s for r in ok if not math.isnan(r.tpot_s)],
-            "e2e": [r.e2e_s for r in ok],
-        }[name]
-        return Summary.of(values)
-
-    def flat(self) -> dict:
-        ok = [r for r in self.requests if r.ok]
-        good = sum(r.good(self.slo) for r in self.requests) if self.slo else None
-        d = {
-            "server": self.server,
-            "load": self.load,
-            "prompt_tokens": self.prompt_tokens,
-            "new_tokens": self.new_tokens,
-            "requests": len(self.requests),
-            "failed": len(self.requests) - len(ok),
-            "wall_s": self.wall_s,
-            "server_prompt_tokens_mean": _mean([r.prompt_tokens for r in ok if r.prompt_tokens is not None]),
-            "output_tok_s": sum(r.tokens for r in ok) / self.wall_s if self.wall_s else None,
-            "requests_s": len(ok) / self.wall_s if self.wall_s else None,
-            "slo": self.slo or None,
-            "good": good,
-            "goodput_requests_s": good / self.wall_s if good is not None and self.wall_s else None,
-        }
-        for name in SLO_KEYS:
-            s = self.summary(name)
-            for k in STATS:
-                d[f"{name}_{k}_s"] = _none_if_nan(getattr(s, k))
-        d.update({f"server_{k}": v for k, v in self.server_figures.items()})
-        for name in XRAY_COLUMNS:
-            s = self.xray_summary(name)
-            for k in ("mean", "p50", "p99"):
-                d[f"{name}_{k}_s"] = _none_if_nan(getattr(s, k))
-        return d
-
-    def xray_summary(self, name: str) -> Summary:
-        """The server's account over the cell's requests (server_queue, server_prefill, …), or the
-        client's time outside it (overhead_ttft, overhead_e2e)."""
-        return Summary.of([r.xray[f"{name}_s"] for r in self.requests if r.ok and isinstance(r.xray.get(f"{name}_s"), (int, float))])
-
-
-def _none_if_nan(x):
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
-
-
-def _mean(xs: list) -> float | None:
-    return sum(xs) / len(xs) if xs else None
-
-
-class Prompts:
-    """Prompts of a token length measured by the server's own tokenizer where it offers one
-    (llama.cpp and vLLM: /tokenize and /detokenize), else cut by characters (about 4 a token)."""
-
-    def __init__(self, client, texts: list[str] | None, shared_prefix: int):
-        self.client = client
-        self.texts = texts
-        self.shared_prefix = shared_prefix
-        self.exact = True
-
-    async def _tokens(self, text: str) -> list[int] | None:
-        c = self.client
-        for body in ({"content": text, "add_special": False}, {"model": c.model, "prompt": text, "add_special_tokens": False}):
-            try:
-                r = await c.http.post(c.root + "/tokenize", json=body, headers=c._headers, timeout=10)
-            except Exception:  # noqa: BLE001 - no such endpoint, or not this shape: try the next
-                continue
-            if r.status_code == 200 and isinstance(r.json().get("tokens"), list):
-                return [t if isinstance(t, int) else t.get("id") for t in r.json()["tokens"]]
-        return None
-
-    async def _text(self, tokens: list[int]) -> str | None:
-        c = self.client
-        for body, key in (({"tokens": tokens}, "content"), ({"model": c.model, "tokens": tokens}, "prompt")):
-            try:
-                r = await c.http.post(c.root + "/detokenize", json=body, headers=c._headers, timeout=10)
-            except Exception:  # noqa: BLE001 - as above
-                continue
-            if r.status_code == 200 and isinstance(r.json().get(key), str):
-                return r.json()[key]
-        return None
-
-    async def make(self, n_tokens: int, count: int) -> list[str]:
-        """`count` prompts of about `n_tokens` tokens; different from each other after the shared prefix."""
-        from tui_app.prompts import reference_text
-
-        if self.texts:
-            return [self.texts[i % len(self.texts)] for i in range(count)]
-        base = reference_text()
-        ids = await self._tokens(base * 2)
-        out = []
-        for i in range(count):
-            if ids:
-                text = await self._text((_rotated(ids, self.shared_prefix, 7 * i) * (n_tokens // len(ids) + 1))[:n_tokens])
-                if text is not None:
-                    out.append(text)
-                    continue
-            self.exact = False
-            out.append(" ".join(_rotated(base.split(), self.shared_prefix, 5 * i) * 4)[: n_tokens * 4])
-        return out
-
-
-def _rotated(items: list, keep: int, by: int) -> list:
-    """The first `keep` items, then the rest rotated by `by`: each request its own text after a shared prefix."""
-    head, tail = items[:keep], items[keep:]
-    k = by % len(tail) if tail else 0
-    return head + tail[k:] + tail[:k]
-
-
 async def measure_cell(
     client, session, prompts: list[str], new: int, load: str, concurrency: int, rate: float | None, arrivals: list[float], warmup: int, slo: dict
 ) -> Cell:
-    from tui_app.engine.config import RunRequest
+    from tui_app.requests import RunRequest
 
     cell = Cell(client.levers.server, load, 0, new, slo=slo)
     reqs = [RunRequest(prompt=p, max_new_tokens=new, ignore_eos=True) for p in prompts]
@@ -324,71 +209,13 @@ async def measure_cell(
 async def _accounted(client, session, requests: list[Request]) -> None:
     """Each request's X-ray in its row, once the server's spans are in (they come batched, after
     their streams): waits until every request has its span or its "no server span", at most the grace."""
-    from tui_app.attach.otlp import settled
+    from tui_app.attach.joiner import settled
 
-    await settled([x for r in requests if (x := session.xray.get(r.run_id)) is not None], client.joiner)
+    await settled([x for r in requests if (x := session.xray.get(r.run_id)) is not None], client.tracing.joiner)
     for r in requests:
         x = session.xray.get(r.run_id)
         if x is not None:
             r.xray = fmt.strict_json(x.flat())
-
-
-def xray_markdown(cells: list[Cell]) -> str:
-    """Where each cell's requests spent their time by the server's account (its span), and the
-    client's time outside it: mean / p50 / p99 in ms."""
-    head = "| server | load | prompt→new | with a span | queue | prefill | decode | outside the server: TTFT | e2e |"
-    lines = ["Server phases, mean / p50 / p99 ms (each figure's source is in the JSON):", "", head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
-    for c in cells:
-        spans = sum(1 for r in c.requests if r.xray.get("server_source") == "otlp")
-
-        def three(name: str, c=c) -> str:
-            s = c.xray_summary(name)
-            return " / ".join(fmt.ms(getattr(s, k), 1, unit=False) for k in ("mean", "p50", "p99"))
-
-        lines.append(
-            f"| {c.server} | {c.load} | {c.prompt_tokens}→{c.new_tokens} | {spans}/{len(c.requests)} | " + " | ".join(three(n) for n in XRAY_COLUMNS) + " |"
-        )
-    notes = {r.xray["server_note"] for c in cells for r in c.requests if r.xray.get("server_note")}
-    return "\n".join(lines + [f"\n{n}" for n in sorted(notes)[:3]])
-
-
-def markdown(cells: list[Cell]) -> str:
-    head = (
-        "| server | load | prompt→new | requests | TTFT p50/p95/p99 | ITL p50/p95/p99 | TPOT mean | e2e p50 | output tok/s | req/s "
-        "| goodput req/s | KV peak | waiting peak | preempted | prefix hits |"
-    )
-    lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
-    for c in cells:
-        d = c.flat()
-        ttft, itl = c.summary("ttft"), c.summary("itl")
-        good = f"{d['goodput_requests_s']:.2f} ({d['good']}/{d['requests']})" if d["good"] is not None else "–"
-        lines.append(
-            f"| {c.server} | {c.load} | {c.prompt_tokens}→{c.new_tokens} | {d['requests']}"
-            + (f" ({d['failed']} failed)" if d["failed"] else "")
-            + f" | {fmt.ms(ttft.p50, 0)} / {fmt.ms(ttft.p95, 0)} / {fmt.ms(ttft.p99, 0)}"
-            f" | {fmt.ms(itl.p50)} / {fmt.ms(itl.p95)} / {fmt.ms(itl.p99)} | {fmt.ms(c.summary('tpot').mean)} | {fmt.ms(c.summary('e2e').p50, 0)}"
-            f" | {fmt.num(d['output_tok_s'])} | {fmt.num(d['requests_s'], 2)} | {good}"
-            f" | {fmt.pct(c.server_figures.get('kv_usage_peak'))} | {fmt.num(c.server_figures.get('waiting_peak'), 0)}"
-            f" | {fmt.num(c.server_figures.get('preemptions'), 0)} | {fmt.pct(c.server_figures.get('prefix_hit'))} |"
-        )
-    return "\n".join(lines)
-
-
-def write_outputs(args, cells: list[Cell], env: dict) -> bool:
-    """Each file asked for, whole; False, said in one line, where one cannot be written."""
-    rows = [c.flat() for c in cells]
-    for kind in args.output:
-        path = f"{args.out}.{kind}"
-        if kind == "json":
-            data = {"environment": env, "results": rows, "requests": [[{**vars(r), "tpot_s": _none_if_nan(r.tpot_s)} for r in c.requests] for c in cells]}
-            text = json.dumps(fmt.strict_json(data), indent=2, default=str, allow_nan=False)  # a failed request's TTFT is NaN
-        elif kind == "jsonl":
-            text = "".join(json.dumps({**row, "environment": env}, default=str, allow_nan=False) + "\n" for row in rows)
-        else:
-            text = csv_text(rows, "server")
-        if not write_file(path, text):
-            return False
-    return True
 
 
 def read_prompts(path: str) -> list[str]:
@@ -414,8 +241,10 @@ def read_prompts(path: str) -> list[str]:
     return out
 
 
-async def run_endpoint_bench(args, lengths: list[tuple[int, int]]) -> int:
-    from tui_app.attach.client import AttachConfig, AttachError, Servers
+async def run_endpoint_bench(args: Options, lengths: list[tuple[int, int]]) -> int:
+    from tui_app.attach.client import AttachConfig
+    from tui_app.attach.errors import AttachError
+    from tui_app.attach.loop import Servers
     from tui_app.core.session import Session
 
     slo = parse_slo(args.slo)
@@ -434,11 +263,10 @@ async def run_endpoint_bench(args, lengths: list[tuple[int, int]]) -> int:
         otlp_address = otlp.checked_address(args)
     except (otlp.ReceiverError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    model = None if args.model == "default" else args.model
     configs = [
         AttachConfig(
             url=u,
-            model=model,
+            model=args.model,
             label=args.label[i] if args.label else "",
             api_key_env=args.api_key_env,
             insecure=args.insecure,
@@ -488,7 +316,7 @@ async def run_endpoint_bench(args, lengths: list[tuple[int, int]]) -> int:
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "settings": {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, type(None)))},
         }
-        written = write_outputs(args, cells, env)
+        written = write_outputs(args.out, args.output, cells, env)
         return 0 if written and all(r.ok for c in cells for r in c.requests) else 1
     finally:
         await servers.aclose()

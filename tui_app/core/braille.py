@@ -1,6 +1,6 @@
 """A lean braille chart renderer: each terminal cell holds 2×4 dots.
 
-Chosen over plotext by measurement (issue 6): plotext took 60-80 ms of CPU per redraw of a
+Chosen over plotext by measurement: plotext takes 60-80 ms of CPU per redraw of a
 105×40 chart here, which on a 2-core machine steals time from the generation being measured;
 this renderer draws the same chart in a few ms. It returns plain cells (character + series
 index) so that it knows nothing of Rich or Textual and is reused by the headless leak plot.

@@ -3,34 +3,37 @@
 from __future__ import annotations
 
 import math
+from typing import TypeGuard
 
 from monitors.servers import FIGURE_LABELS
 
 
-def _bad(x) -> bool:
-    return x is None or (isinstance(x, float) and math.isnan(x))
+def _shown(x: float | None) -> TypeGuard[float]:
+    """A number to show: not missing, not NaN (shown as –)."""
+    return x is not None and not (isinstance(x, float) and math.isnan(x))
 
 
 def ms(seconds: float | None, digits: int = 1, unit: bool = True) -> str:
-    return "–" if _bad(seconds) else f"{seconds * 1000:.{digits}f}" + (" ms" if unit else "")
+    return f"{seconds * 1000:.{digits}f}" + (" ms" if unit else "") if _shown(seconds) else "–"
 
 
 def mib(n: float | None) -> str:
-    return "–" if _bad(n) else f"{n / 2**20:.1f}"
+    return f"{n / 2**20:.1f}" if _shown(n) else "–"
 
 
 def num(x: float | None, digits: int = 1, unit: str = "") -> str:
-    return "–" if _bad(x) else f"{x:.{digits}f}{unit}"
+    return f"{x:.{digits}f}{unit}" if _shown(x) else "–"
 
 
 def nbytes(n: float | None) -> str:
-    if _bad(n):
+    if not _shown(n):
         return "–"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return ""
+    value: float = n
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
 
 
 def where(ready) -> str:
@@ -41,7 +44,7 @@ def where(ready) -> str:
 
 
 def pct(x: float | None) -> str:
-    return "–" if _bad(x) else f"{x * 100:.0f}%"
+    return f"{x * 100:.0f}%" if _shown(x) else "–"
 
 
 def figure_text(name: str, value) -> str:

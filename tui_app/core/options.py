@@ -1,8 +1,10 @@
-"""Parsed command-line arguments turned into what the engine, the recorder and the runners take.
+"""The commands' options, typed, in the groups their parsers share, and what they turn into: the
+engine's configuration, a run request, a recorder.
 
-Below the CLI and every module it dispatches to, so those modules read their arguments through
-here instead of importing the CLI back. Bad arguments raise UsageError; the CLI turns it into one
-line and exit status EXIT_USAGE.
+Each command's options are a dataclass made of these groups (tui_app/commands/*.py: `Options`);
+the CLI parses the command line (commands/options.py holds the parsers' groups) and hands the
+command its options, never the parser's namespace. Bad arguments raise UsageError; the CLI turns
+it into one line and exit status EXIT_USAGE.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import io
 import math
 import os
 import sys
+from dataclasses import dataclass, fields
 
 from monitors.events import Levers
 
@@ -70,11 +73,78 @@ def bounded(kind: type = int, lo: float | None = None, hi: float | None = None, 
     return parse
 
 
-def levers_from(args) -> Levers:
+@dataclass(kw_only=True)
+class RecordOptions:
+    record: str | None  # the recording's file (None: one in the user data folder)
+    no_record: bool
+
+
+@dataclass(kw_only=True)
+class UiOptions(RecordOptions):
+    fps: float | str  # a number, or "auto" (ui/frames.py)
+    ascii: bool  # charts, borders and marks in plain ASCII
+    hz: float  # the sampler's readings per second
+    out_dir: str | None  # exports and screenshots (None: the recordings folder)
+    auto: bool
+
+
+@dataclass(kw_only=True)
+class ModelOptions:
+    model: str
+    device: str
+    dtype: str
+    device_map: str | None
+    max_memory: dict | None
+    draft_model: str | None
+    draft_layers: int
+    threads: int
+
+
+@dataclass(kw_only=True)
+class SamplingOptions:
+    temperature: float
+    top_p: float
+    seed: int
+
+
+@dataclass(kw_only=True)
+class PromptOptions:
+    prompt: str | None
+    prompt_file: str | None
+    preset: str | None
+    max_new_tokens: int
+    ignore_eos: bool
+    truncate: str  # "none" or "left"
+    no_chat: bool
+
+
+@dataclass(kw_only=True)
+class LeverOptions:
+    no_cache: bool
+    compile: bool
+    quant: str
+    spec: str
+    batch: int
+    verbose: bool  # the libraries' own warnings and progress bars
+    debug_leak_mb: float
+
+
+@dataclass(kw_only=True)
+class EngineOptions(ModelOptions, SamplingOptions, LeverOptions):
+    """What the in-process engine is made from."""
+
+
+def from_namespace(cls, namespace: argparse.Namespace):
+    """A command's options from its parser's namespace: every field by name (a field its parser
+    lacks is a mistake in the parser, found by the CLI tests)."""
+    return cls(**{f.name: getattr(namespace, f.name) for f in fields(cls)})
+
+
+def levers_from(args: LeverOptions) -> Levers:
     return Levers(cache=not args.no_cache, compile=args.compile, quant=args.quant, spec=args.spec, batch=args.batch)
 
 
-def engine_config(args):
+def engine_config(args: EngineOptions):
     from tui_app.engine.config import EngineConfig
 
     return EngineConfig(
@@ -94,9 +164,9 @@ def engine_config(args):
     )
 
 
-def run_request(args):
-    from tui_app.engine.config import RunRequest
+def run_request(args: PromptOptions):
     from tui_app.prompts import read_prompt_file
+    from tui_app.requests import RunRequest
 
     preset = args.preset or ("file" if args.prompt_file else "short")
     if args.prompt is not None and args.prompt_file:
@@ -131,7 +201,7 @@ def say_on_stderr(line: str) -> None:
     print(f"tokentop: {line}", file=sys.stderr, flush=True)
 
 
-def make_recorder(args):
+def make_recorder(args: RecordOptions):
     """The session's recorder: --record FILE, else the user data folder; None with --no-record.
     RecordError names the file and what moves it. A recording that stops mid-session (a full disk)
     says so on stderr; the TUI shows it in its status bar instead."""

@@ -4,7 +4,6 @@ and replay get their numbers from. No Textual here; every history is a ring buff
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import islice
@@ -14,6 +13,8 @@ from monitors.events import (
     EngineError,
     EngineReady,
     Event,
+    FleetReady,
+    FleetSample,
     LeverChanged,
     LeverRefused,
     Levers,
@@ -28,13 +29,15 @@ from monitors.events import (
 from monitors.kvcache import kv_formula_bytes
 from monitors.leaks import LeakDetector, LeakVerdict
 from monitors.record import Recorder
-from monitors.timing import RunRecord, RunTimer, TimingStats, mean
+from monitors.timing import RunRecord, RunTimer, TimingStats
 from monitors.xray import XrayBook
+from tui_app.core.readings import end_note, read_rate, short_value, stall_note
 
 HISTORY = 4000
 STALL, STALL_MIN_S = 4.0, 0.02  # a server token this much later than its run's median is a stall
 READ_WINDOW = 32  # decode steps behind the live memory read rate: half a second at the default model's pace
 READ_FRESH_NS = 1_000_000_000  # a sample this long after the last decode step shows no read rate
+ENERGY_SAMPLES = 40  # NVML energy readings behind the local J/token: 10 s at the default 4 Hz
 RAN_TO_END = ("max tokens", "eos", "context full")
 # Phases that legitimately raise the memory baseline (new weights, graphs, a draft model).
 PREPARATION_PHASES = ("load", "quantize", "compile", "draft")
@@ -126,10 +129,26 @@ class Session:
     died: dict = field(default_factory=dict)  # run id → why it never finished
     listeners: list = field(default_factory=list)
     xray: XrayBook = field(default_factory=XrayBook)  # each server request's client marks and the server's account of it
+    fleet_ready: FleetReady | None = None  # a fleet read through Prometheus
+    fleet: FleetSample | None = None  # its latest refresh: a row per replica
+    fleet_history: deque = field(init=False)  # (unix seconds, the fleet's figures), the backfill first
+    fleet_error: str = ""  # why the fleet's rows are not fresh (Prometheus unreachable, no replica matches)
+    server_busy: bool = False  # --watch: whether the server's last sample found requests running or waiting
+    energy: deque = field(default_factory=lambda: deque(maxlen=ENERGY_SAMPLES))  # (t_ns, NVML mJ of every GPU, tokens seen)
 
     def __post_init__(self) -> None:
-        for name in ("latency", "kv", "torch_mem", "samples", "server", "mem_read"):
+        for name in ("latency", "kv", "torch_mem", "samples", "server", "mem_read", "fleet_history"):
             setattr(self, name, deque(maxlen=self.history))
+
+    @classmethod
+    def from_events(cls, events, history: int = HISTORY) -> Session:
+        """The session these events make, as the app saw it live (replay, report, export)."""
+        session = cls(history=history)
+        for ev in events:
+            session.feed(ev)
+        if session.current is not None and session.current.finished is None:  # the app was killed, or the disk filled, mid-run
+            session.died[session.current.started.run_id] = "the recording ends mid-run"
+        return session
 
     def feed(self, ev: Event) -> None:
         if self.recorder is not None:
@@ -140,12 +159,16 @@ class Session:
         elif isinstance(ev, Sampled):
             self.samples.append(ev)
             self.sample_count += 1
-            now = self.read_rate() if self.reads and ev.t_ns - self.reads[-1][2] < READ_FRESH_NS else None
+            mj = [g.get("energy_mj") for g in ev.gpus or ()]
+            if mj and None not in mj:
+                self.energy.append((ev.t_ns, sum(mj), self.token_count))
+            now = read_rate(self) if self.reads and ev.t_ns - self.reads[-1][2] < READ_FRESH_NS else None
             self.mem_read.append(now[1] if now else None)
         elif isinstance(ev, ServerSample):
             self.server.append(ev)
             if ev.error:
                 self.say(ev.error, error=True)
+            self._idle_baseline(ev)
         elif isinstance(ev, RunStarted):
             if self.current is not None and self.current.finished is None:  # runs come one at a time: that one was cut off
                 self.died.setdefault(self.current.started.run_id, "did not finish")
@@ -203,8 +226,42 @@ class Session:
             if ev.fatal:
                 self.fatal = ev.message
             self.say(ev.message, error=True)
+        elif isinstance(ev, (FleetReady, FleetSample)):
+            self._fleet(ev)
         for fn in self.listeners:
             fn(ev)
+
+    def _idle_baseline(self, ev: ServerSample) -> None:
+        """--watch runs nothing, so a server's memory baseline is taken where its own traffic
+        ends instead: its RSS at each sample that finds it idle (nothing running or waiting)
+        after one that found it busy, from this host's reading of its process or its own export."""
+        server = self.servers.get(ev.server) or self.ready
+        if ev.error or server is None or not (server.server or {}).get("watch"):
+            return
+        busy = bool(ev.values.get("running") or ev.values.get("waiting"))
+        was_busy, self.server_busy = self.server_busy, busy
+        if busy or not was_busy:
+            return
+        local = self.samples[-1].engine_rss if self.samples else None
+        rss = local if local is not None else ev.values.get("rss")
+        if rss is not None:
+            self.verdict = self.leak.add(int(rss))
+
+    def _fleet(self, ev: FleetReady | FleetSample) -> None:
+        if isinstance(ev, FleetReady):
+            self.fleet_ready = ev
+            return
+        if ev.fleet:
+            self.fleet_history.append((ev.ts, ev.fleet))
+        if not ev.backfill and ev.rows:
+            self.fleet = ev
+            self.fleet_error = ""
+        if ev.error:
+            self.fleet_error = ev.error
+        for note in ev.notes:
+            self.say(note)
+        if ev.error:
+            self.say(ev.error, error=True)
 
     def engine_died(self, message: str, why: str = "engine died") -> None:
         self.fatal = message
@@ -240,36 +297,6 @@ class Session:
             formula = kv_formula_bytes(r.kv_bytes_per_elem, self.levers.batch, ev.seq_len, r.n_layers, r.kv_heads, r.head_dim) if ev.kv_bytes else 0
             self.kv.append(KVPoint(ev.seq_len, ev.kv_bytes, formula, ev.kv_alloc_bytes, ev.run_id))
 
-    def device_leak(self) -> tuple[str, LeakVerdict] | None:
-        """The device-memory source nearest a leak: a suspected one first, else the highest lower
-        bound of a slope. None off CUDA (no run reported device memory)."""
-        if not self.device_verdicts:
-            return None
-        return max(self.device_verdicts.items(), key=lambda kv: (kv[1].status == "suspected", -math.inf if math.isnan(kv[1].low) else kv[1].low))
-
-    def device_leak_text(self) -> str | None:
-        found = self.device_leak()
-        if found is None:
-            return None
-        name, verdict = found
-        return f"GPU {verdict.text()}" + ("" if verdict.status == "collecting" else f" in {name}")
-
-    def read_rate(self) -> tuple[float, float] | None:
-        """(bytes/s, fraction of the measured read rate) that the last READ_WINDOW decode steps read
-        memory at: each step reads the current weights once (Bandwidth.weight_bytes) and the KV
-        cache at its length (Step.kv_bytes, every sequence of the batch), over the steps' own
-        intervals (Step.dt_ns, the loop between steps included). A draft model's own reads are not
-        counted; a step without the cache re-reads the context through attention, so it reads
-        at compute speed, and shows so. None before a measurement or a decode step, or where the
-        measurement had nothing to read (every weight under 1 MiB)."""
-        if self.bandwidth is None or self.bandwidth.read_bps <= 0 or not self.reads:  # <= 0: nothing to read (a tiny model)
-            return None
-        ns = sum(dt for _, dt, _ in self.reads)
-        if ns <= 0:
-            return None
-        rate = sum(b for b, _, _ in self.reads) / ns * 1e9
-        return rate, rate / self.bandwidth.read_bps
-
     def _mark_stall(self, ev: Step, per_token_s: float) -> None:
         """A server's token far later than its run's usual (STALL × the median of the last 32, and
         STALL_MIN_S more) is marked on the latency chart with what the server said at that moment."""
@@ -281,46 +308,13 @@ class Session:
         median = sorted(recent)[len(recent) // 2]
         if per_token_s < STALL * median or per_token_s - median < STALL_MIN_S:
             return
-        said = []
         latest = next((x for x in reversed(self.server) if not x.error), None)
-        if latest is not None:
-            v = latest.values
-            if (v.get("waiting") or 0) > 0:
-                said.append(f"waiting {v['waiting']:.0f}")
-            if (v.get("kv_usage") or 0) >= 0.95:
-                said.append(f"KV {v['kv_usage'] * 100:.0f}%")
-            if (v.get("preemptions") or 0) > 0:
-                said.append("preempting")
-        label = f"stall {per_token_s * 1000:.0f}ms" + (f": {', '.join(said)}" if said else "")
-        self.markers.append(Marker(self.token_count, ev.t_ns, label))
+        self.markers.append(Marker(self.token_count, ev.t_ns, stall_note(per_token_s, latest)))
 
     def active_server(self) -> dict | None:
         """The attached server runs go to now (its EngineReady.server), or None for the engine."""
         ready = self.servers.get(self.levers.server, self.ready)
         return ready.server if ready is not None else None
-
-    def comparison(self) -> list[str]:
-        """Each attached server against the first: its mean TTFT, mean ITL p50 and mean tok/s over
-        its finished runs ÷ the first server's, with the runs behind each side."""
-        by: dict[str, list[TimingStats]] = {label: [] for label in self.servers}
-        for rec in self.timer.runs.values():
-            label = rec.started.levers.server
-            if rec.finished is not None and rec.finished.stop_reason in ("eos", "max tokens") and label in by:
-                by[label].append(rec.total)
-        labels = [k for k, v in by.items() if v]
-        if len(self.servers) < 2 or len(labels) < 2 or labels[0] != next(iter(self.servers)):
-            return []
-        base = by[labels[0]]
-
-        def ratio(runs, pick) -> str:
-            a, b = mean([pick(s) for s in base]), mean([pick(s) for s in runs])
-            return f"{b / a:.2f}" if a and not math.isnan(a) and not math.isnan(b) else "–"
-
-        return [
-            f"{label} ÷ {labels[0]}: TTFT {ratio(runs, lambda s: s.ttft_s)}, ITL p50 {ratio(runs, lambda s: s.itl.p50)}, "
-            f"tok/s {ratio(runs, lambda s: s.decode_tps)} ({len(runs)} ÷ {len(base)} runs)"
-            for label, runs in ((k, by[k]) for k in labels[1:])
-        ]
 
     def rows(self, limit: int = 200) -> list[Row]:
         out: list[Row] = []
@@ -337,17 +331,3 @@ class Session:
         runs = self.timer.runs
         while len(runs) > keep_runs:
             runs.pop(next(iter(runs)))
-
-
-def end_note(fin: RunFinished) -> str:
-    """The output's comparison, after why the run ended when that was not its token limit: a run
-    that stops early (EOS, a full context, an error, `r`) must say so, not look complete."""
-    return fin.diff_note if fin.stop_reason == "max tokens" else f"{fin.stop_reason} · {fin.diff_note}"
-
-
-def short_value(value) -> str:
-    if value is True:
-        return "on"
-    if value is False:
-        return "off"
-    return str(value)

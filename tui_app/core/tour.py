@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES, Levers
 from tui_app.core import fmt
 from tui_app.core.session import Row, Session
-from tui_app.engine.config import RunRequest
 from tui_app.prompts import PRESETS
+from tui_app.requests import RunRequest
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -21,10 +21,20 @@ else:  # the same parser, before it joined the standard library
     import tomli as tomllib
 
 LEVERS = ("cache", "compile", "quant", "spec", "batch")
+# Back to plain, then on, in an order no engine refuses: turning a lever on may need another on
+# (compile needs the cache) or off (spec needs batch 1).
+RESET_ORDER = (("spec", "off"), ("compile", False), ("batch", 1), ("cache", True), ("quant", "off"))
+APPLY_ORDER = ("quant", "batch", "cache", "compile", "spec")
+FINISHED = ("eos", "max tokens")  # a stopped or failed run is not a measurement of its step
 # What a step's effect can state: decode tok/s, ITL p50, time to first token, speculation's acceptance.
 WATCH = ("tok/s", "itl", "ttft", "accept")
 STEP_FIELDS = ("label", "caption", "levers", "preset", "prompt", "tokens", "runs", "seconds", "compare", "watch")
 DEFAULT_TOKENS = 64
+
+
+def lever_settings(levers: Levers) -> list[tuple[str, object]]:
+    """The (lever, value) settings that take an engine from any levers to `levers`."""
+    return [*RESET_ORDER, *((name, getattr(levers, name)) for name in APPLY_ORDER)]
 
 
 class TourError(ValueError):

@@ -9,8 +9,8 @@ engine's memory for as long as it lived. Each run of weights lying one after ano
 of packed weights, the fp model moved onto huge pages, or one tensor) of at least MIN_SPAN bytes
 is summed as int64 (integer adds: no denormal slow path whatever the bytes are); smaller ones
 (norms, biases) are a fraction of a percent of the bytes but a Python call each, which would make
-the read look slower than memory is. Measured on the default model (2026-11-23, one thread): in place 37.8 /
-37.1 / 36.0 GB/s for int8 / int4 / fp32, a separate array of the same size 37.8 / 38.7 / 38.5.
+the read look slower than memory is. On the default model the read in place and one of a separate
+array of the same size agree within a few percent (docs/performance.md, memory bandwidth).
 """
 
 from __future__ import annotations

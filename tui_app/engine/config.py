@@ -1,4 +1,4 @@
-"""What the UI sends the engine: its configuration and run requests. Plain dataclasses with no
+"""The engine's configuration, as the UI sends it to the engine's process. A plain dataclass with no
 torch import, so the UI process never loads torch (about 200 MB of RSS and a second of startup)."""
 
 from __future__ import annotations
@@ -27,15 +27,3 @@ class EngineConfig:
     debug_leak_mb: float = 0.0  # debug only: keep this much memory per run, to prove the leak detector
     device_map: str | None = None  # accelerate's placement over the GPUs, CPU and disk (DEVICE_MAPS)
     max_memory: dict | None = None  # its per-device limits, accelerate's form: {0: "20GiB", "cpu": "64GiB"}
-
-
-@dataclass
-class RunRequest:
-    prompt: str | None = None
-    preset: str = "short"
-    prompt_file: str | None = None
-    prompt_ids: list[int] | None = None
-    max_new_tokens: int = 64
-    ignore_eos: bool = False
-    truncate: bool = False
-    chat: bool = True

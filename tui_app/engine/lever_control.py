@@ -2,8 +2,8 @@
 (a quantized weight variant, a compiled decode step, the draft model) as a phase of its own,
 outside any run's timing.
 
-A part of `Engine` (generation.py): it reads the model, device and dtype that `Engine.load` set
-and runs steps through `Engine._forward`.
+`Engine.load` makes one LeverControl for the model it loaded, handing it the model, its device and
+the Decoder it runs steps with; the engine asks it for the current levers and their weights.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES, Bandwidth, Le
 from tui_app.engine import bandwidth, pages
 from tui_app.engine import levers as lv
 from tui_app.engine.lean import use_own_attention
-from tui_app.engine.models import cache_kwarg
-from tui_app.engine.speculative import DraftProposer
+from tui_app.engine.models import ModelError, cache_kwarg, load_model
+from tui_app.engine.speculative import DraftProposer, lookup_proposals
 
 MB = 1024 * 1024
 MAX_GEMV_ROWS = 2  # measured: see _stream_gemv_on_cpu
@@ -28,44 +28,62 @@ CACHE_BYTES = 32 * MB  # a last-level cache (this CPU's L3): weights beyond it s
 SPLIT = "the model is placed over several devices (--device-map)"
 
 
-class LeverControl:
-    def _init_levers(self, levers: Levers) -> None:
-        self.levers = levers
-        self._variants: dict[str, torch.nn.Module] = {}
-        self._compiled: dict[str, object] = {}
-        self._warm: set[tuple] = set()
-        self._trusting = False  # dynamo's stance: only differentiating guards (see _compiled_fn)
-        self._draft: DraftProposer | None = None
-        self._phase_ns = 0  # every finished phase's time: a run's step intervals leave out those inside it
-        self._probe_due = True  # the weights moved or changed: their read rate is to be measured again
+class Phases:
+    """The preparation phases (load, quantize, compile, draft, a read-rate measurement, a pause) as
+    events, and the time of every finished one: a run's step intervals leave out those inside it."""
 
-    def _phase_done(self, name: str, detail: str, seconds: float) -> None:
-        self._phase_ns += round(seconds * 1e9)
-        self.emit(Phase(name, detail, True, seconds))
+    def __init__(self, emit):
+        self.emit = emit
+        self.ns = 0
+
+    def start(self, name: str, detail: str) -> None:
+        self.emit(Phase(name=name, detail=detail, done=False))
+
+    def done(self, name: str, detail: str, seconds: float) -> None:
+        self.ns += round(seconds * 1e9)
+        self.emit(Phase(name=name, detail=detail, done=True, seconds=seconds))
+
+
+class LeverControl:
+    def __init__(self, cfg, emit, phases: Phases, decoder, model, *, dtype, n_layers: int, context_len: int, draft: DraftProposer | None = None):
+        self.cfg = cfg
+        self.emit = emit
+        self.phases = phases
+        self.decoder = decoder
+        self.model = model
+        self.device, self.dtype, self.split = decoder.device, dtype, decoder.split
+        self.n_layers, self.context_len = n_layers, context_len
+        self.levers = Levers()
+        self.variants: dict[str, torch.nn.Module] = {"off": model}
+        self._compiled: dict[str, object] = {}
+        self.warm: set[tuple] = set()
+        self.trusting = False  # dynamo's stance: only differentiating guards (see compiled_fn)
+        self.draft = draft
+        self.probe_due = True  # the weights moved or changed: their read rate is to be measured again
 
     def request_probe(self) -> None:
         if self.split:
             self._refuse("probe", "mem bw", SPLIT)
             return
-        self._probe_due = True
+        self.probe_due = True
 
     def probe_if_due(self) -> None:
         """Measure the read of the current weights (bandwidth.py) where they changed or moved, or
         on request, as a phase of its own: outside any run's timing, and never inside another
         phase (whose seconds would then count it twice)."""
-        if not self._probe_due or self.split:
+        if not self.probe_due or self.split:
             return
-        self._probe_due = False
+        self.probe_due = False
         t0 = time.perf_counter()
-        model = self._variants[self.levers.quant]
+        model = self.variants[self.levers.quant]
         nbytes, rate = bandwidth.read_rate(model)
         weights = "fp" if self.levers.quant == "off" else self.levers.quant
         source = f"a read of the {weights} weights in place ({nbytes / 2**20:.1f} MiB), the best of {bandwidth.REPEATS}"
-        self.emit(Bandwidth(self.levers.quant, bandwidth.weight_bytes(model), nbytes, rate, source))
-        self._phase_done("bandwidth", f"{source}: {rate / 1e9:.1f} GB/s", time.perf_counter() - t0)
+        self.emit(Bandwidth(quant=self.levers.quant, weight_bytes=bandwidth.weight_bytes(model), read_bytes=nbytes, read_bps=rate, source=source))
+        self.phases.done("bandwidth", f"{source}: {rate / 1e9:.1f} GB/s", time.perf_counter() - t0)
 
     def _refuse(self, lever: str, value, reason: str) -> bool:
-        self.emit(LeverRefused(lever, value, reason))
+        self.emit(LeverRefused(lever=lever, value=value, reason=reason))
         return False
 
     def check_lever(self, name: str, value, levers: Levers | None = None) -> str | None:
@@ -122,43 +140,61 @@ class LeverControl:
             return False
         try:
             if name == "quant" and value != "off":
-                self._variant(value)
+                self.variant(value)
             if name == "spec" and value == "draft":
-                self._draft_proposer()
+                self.draft_proposer()
         except lv.LeverError as exc:
             return self._refuse(name, value, str(exc))
         self.levers = replace(self.levers, **{name: value})
-        self._probe_due = self._probe_due or name == "quant"
-        self.emit(LeverChanged(run_id, name, value, self.levers, segment))
+        self.probe_due = self.probe_due or name == "quant"
+        self.emit(LeverChanged(run_id=run_id, lever=name, value=value, levers=self.levers, segment=segment))
         self.probe_if_due()
         return True
 
-    def _variant(self, level: str) -> torch.nn.Module:
-        if level not in self._variants:
+    def variant(self, level: str) -> torch.nn.Module:
+        if level not in self.variants:
             t0 = time.perf_counter()
-            self.emit(Phase("quantize", f"{level}: {lv.quant_impl(self.device, self.dtype)[level]}", False))
-            self._variants[level] = lv.quantize(self.model, level, self.device, self.dtype)
+            self.phases.start("quantize", f"{level}: {lv.quant_impl(self.device, self.dtype)[level]}")
+            self.variants[level] = lv.quantize(self.model, level, self.device, self.dtype)
             freeze()
-            self._phase_done("quantize", lv.quant_note(level, self.device, self._variants[level]), time.perf_counter() - t0)
-        return self._variants[level]
+            self.phases.done("quantize", lv.quant_note(level, self.device, self.variants[level]), time.perf_counter() - t0)
+        return self.variants[level]
 
-    def _draft_proposer(self) -> DraftProposer:
-        if self._draft is None:
+    def draft_proposer(self) -> DraftProposer:
+        if self.draft is None:
             draft = lv.self_draft(self.model, self.cfg.draft_layers)
-            self._draft = DraftProposer(draft, self.device, lv.self_draft_label(draft, self.cfg.draft_layers, self.n_layers))
-            self.emit(Phase("draft", self._draft.label, True))
-        return self._draft
+            self.draft = DraftProposer(draft, self.device, lv.self_draft_label(draft, self.cfg.draft_layers, self.n_layers))
+            self.emit(Phase(name="draft", detail=self.draft.label, done=True))
+        return self.draft
+
+    def proposals(self, row: list[int], remaining: int) -> torch.Tensor | None:
+        """Tokens the spec lever proposes to verify in one step, on the device ([k]); None: a plain decode step."""
+        spec = self.levers.spec
+        if spec == "lookup":
+            found = lookup_proposals(row, num_tokens=min(8, remaining - 1))
+            return torch.tensor(found, device=self.device) if found else None
+        if spec == "draft" and remaining > 1:
+            return self.draft_proposer().propose(row)[: remaining - 1]
+        return None
+
+    def new_cache(self, model, needed: int):
+        """A KV cache for `needed` tokens: static (in buckets) for the compiled step, else dynamic."""
+        from transformers import DynamicCache, StaticCache
+
+        if self.levers.compile:
+            return StaticCache(config=model.config, max_cache_len=self.static_len(needed))
+        return DynamicCache(config=model.config)
 
     # ---------------------------------------------------------------- compile
-    def _static_len(self, needed: int) -> int:
+    def static_len(self, needed: int) -> int:
         # Buckets of 256 so compiled graphs (specialized on the cache shape) are reused across runs.
         return min(self.context_len, max(256, -(-needed // 256) * 256))
 
-    def _compiled_fn(self, model, level: str):
+    def compiled_fn(self, model, level: str):
         """A compiled decode step (ids, static cache, position ids) → logits [B, 1, V]."""
         if level in self._compiled:
             return self._compiled[level]
-        lean = self._lean_step(model)
+        lean = self.decoder.lean_step(model)
         if lean is not None and lean.use_fused_step():  # built here, in the compile phase
             # A quantized Llama on CPU: its static-cache step is one C++ op (kernels/decode_step.cpp,
             # compiled ahead of time for this CPU by native.py), and torch.compile around that one op
@@ -178,7 +214,7 @@ class LeverControl:
             _stream_gemv_on_cpu(inductor, on=weights > CACHE_BYTES)
             if level == "off" and weights > CACHE_BYTES:  # quantized variants' pools are there already
                 pages.adopt(model)  # the step streams these weights: on huge pages (pages.py)
-                self._probe_due = True
+                self.probe_due = True
             # With the static cache's mask, transformers copies each grouped K/V head out to
             # every query head it serves before attention (1.2 MB per layer and token for the
             # default model's 3 KV heads), unless SDPA is told to group them itself: measured,
@@ -216,10 +252,10 @@ class LeverControl:
             # The stance is process-wide; it is switched only when it changes (a context
             # manager per step cost a third of the gain), and back at each run's end.
             key = (level, ids.shape[0], cache.layers[full].max_cache_len)
-            trusted = key in self._warm
-            if trusted != self._trusting:
+            trusted = key in self.warm
+            if trusted != self.trusting:
                 torch.compiler.set_stance("default", skip_guard_eval_unsafe=trusted)
-                self._trusting = trusted
+                self.trusting = trusted
             try:
                 return compiled(ids, cache, position_ids)
             except RuntimeError as exc:
@@ -227,55 +263,66 @@ class LeverControl:
                     raise
             # A state the warm-up did not reach (a sliding window filling up): this shape's guards
             # are checked from now on, and its new graph is compiled as a phase of its own.
-            self._warm.discard(key)
-            self._stop_trusting()
+            self.warm.discard(key)
+            self.stop_trusting()
             t0 = time.perf_counter()
-            self.emit(Phase("compile", f"recompiling the decode step at a state the warm-up did not reach ({level}, batch {ids.shape[0]})", False))
+            self.phases.start("compile", f"recompiling the decode step at a state the warm-up did not reach ({level}, batch {ids.shape[0]})")
             logits = compiled(ids, cache, position_ids)
-            self._phase_done("compile", f"batch {ids.shape[0]}, {level}: recompiled", time.perf_counter() - t0)
+            self.phases.done("compile", f"batch {ids.shape[0]}, {level}: recompiled", time.perf_counter() - t0)
             return logits
 
         self._compiled[level] = call
         return call
 
-    def _stop_trusting(self) -> None:
-        if self._trusting:  # the stance is process-wide: no other compiled code may inherit it
+    def stop_trusting(self) -> None:
+        if self.trusting:  # the stance is process-wide: no other compiled code may inherit it
             torch.compiler.set_stance("default")
-            self._trusting = False
+            self.trusting = False
 
-    def _warm_compile(self, batch: int, max_len: int) -> None:
+    def warm_compile(self, batch: int, max_len: int) -> None:
         """Compile (and run once) outside any run, so compile time is its own phase."""
         key = (self.levers.quant, batch, max_len)
-        if key in self._warm:
+        if key in self.warm:
             return
         from transformers import StaticCache
 
-        model = self._variants[self.levers.quant]
-        first = not any(k[0] == key[0] for k in self._warm)  # later shapes reuse much of the first's work
+        model = self.variants[self.levers.quant]
+        first = not any(k[0] == key[0] for k in self.warm)  # later shapes reuse much of the first's work
         slow = "; a first compile takes a minute or more" if first else ""
-        self.emit(Phase("compile", f"compiling the decode step (static cache {max_len}, batch {batch}, {self.levers.quant}){slow}", False))
+        self.phases.start("compile", f"compiling the decode step (static cache {max_len}, batch {batch}, {self.levers.quant}){slow}")
         t0 = time.perf_counter()
-        fn = self._compiled_fn(model, self.levers.quant)
+        fn = self.compiled_fn(model, self.levers.quant)
         cache = StaticCache(config=model.config, max_cache_len=max_len)
         tok = torch.zeros((batch, 1), dtype=torch.long, device=self.device)
         with torch.inference_mode():
-            self._forward(model, tok, cache, 0)  # eager first write, as a real prefill does
+            self.decoder.forward(model, tok, cache, 0)  # eager first write, as a real prefill does
             for pos in (1, 2, 3):  # reduce-overhead records its CUDA graph on a later call
-                self._forward(model, tok, cache, pos, fn=fn)
-        self._warm.add(key)
+                self.decoder.forward(model, tok, cache, pos, fn=fn)
+        self.warm.add(key)
         freeze()
-        how = "one C++ op (decode_step)" if getattr(self._lean_step(model), "fused", None) is not None else "torch.compile"
-        self._phase_done("compile", f"batch {batch}, {self.levers.quant}: {how}", time.perf_counter() - t0)
+        how = "one C++ op (decode_step)" if getattr(self.decoder.lean_step(model), "fused", None) is not None else "torch.compile"
+        self.phases.done("compile", f"batch {batch}, {self.levers.quant}: {how}", time.perf_counter() - t0)
         self.probe_if_due()  # the fp weights moved onto huge pages (pages.adopt)
 
-    def _prepare_compile(self, needed: int) -> None:
+    def prepare_compile(self, needed: int) -> None:
         """Compile for this shape now (its own phase); if inductor fails, the run goes on uncompiled."""
         try:
-            self._warm_compile(self.levers.batch, self._static_len(needed))
+            self.warm_compile(self.levers.batch, self.static_len(needed))
         except Exception as exc:  # noqa: BLE001 - inductor failures vary; the run goes on uncompiled
             self._compiled.pop(self.levers.quant, None)
             self.levers = replace(self.levers, compile=False)
-            self.emit(LeverRefused("compile", True, f"torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}"))
+            self.emit(LeverRefused(lever="compile", value=True, reason=f"torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}"))
+
+
+def draft_model(cfg, tok, device: str, dtype, phases: Phases) -> DraftProposer | None:
+    """--draft-model's proposer, loaded beside the target (ModelError: it cannot be, or does not
+    share the target's vocabulary); None: the self-draft, made when first asked for."""
+    if not cfg.draft_model:
+        return None
+    draft = load_model(cfg.draft_model, device, dtype, progress=lambda m: phases.start("load", f"draft: {m}"), option="--draft-model")
+    if draft.tokenizer.get_vocab() != tok.get_vocab():
+        raise ModelError(f"--draft-model {cfg.draft_model}: its tokenizer differs from the target's; a draft must share the vocabulary")
+    return DraftProposer(draft.model, device, f"draft {draft.name}")
 
 
 def _stream_gemv_on_cpu(inductor, on: bool) -> None:

@@ -115,7 +115,7 @@ def decoder_layers(model: torch.nn.Module) -> tuple[torch.nn.Module, str, torch.
 
 def self_draft_label(draft: torch.nn.Module, asked: int, total: int) -> str:
     """What the self-draft really uses: a draft needs fewer layers than the target, so a request for
-    as many or more is capped (it said "first 4 of 3 layers" on a 3-layer model that drafted with 2)."""
+    as many or more is capped, and the label says so rather than "first 4 of 3 layers"."""
     used = len(decoder_layers(draft)[2])
     capped = f" (--draft-layers {asked} capped: a draft needs fewer layers than the model)" if used != asked else ""
     return f"self-draft: first {used} of {total} layer{'s' if total != 1 else ''}{capped}"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import multiprocessing as mp
-import queue
 import traceback
 
 from monitors.events import EngineError
@@ -24,34 +23,13 @@ def engine_main(config: EngineConfig, commands: mp.Queue, events: mp.Queue, log_
     from tui_app.engine.models import ModelError
 
     engine = Engine(config, events.put)
-
-    def poll():
-        out = []
-        while True:
-            try:
-                out.append(commands.get_nowait())
-            except queue.Empty:
-                return out
-
     try:
         engine.load()
     except ModelError as exc:
-        events.put(EngineError(str(exc), fatal=True))
+        events.put(EngineError(message=str(exc), fatal=True))
         return
     except Exception as exc:  # noqa: BLE001 - anything else is reported, not printed over the UI
-        events.put(EngineError(f"loading failed: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}", fatal=True))
+        events.put(EngineError(message=f"loading failed: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}", fatal=True))
         return
     gc.enable()
-    while True:
-        cmd = engine.pending.pop(0) if engine.pending else commands.get()
-        kind = cmd[0]
-        if kind == "shutdown":
-            return
-        if kind == "run":
-            engine.run(cmd[1], poll)
-        elif kind == "lever":
-            engine.set_lever(cmd[1], cmd[2])
-        elif kind == "probe":
-            engine.request_probe()
-        engine.probe_if_due()
-        # "stop" with no run in flight has nothing to stop.
+    engine.serve(commands)

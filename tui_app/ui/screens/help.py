@@ -50,6 +50,13 @@ GPU and torch allocator memory, run ends marked, and the leak verdicts (trend of
 after each run; on a GPU also of torch's and NVML's device memory). *runs*: one row per run and lever segment; *output* says whether the text equals
 plain greedy decoding, and *ppl* is the perplexity of a fixed reference text under the current
 weights: a speedup that breaks the model shows there.
+*fleet* (`attach --prometheus`): a row per replica from the Prometheus that scrapes them — up or
+down and since when, KV usage, running, waiting, tok/s, TTFT and ITL p50/p99 over the window,
+preemptions, prefix hits — and the fleet's row, its quantiles from every replica's summed
+histogram buckets; a replica down, KV ≥ 95 %, waiting while others idle or a p99 far from the
+fleet's is coloured and listed first. `utilization` adds J/token from NVML's energy counter on a
+local GPU; the fleet pane from a DCGM exporter, where Prometheus scrapes one. With `--watch`
+tokentop sends no request of its own; without it, its runs are load on the server.
 
 **Files.** The session is recorded to the recordings folder (`$TOKENTOP_DATA/recordings`); exports
 (`e`) and screenshots (`ctrl+s`) go there too unless `--out-dir` names another folder, and the app

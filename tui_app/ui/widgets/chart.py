@@ -29,7 +29,7 @@ class Chart(LinePane):
     """
     AXIS = 9  # columns for the y-axis labels
     # The charts of sampler data (memory, utilization): samples arrive at --hz (4) and are all
-    # drawn, two at a time; these two panes were a third of the UI's drawing cost (ui_cost.py).
+    # drawn, two at a time; these two panes are a third of the UI's drawing cost (ui_cost.py).
     SAMPLED_HZ = 2.0
     COLORS: tuple[str, ...] = ("#5fd7ff", "#ffaf00", "#87d75f", "#ff5f87", "#af87ff", "#d7d7d7")
 
@@ -84,7 +84,7 @@ class Chart(LinePane):
             segs = [Segment(f"{label:>{self.AXIS - 1}.{self.AXIS - 1}}┤" if label else " " * (self.AXIS - 1) + "│", dim)]
             segs += [Segment(text, self._series_style(owner) if owner >= 0 else None) for text, owner in runs(row)]
             strips.append(Strip(segs))
-        # Whole legend entries only, the first ones kept: a cropped line ended "■ pr".
+        # Whole legend entries only, the first ones kept: a cropped line would end "■ pr".
         kept = fmt.fit([((f"■ {name}",), k) for k, (name, _) in enumerate(legend)], self.content_size.width)
         legend_segs = []
         for (name, idx), shown in zip(legend, kept, strict=True):

@@ -35,7 +35,7 @@ class KeyBar(Static):
         "preset": 3,
         "pause": 3,
         "auto": 4,
-        "export": 4,
+        "save": 4,  # export (screenshot: not on the bar)
         "xray": 4,
     }
     PRIORITY_LATER = 5  # screenshot, restart, the palette
@@ -52,7 +52,7 @@ class KeyBar(Static):
         servers to move between)."""
         app = self.app
         key_style = f"bold {app.theme_variables.get('accent', 'yellow')}"
-        shown = [b for b in app.BINDINGS if b.description and not b.priority and app.key_applies(b.action)]
+        shown = [b for b in app.BINDINGS if b.description and not b.priority and self.screen.key_applies(b.action)]
         # Help and quit first: they lead to everything else.
         shown.sort(key=lambda b: b.action not in ("help", "quit"))
         keys = [(app.get_key_display(b), b.description, self.PRIORITY.get(b.action.split("(")[0], self.PRIORITY_LATER)) for b in shown]

@@ -8,7 +8,7 @@ from bisect import bisect_left
 
 from rich.text import Text
 
-from tui_app.core import fmt
+from tui_app.core import fmt, readings
 from tui_app.core.braille import Canvas, plot
 from tui_app.ui.widgets.chart import Chart, gpu_unread
 
@@ -24,7 +24,7 @@ class MemoryChart(Chart):
         samples = self.sample_page(canvas.px_w)
         verdict = s.verdict.text() if s.verdict else "leak: collecting (0 runs)"
         title = [((f"memory — {verdict}", f"memory — {verdict.split(' (')[0]}", "memory"), 0)]
-        device = s.device_leak_text()
+        device = readings.device_leak_text(s)
         if device is not None:
             title.append(((device, device.split(" (")[0]), 1))
         self.set_titles(title)

@@ -9,63 +9,15 @@ least important columns whole (the priorities below), so every number shown is c
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.strip import Strip
 
-from tui_app.core import fmt
+from tui_app.core import readings
+from tui_app.core.columns import COLUMNS, GAP, fit_columns
 from tui_app.core.session import Row
 from tui_app.ui.widgets.pane import LinePane
-
-
-@dataclass(frozen=True)
-class Column:
-    title: str
-    cell: Callable[[Row], str]
-    priority: int  # 0 is always shown; higher numbers are left out first when space is short
-    left: bool = False  # text is left-aligned, numbers right-aligned
-    cap: int = 30  # widest a cell may make its column; longer text ends in "…"
-
-
-COLUMNS = (
-    Column("run", lambda r: r.label, 0, left=True),
-    Column("levers", lambda r: r.levers_label, 0, left=True, cap=40),
-    Column("prompt", lambda r: str(r.stats.prompt_tokens), 6),
-    Column("new", lambda r: str(r.stats.n_tokens), 5),
-    Column("TTFT ms", lambda r: fmt.ms(r.stats.ttft_s, 0, unit=False), 1),
-    Column("ITL p50", lambda r: fmt.ms(r.stats.itl.p50, unit=False), 1),
-    Column("p95", lambda r: fmt.ms(r.stats.itl.p95, unit=False), 3),
-    Column("p99", lambda r: fmt.ms(r.stats.itl.p99, unit=False), 5),
-    Column("tok/s", lambda r: fmt.num(r.stats.decode_tps), 0),
-    Column("accept", lambda r: fmt.pct(r.stats.accept_rate), 3),
-    # A server's KV cache is its own (the server pane shows its gauge); none is measured per run.
-    Column("KV MiB", lambda r: "–" if r.stats.levers.server else fmt.mib(r.stats.kv_bytes), 4),
-    Column("RSS MiB", lambda r: fmt.mib(r.finished.peak_rss) if r.finished else "", 4),
-    Column("ppl", lambda r: fmt.num(r.finished.perplexity, 2) if r.finished else "", 5),
-    Column("vs plain greedy", lambda r: r.note, 2, left=True),
-)
-GAP = 2
-
-
-def fit_columns(rows: list[tuple[str, ...]], width: int) -> tuple[list[int], list[int]]:
-    """The columns to show (indexes) and their widths: every column sized to its widest cell
-    (capped); the least important left out until the rest fit in `width`."""
-    widths = [min(max([len(c.title)] + [len(r[i]) for r in rows]), max(c.cap, len(c.title))) for i, c in enumerate(COLUMNS)]
-    shown = list(range(len(COLUMNS)))
-
-    def total() -> int:
-        return sum(widths[i] for i in shown) + GAP * (len(shown) - 1)
-
-    while total() > width:
-        droppable = [i for i in shown if COLUMNS[i].priority > 0]
-        if not droppable:
-            break
-        shown.remove(max(droppable, key=lambda i: (COLUMNS[i].priority, i)))
-    return shown, [widths[i] for i in shown]
 
 
 def _cell(text: str, width: int, left: bool) -> str:
@@ -110,7 +62,7 @@ class RunsTable(LinePane):
             return Strip([Segment(text, style)]).crop(0, width)
 
         # Compared servers: each against the first, on the table's last lines.
-        summary = self.session.comparison()[: max(height - 2, 0)]
+        summary = readings.comparison(self.session)[: max(height - 2, 0)]
         visible = max(height - 1 - len(summary), 0)
         self.scrolled = min(self.scrolled, max(len(cells) - visible, 0))
         end = len(cells) - self.scrolled

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from tui_app.core import readings
 from tui_app.core.braille import Canvas, plot
 from tui_app.ui.widgets.chart import Chart, gpu_unread
 
@@ -41,7 +42,10 @@ class UtilChart(Chart):
             gpu = [((f"power {last.gpu_power_w:.0f} W",), 1)]
         else:
             gpu = [((f"GPU: {last.gpu_reason or 'n/a'}", "GPU: n/a"), 3)]
-        read = s.read_rate()
+        jpt = readings.joules_per_token(s)
+        if jpt is not None:  # NVML's energy counter ÷ the tokens generated meanwhile
+            gpu.append(((f"{jpt:.2f} J/token", f"{jpt:.1f} J/tok"), 2))
+        read = readings.read_rate(s)
         bw = [] if read is None else [((f"mem bw {read[1]:.2f} of {s.bandwidth.read_bps / 1e9:.1f} GB/s", f"mem bw {read[1]:.2f}"), 1)]
         self.set_titles(
             [(("utilization",), 0)],

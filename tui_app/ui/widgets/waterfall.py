@@ -14,20 +14,10 @@ from rich.segment import Segment
 from rich.style import Style
 from textual.strip import Strip
 
-from monitors.xray import PHASE_LABELS, PHASES, RequestXray
+from monitors.xray import PHASE_COLOURS, PHASE_LABELS, PHASES, RequestXray
 from tui_app.core import fmt
 from tui_app.ui.widgets.pane import LinePane
 
-# Okabe–Ito, as the report's figures, so a phase has one colour everywhere.
-PHASE_COLOURS = {
-    "front": "#999999",
-    "queue": "#e69f00",
-    "prefill": "#0072b2",
-    "decode": "#009e73",
-    "tail": "#777777",
-    "client": "#cc79a7",
-    "unaccounted": "#444444",
-}
 MARK = "│"
 LABEL_W = 14
 SOURCE_NAMES = {"otlp": "OTLP span", "timings": "the response's timings", "usage": "the response's usage (counts only)"}

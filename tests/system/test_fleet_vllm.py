@@ -1,0 +1,71 @@
+"""The fleet's latency quantiles on real vLLM (llama.cpp exports no latency histogram): the session's
+real Prometheus scrapes the session's real vLLM, tokentop's own requests are its only traffic in
+the window, and the fleet's TTFT p50 and p99 (histogram_quantile over the summed bucket rates)
+must fall in the bucket that holds those requests' own TTFTs; its KV gauge against /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from monitors.fleet import Fleet, Selector
+from monitors.prometheus import Prometheus
+from monitors.servers import parse_metrics
+from tests.helpers.prometheus import group
+from tui_app.attach.client import AttachConfig, ServerClient
+from tui_app.core.session import Session
+from tui_app.requests import RunRequest
+
+pytestmark = pytest.mark.vllm
+REQUESTS = 6
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The q-th of the observations as histogram_quantile ranks them: the ceil(q·n)-th smallest."""
+    ranked = sorted(values)
+    return ranked[min(max(int(-(-q * len(ranked) // 1)) - 1, 0), len(ranked) - 1)]
+
+
+async def test_fleet_ttft_quantiles_hold_our_own_requests_ttfts(prometheus, vllm_url):
+    port = vllm_url.rsplit(":", 1)[1]
+    prometheus.set_targets("vllm", [group("vllm", f"127.0.0.1:{port}")])
+    try:
+        prometheus.wait_up("vllm", 1)
+        bounds = sorted({float(labels["le"]) for labels, _ in parse_metrics(httpx.get(vllm_url + "/metrics").text)["vllm:time_to_first_token_seconds_bucket"]})
+        await asyncio.sleep(3)  # Prometheus holds the histogram as it was before our requests
+        start = time.time()
+        session = Session()
+        client = ServerClient(AttachConfig(url=vllm_url), session.feed)
+        try:
+            await client.connect()
+            for _ in range(REQUESTS):
+                await client.run(RunRequest(prompt="Name a colour.", max_new_tokens=4, ignore_eos=True))
+        finally:
+            await client.aclose()
+        ours = [rec.total.ttft_s for rec in session.timer.runs.values()]
+        assert len(ours) == REQUESTS
+        await asyncio.sleep(2.5)  # two scrapes
+        prom = Prometheus(prometheus.url)
+        try:
+            # A window that begins just before our first request: no other traffic in it.
+            fleet = Fleet(prom, Selector('{job="vllm"}'), window_s=time.time() - start + 1)
+            _, rows, figures, notes = await fleet.refresh()
+            kv = parse_metrics(httpx.get(vllm_url + "/metrics").text)["vllm:kv_cache_usage_perc"][0][1]
+        finally:
+            await prom.aclose()
+    finally:
+        prometheus.set_targets("vllm", [])
+    assert notes == []
+    (row,) = rows
+    assert row["family"] == "vLLM" and row["kv_usage"] == kv
+    for q, name in ((0.5, "p50"), (0.99, "p99")):
+        mine = quantile(ours, q)
+        # Our TTFT runs from the request's sending, the server's from its arrival: up to 0.2 s less.
+        lo = max(b for b in [0.0, *bounds] if b <= max(mine - 0.2, 0.0))
+        hi = min(b for b in bounds if b >= mine)
+        got = figures["ttft"][name]
+        assert lo <= got <= hi, (name, got, mine, lo, hi, sorted(ours))
+        assert row["ttft"][name] == pytest.approx(got)  # one replica: its row and the fleet's are the same buckets

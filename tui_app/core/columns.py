@@ -1,0 +1,56 @@
+"""The runs table's columns: what each shows of a row, how wide it may grow, and which leave first
+when the width is short. The TUI's table and the report's are both made from these."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tui_app.core import fmt
+from tui_app.core.session import Row
+
+
+@dataclass(frozen=True)
+class Column:
+    title: str
+    cell: Callable[[Row], str]
+    priority: int  # 0 is always shown; higher numbers are left out first when space is short
+    left: bool = False  # text is left-aligned, numbers right-aligned
+    cap: int = 30  # widest a cell may make its column; longer text ends in "…"
+
+
+COLUMNS = (
+    Column("run", lambda r: r.label, 0, left=True),
+    Column("levers", lambda r: r.levers_label, 0, left=True, cap=40),
+    Column("prompt", lambda r: str(r.stats.prompt_tokens), 6),
+    Column("new", lambda r: str(r.stats.n_tokens), 5),
+    Column("TTFT ms", lambda r: fmt.ms(r.stats.ttft_s, 0, unit=False), 1),
+    Column("ITL p50", lambda r: fmt.ms(r.stats.itl.p50, unit=False), 1),
+    Column("p95", lambda r: fmt.ms(r.stats.itl.p95, unit=False), 3),
+    Column("p99", lambda r: fmt.ms(r.stats.itl.p99, unit=False), 5),
+    Column("tok/s", lambda r: fmt.num(r.stats.decode_tps), 0),
+    Column("accept", lambda r: fmt.pct(r.stats.accept_rate), 3),
+    # A server's KV cache is its own (the server pane shows its gauge); none is measured per run.
+    Column("KV MiB", lambda r: "–" if r.stats.levers.server else fmt.mib(r.stats.kv_bytes), 4),
+    Column("RSS MiB", lambda r: fmt.mib(r.finished.peak_rss) if r.finished else "", 4),
+    Column("ppl", lambda r: fmt.num(r.finished.perplexity, 2) if r.finished else "", 5),
+    Column("vs plain greedy", lambda r: r.note, 2, left=True),
+)
+GAP = 2
+
+
+def fit_columns(rows: list[tuple[str, ...]], width: int) -> tuple[list[int], list[int]]:
+    """The columns to show (indexes) and their widths: every column sized to its widest cell
+    (capped); the least important left out until the rest fit in `width`."""
+    widths = [min(max([len(c.title)] + [len(r[i]) for r in rows]), max(c.cap, len(c.title))) for i, c in enumerate(COLUMNS)]
+    shown = list(range(len(COLUMNS)))
+
+    def total() -> int:
+        return sum(widths[i] for i in shown) + GAP * (len(shown) - 1)
+
+    while total() > width:
+        droppable = [i for i in shown if COLUMNS[i].priority > 0]
+        if not droppable:
+            break
+        shown.remove(max(droppable, key=lambda i: (COLUMNS[i].priority, i)))
+    return shown, [widths[i] for i in shown]

@@ -1,0 +1,105 @@
+"""What a session's numbers say: the sentences and derived figures every reader shows (the status
+bar, the panes, the headless lines, the report), computed from a Session's state. No Textual."""
+
+from __future__ import annotations
+
+import math
+
+from monitors.events import RunFinished, ServerSample
+from monitors.leaks import LeakVerdict
+from monitors.timing import TimingStats, mean
+
+
+def read_rate(session) -> tuple[float, float] | None:
+    """(bytes/s, fraction of the measured read rate) that the last READ_WINDOW decode steps read
+    memory at: each step reads the current weights once (Bandwidth.weight_bytes) and the KV
+    cache at its length (Step.kv_bytes, every sequence of the batch), over the steps' own
+    intervals (Step.dt_ns, the loop between steps included). A draft model's own reads are not
+    counted; a step without the cache re-reads the context through attention, so it reads
+    at compute speed, and shows so. None before a measurement or a decode step, or where the
+    measurement had nothing to read (every weight under 1 MiB)."""
+    if session.bandwidth is None or session.bandwidth.read_bps <= 0 or not session.reads:  # <= 0: nothing to read (a tiny model)
+        return None
+    ns = sum(dt for _, dt, _ in session.reads)
+    if ns <= 0:
+        return None
+    rate = sum(b for b, _, _ in session.reads) / ns * 1e9
+    return rate, rate / session.bandwidth.read_bps
+
+
+def joules_per_token(session) -> float | None:
+    """This machine's GPUs' energy per generated token over the session's last energy readings:
+    Δ NVML energy counter (every GPU) ÷ Δ tokens tokentop saw generated. A server's GPU also
+    spends energy on requests that are not tokentop's. None without the counter or tokens."""
+    if len(session.energy) < 2:
+        return None
+    (_, e0, n0), (_, e1, n1) = session.energy[0], session.energy[-1]
+    return (e1 - e0) / 1000 / (n1 - n0) if n1 > n0 else None
+
+
+def device_leak(session) -> tuple[str, LeakVerdict] | None:
+    """The device-memory source nearest a leak: a suspected one first, else the highest lower
+    bound of a slope. None off CUDA (no run reported device memory)."""
+    if not session.device_verdicts:
+        return None
+    return max(session.device_verdicts.items(), key=lambda kv: (kv[1].status == "suspected", -math.inf if math.isnan(kv[1].low) else kv[1].low))
+
+
+def device_leak_text(session) -> str | None:
+    found = device_leak(session)
+    if found is None:
+        return None
+    name, verdict = found
+    return f"GPU {verdict.text()}" + ("" if verdict.status == "collecting" else f" in {name}")
+
+
+def comparison(session) -> list[str]:
+    """Each attached server against the first: its mean TTFT, mean ITL p50 and mean tok/s over
+    its finished runs ÷ the first server's, with the runs behind each side."""
+    by: dict[str, list[TimingStats]] = {label: [] for label in session.servers}
+    for rec in session.timer.runs.values():
+        label = rec.started.levers.server
+        if rec.finished is not None and rec.finished.stop_reason in ("eos", "max tokens") and label in by:
+            by[label].append(rec.total)
+    labels = [k for k, v in by.items() if v]
+    if len(session.servers) < 2 or len(labels) < 2 or labels[0] != next(iter(session.servers)):
+        return []
+    base = by[labels[0]]
+
+    def ratio(runs, pick) -> str:
+        a, b = mean([pick(s) for s in base]), mean([pick(s) for s in runs])
+        return f"{b / a:.2f}" if a and not math.isnan(a) and not math.isnan(b) else "–"
+
+    return [
+        f"{label} ÷ {labels[0]}: TTFT {ratio(runs, lambda s: s.ttft_s)}, ITL p50 {ratio(runs, lambda s: s.itl.p50)}, "
+        f"tok/s {ratio(runs, lambda s: s.decode_tps)} ({len(runs)} ÷ {len(base)} runs)"
+        for label, runs in ((k, by[k]) for k in labels[1:])
+    ]
+
+
+def stall_note(per_token_s: float, latest: ServerSample | None) -> str:
+    """A server's stalled token, with what the server said at that moment (its latest scrape)."""
+    said = []
+    if latest is not None:
+        v = latest.values
+        if (v.get("waiting") or 0) > 0:
+            said.append(f"waiting {v['waiting']:.0f}")
+        if (v.get("kv_usage") or 0) >= 0.95:
+            said.append(f"KV {v['kv_usage'] * 100:.0f}%")
+        if (v.get("preemptions") or 0) > 0:
+            said.append("preempting")
+    return f"stall {per_token_s * 1000:.0f}ms" + (f": {', '.join(said)}" if said else "")
+
+
+def end_note(fin: RunFinished) -> str:
+    """The output's comparison, after why the run ended when that was not its token limit: a run
+    that stops early (EOS, a full context, an error, `r`) must say so, not look complete."""
+    return fin.diff_note if fin.stop_reason == "max tokens" else f"{fin.stop_reason} · {fin.diff_note}"
+
+
+def short_value(value) -> str:
+    if value is True:
+        return "on"
+    if value is False:
+        return "off"
+    return str(value)

@@ -1,0 +1,170 @@
+"""The app's screen: the status line, the text, the four charts, the runs table and the keys, laid
+out wide, narrow or tiny by the terminal's size (app.tcss). The app keeps references to the panes,
+not queries: with a modal open, queries search the modal's screen."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from textual.app import ComposeResult
+from textual.containers import Container, Horizontal
+from textual.screen import Screen
+from textual.widget import Widget
+from textual.widgets import Static
+
+from monitors.events import EngineError, EngineReady, FleetReady, FleetSample, LeverChanged, LeverRefused, RunFinished, RunStarted, Sampled, ServerSample, Step
+from tui_app.core.readings import short_value
+from tui_app.ui.widgets.fleet_pane import FleetPane
+from tui_app.ui.widgets.key_bar import KeyBar
+from tui_app.ui.widgets.kv_chart import KVChart
+from tui_app.ui.widgets.latency_chart import LatencyChart
+from tui_app.ui.widgets.memory_chart import MemoryChart
+from tui_app.ui.widgets.runs_table import RunsTable
+from tui_app.ui.widgets.server_pane import ServerPane
+from tui_app.ui.widgets.status_bar import StatusBar
+from tui_app.ui.widgets.token_stream import TokenStream
+from tui_app.ui.widgets.util_chart import UtilChart
+
+CHARTS = ("latency", "kv", "memory", "util")
+NARROW_W, NARROW_H = 120, 34
+TINY_W, TINY_H = 60, 16
+
+
+class MonitorScreen(Screen):
+    def __init__(self, session, kind: str, above: Iterable[Widget] = ()):
+        """`kind`: the source's ("engine", "server", "fleet"): on a server the KV pane is its own
+        figures (its cache is not ours to measure), a fleet adds a row per replica; `above`:
+        widgets over the status line (the demo's caption)."""
+        super().__init__()
+        self.session = session
+        self.kind = kind
+        self.above = list(above)
+        self._text: list[str] = []  # this frame's tokens, added to the text pane once per frame
+        self._table_t = 0.0
+        self.status = StatusBar(id="status")
+        self.tokens = TokenStream(id="tokens")
+        self.charts = [
+            LatencyChart(session, id="latency"),
+            ServerPane(session, id="kv") if kind in ("server", "fleet") else KVChart(session, id="kv"),
+            MemoryChart(session, id="memory"),
+            UtilChart(session, id="util"),
+        ]
+        self.panes = {w.id: w for w in (self.tokens, RunsTable(session, id="runs"), *self.charts)}
+        if kind == "fleet":  # a fleet through Prometheus: a row per replica, full width
+            self.panes["fleet"] = FleetPane(session, id="fleet")
+        self.key_bar = KeyBar(id="keys")
+        self.mode = ""  # wide, narrow or tiny, once laid out
+        self.view = 0  # the chart shown where only one fits
+
+    def compose(self) -> ComposeResult:
+        yield from self.above
+        yield self.status
+        with Horizontal(id="main"):
+            yield self.tokens
+            with Container(id="charts"):
+                yield from self.charts
+        if "fleet" in self.panes:
+            yield self.panes["fleet"]
+        yield self.panes["runs"]  # full width: its columns are the comparison the levers exist for
+        yield Static(f"terminal too small for the charts: enlarge it ({TINY_W}×{TINY_H} or more)", id="tiny-note")
+        yield self.key_bar
+
+    # ------------------------------------------------------------ events on the panes
+    def show(self, ev) -> None:
+        """What an event changes on the panes: the text (lever switches and errors marked inline),
+        which panes redraw at the end of the frame, and what it says in a notification."""
+        if isinstance(ev, Step):
+            if ev.text and not (self.session.levers.server and ev.segment):  # a server run's first stream is the one shown
+                self._text.append(ev.text)
+            self.mark("latency", "kv")
+            return
+        self.flush_text()  # what follows in the pane comes after the text so far
+        if isinstance(ev, Sampled):
+            self.mark("memory", "util")
+        elif isinstance(ev, RunStarted):
+            self.tokens.add_prompt(ev.run_id, ev.prompt_text, ev.levers.label())
+            self.mark("runs", "latency", "kv")
+        elif isinstance(ev, RunFinished):
+            self.mark("runs", "memory")
+        elif isinstance(ev, LeverChanged):
+            if ev.run_id is not None:
+                self.tokens.add_mark(f"{ev.lever}→{short_value(ev.value)}")
+            self.mark("runs", "latency")
+        elif isinstance(ev, ServerSample):
+            self.mark("kv")  # --watch: no steps mark it
+        elif isinstance(ev, FleetReady | FleetSample) and "fleet" in self.panes:
+            self.mark("fleet")
+        elif isinstance(ev, EngineReady) and ev.server and len(self.session.servers) == 2:
+            self.key_bar.draw()  # t now moves between them
+        elif isinstance(ev, EngineError):
+            self.tokens.add_mark(ev.message.splitlines()[0], error=True)
+            self.notify(ev.message.splitlines()[0], title="engine", severity="error", timeout=8)
+        elif isinstance(ev, LeverRefused):
+            self.notify(ev.reason, title=f"{ev.lever} refused", severity="warning")
+        if isinstance(ev, FleetReady) and ev.watch:
+            self.tokens.add_mark("watching: tokentop sends no request of its own (--watch); the fleet pane is the replicas' own traffic")
+        elif isinstance(ev, FleetSample):
+            for line in [*ev.notes, *([ev.error] if ev.error else [])]:
+                self.notify(line, title="fleet", severity="warning" if ev.error else "information", timeout=8)
+
+    def flush_text(self) -> None:
+        """The frame's tokens into the text pane at once: a fast server sends thousands a second."""
+        if self._text:
+            self.tokens.add_text("".join(self._text))
+            self._text.clear()
+
+    def mark(self, *names: str) -> None:
+        for name in names:
+            self.panes[name].dirty = True
+
+    def redraw(self, running: bool) -> None:
+        """The frame's end: the text so far, then each pane marked since the last frame (the runs
+        table once a second while a run's numbers change)."""
+        self.flush_text()
+        now = time.monotonic()
+        if running and now - self._table_t > 1.0:
+            self._table_t = now
+            self.mark("runs")
+        for widget in self.panes.values():
+            widget.redraw()
+
+    def key_applies(self, action: str) -> bool:
+        """Whether a key does something here (the key bar leaves out those that do not)."""
+        if action == "next_view":
+            return self.mode != "wide"
+        if action == "next_server":
+            return len(self.session.servers) > 1
+        if action == "xray":
+            return self.kind == "server"
+        return True
+
+    # ------------------------------------------------------------ layout
+    def fit(self, width: int, height: int) -> None:
+        """The layout for this size; cheap when its class (wide, narrow, tiny) is unchanged."""
+        mode = "tiny" if (width < TINY_W or height < TINY_H) else "narrow" if (width < NARROW_W or height < NARROW_H) else "wide"
+        if mode == self.mode:
+            return
+        self.mode = mode
+        self.set_class(mode == "tiny", "-tiny")
+        self.set_class(mode != "wide", "-narrow")
+        self.show_view()
+        if self.key_bar.is_mounted:
+            self.key_bar.draw()  # v shows where it does something
+
+    def show_view(self) -> None:
+        single = self.mode != "wide"
+        for i, name in enumerate(CHARTS):
+            chart = self.panes[name]
+            chart.display = (not single) or i == self.view
+            chart.dirty = True
+
+    def next_view(self) -> str | None:
+        """The next chart where one shows at a time; otherwise why `v` does nothing here."""
+        if self.mode == "wide":
+            return f"all four charts already show; v cycles them on a terminal smaller than {NARROW_W}×{NARROW_H}"
+        if self.mode == "tiny":
+            return f"the terminal is too small for charts: enlarge it to {TINY_W}×{TINY_H} or more"
+        self.view = (self.view + 1) % len(CHARTS)
+        self.show_view()
+        return None
