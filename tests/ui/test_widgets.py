@@ -8,19 +8,22 @@ from rich.text import Text
 from textual.app import App
 
 from tests.helpers.synthetic import session_events
-from tui_app.commands.replay import fold
-from tui_app.ui.widgets.runs_table import COLUMNS, GAP, RunsTable, fit_columns
-from tui_app.ui.widgets.token_stream import FREEZE_CHARS, TokenStream
+from tui_app.core.columns import COLUMNS, GAP, fit_columns
+from tui_app.core.session import Session
+from tui_app.ui.widgets.runs_table import RunsTable
+from tui_app.ui.widgets.token_stream import FREEZE_CHARS, TokenStream, page_top
 
 WORDS = ["the", "keeper", "wrote", "down", "weather,", "a", "lighthouse", "ships.", "extraordinarily", "x" * 50]
 
 
-def wrapped_tail(app: App, text: str, width: int, height: int) -> list[str]:
-    """The reference: the whole text wrapped at once, paragraph by paragraph, last `height` lines."""
+def wrapped_page(app: App, text: str, width: int, height: int) -> list[str]:
+    """The reference: the whole text wrapped at once, paragraph by paragraph, the page of
+    `height` lines that holds the last, blank below it."""
     lines = []
     for para in text.split("\n"):
         lines += [line.plain.rstrip() for line in Text(para).wrap(app.console, width)] or [""]
-    return lines[-height:]
+    page = lines[page_top(len(lines), height) :]
+    return page + [""] * (height - len(page))
 
 
 class One(App):
@@ -50,14 +53,14 @@ async def test_token_stream_wraps_incrementally_as_a_full_wrap_would():
         pane.add_text(" " + "y" * (FREEZE_CHARS + 10))  # a word longer than the freeze limit
         pane.redraw()
         shown = [strip.text.rstrip() for strip in pane._strips]
-        expected = wrapped_tail(app, "".join(t for t, _ in pane.chunks), width, height)
-        assert shown[: len(expected)] == expected and not any(shown[len(expected) :]), "the text from the top, blank below"
-        assert len(expected) < height, "the whole text is on screen, frozen lines included"
+        expected = wrapped_page(app, "".join(t for t, _ in pane.chunks), width, height)
+        assert shown == expected, "the text from the top, blank below"
+        assert expected[-1] == "", "the whole text is on screen, frozen lines included"
         await pilot.resize_terminal(70, 20)  # a new width re-wraps what is kept
         await pilot.pause()
         pane.redraw()
         shown = [strip.text.rstrip() for strip in pane._strips]
-        assert shown == wrapped_tail(app, "".join(t for t, _ in pane.chunks), pane.content_size.width, pane.content_size.height)
+        assert shown == wrapped_page(app, "".join(t for t, _ in pane.chunks), pane.content_size.width, pane.content_size.height)
 
 
 async def test_token_stream_pages_lines_keep_their_rows():
@@ -85,7 +88,7 @@ async def test_token_stream_pages_lines_keep_their_rows():
 
 
 def test_fit_columns_keeps_whole_cells_and_leaves_out_the_least_important():
-    rows = [tuple(c.cell(r) for c in COLUMNS) for r in fold(session_events(runs=3)).rows()]
+    rows = [tuple(c.cell(r) for c in COLUMNS) for r in Session.from_events(session_events(runs=3)).rows()]
     everything, widths = fit_columns(rows, 1000)
     assert everything == list(range(len(COLUMNS)))
     full = sum(widths) + GAP * (len(widths) - 1)
@@ -102,7 +105,7 @@ def test_fit_columns_keeps_whole_cells_and_leaves_out_the_least_important():
 
 
 async def test_runs_table_shows_every_number_whole():
-    session = fold(session_events(runs=12))  # more rows than the table's nine
+    session = Session.from_events(session_events(runs=12))  # more rows than the table's nine
     table = RunsTable(session)
     app = One(table)
     async with app.run_test(size=(60, 12)) as pilot:
@@ -124,53 +127,41 @@ async def test_runs_table_shows_every_number_whole():
 
 
 async def test_kv_pane_shows_only_the_current_runs_cache():
-    """A no-cache run used to keep the previous run's "7.4 MiB measured = 7.4 MiB formula"."""
+    """A run without the cache shows no KV figures, not the previous run's "7.4 MiB measured = 7.4 MiB formula"."""
     from monitors.events import Levers, RunStarted, Step
     from tui_app.ui.widgets.kv_chart import KVChart
 
     events = session_events(runs=1, tokens=8)
     t = events[-1].t_ns
-    events += [RunStarted(2, Levers(cache=False), 42, 8, "p", t_ns=t + 1)]
-    events += [Step(2, i + 1, "prefill" if i == 0 else "decode", [1], "a", 1, t + 2 + i, 1, 1, 0, 0, 43 + i) for i in range(3)]
-    session = fold(events)
+    events += [RunStarted(run_id=2, levers=Levers(cache=False), prompt_tokens=42, max_new_tokens=8, prompt_text="p", t_ns=t + 1)]
+    events += [
+        Step(
+            run_id=2,
+            step=i + 1,
+            kind="prefill" if i == 0 else "decode",
+            token_ids=[1],
+            text="a",
+            n_tokens=1,
+            t_ns=t + 2 + i,
+            dt_ns=1,
+            forward_ns=1,
+            kv_bytes=0,
+            kv_alloc_bytes=0,
+            seq_len=43 + i,
+        )
+        for i in range(3)
+    ]
+    session = Session.from_events(events)
     chart = KVChart(session)
     async with One(chart).run_test(size=(80, 14)) as pilot:
         await pilot.pause()
         chart.redraw(force=True)
         shown = " ".join(strip.text for strip in chart._strips)
         assert "KV cache off" in shown and "measured" not in str(chart.border_subtitle)
-        session.feed(RunStarted(3, Levers(), 42, 8, "p", t_ns=t + 10))  # cache on again, no token yet
+        session.feed(RunStarted(run_id=3, levers=Levers(), prompt_tokens=42, max_new_tokens=8, prompt_text="p", t_ns=t + 10))  # cache on again, no token yet
         chart.dirty = True
         chart.redraw(force=True)
         assert "waiting for tokens" in " ".join(strip.text for strip in chart._strips) and not chart.border_subtitle
-
-
-def test_a_run_switched_midway_is_labelled_with_the_levers_its_numbers_come_from():
-    """Run 2 switches to int8 halfway: its ppl and output are int8's, so the row says cache→cache int8
-    (it said "cache", the starting levers, beside int8's perplexity)."""
-    from tui_app.commands.run import row_line
-
-    rows = {row.label: row for row in fold(session_events(runs=2)).rows()}
-    assert rows["1"].levers_label == "cache"
-    assert rows["2"].levers_label == "cache→cache int8"
-    assert (rows["2.0"].levers_label, rows["2.1"].levers_label) == ("cache", "cache int8")
-    levers_col = next(c for c in COLUMNS if c.title == "levers")
-    assert levers_col.cell(rows["2"]) == "cache→cache int8" and "[cache→cache int8]" in row_line(rows["2"])
-
-
-def test_a_run_that_ends_before_its_limit_says_why():
-    from dataclasses import replace
-
-    from monitors.events import RunFinished
-    from tui_app.commands.run import row_line
-
-    events = session_events(runs=3, tokens=8)
-    reasons = {1: "eos", 2: "stopped", 3: "max tokens"}
-    events = [replace(e, stop_reason=reasons[e.run_id]) if isinstance(e, RunFinished) else e for e in events]
-    rows = {row.label: row for row in fold(events).rows()}
-    assert rows["1"].note.startswith("eos · ") and "ended: eos" in row_line(rows["1"])
-    assert rows["2"].note.startswith("stopped · ") and "ended: stopped" in row_line(rows["2"])
-    assert "ended" not in row_line(rows["3"]) and rows["3"].note == rows["3"].finished.diff_note
 
 
 def test_fit_shortens_then_drops_the_least_important_whole_items():
@@ -229,7 +220,7 @@ async def test_the_memory_pane_says_where_device_map_placed_the_weights():
     events = session_events(runs=1, tokens=8)
     ready = next(e for e in events if isinstance(e, EngineReady))
     events[events.index(ready)] = replace(ready, placement={"cuda:0": 3 * 2**30, "cpu": 512 * 2**20})
-    chart = MemoryChart(fold(events))
+    chart = MemoryChart(Session.from_events(events))
     async with One(chart).run_test(size=(160, 14)) as pilot:
         await pilot.pause()
         chart.redraw(force=True)

@@ -40,7 +40,6 @@ class TokenStream(LinePane):
         self.border_title = "tokens"
         self._done: deque[Strip] = deque(maxlen=MAX_LINES)  # lines of finished paragraphs
         self._done_total = 0  # lines ever put in _done: the number of the line after its last
-        self._top: int | None = None  # the number of the first line shown
         self._para = Text()  # the paragraph still growing
         self._width = 0
 
@@ -89,7 +88,6 @@ class TokenStream(LinePane):
         """A new width: wrap the kept chunks again."""
         self._done.clear()
         self._done_total = 0
-        self._top = None
         self._para = Text()
         for text, style in self.chunks:
             self._feed(text, style)
@@ -107,9 +105,15 @@ class TokenStream(LinePane):
         tail = [self._strip(line) for line in lines]
         total = self._done_total + len(tail)
         kept = self._done_total - len(self._done)  # the number of _done's first line
-        if self._top is None or self._top < kept:
-            self._top = max(kept, total - height)
-        elif total - self._top > height:
-            self._top = max(kept, total - max(height // 2, 1))
-        shown = list(islice(self._done, self._top - kept, None)) + tail
-        return shown[max(0, self._top - self._done_total) :][:height]
+        top = max(kept, page_top(total, height))
+        shown = list(islice(self._done, top - kept, None)) + tail
+        return shown[max(0, top - self._done_total) :][:height]
+
+
+def page_top(total: int, height: int) -> int:
+    """The first line shown of `total` in a pane `height` lines high: pages that move on by
+    height + 1 - height // 2 lines, so that a page's first line (the one the newest fills when added
+    a line at a time) sits in the upper half. A function of the count alone, not of which frames
+    were drawn: the same text shows the same way whatever the frame rate."""
+    step = height + 1 - max(height // 2, 1)
+    return 0 if total <= height else -(-(total - height) // step) * step
