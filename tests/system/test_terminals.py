@@ -13,7 +13,9 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 
+import psutil
 import pytest
 
 from benchmarks._tmux import ROOT, TmuxApp
@@ -58,6 +60,19 @@ def _mouse(app: TmuxApp, button: int, x: int, y: int) -> None:
     subprocess.run(["tmux", "send-keys", "-t", app.name, "-l", f"\x1b[<{button};{x};{y}M"], check=True)
 
 
+def _left_behind(marker: str, timeout: float = 10.0) -> list[str]:
+    """The processes whose command line names `marker` still running after `timeout` (killed then)."""
+    end = time.monotonic() + timeout
+    while True:
+        procs = [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or ())]
+        if not procs or time.monotonic() > end:
+            break
+        time.sleep(0.2)
+    for p in procs:
+        p.kill()
+    return [" ".join(p.info["cmdline"]) for p in procs]
+
+
 def _row_of(screen: str, text: str) -> int:
     return next(i for i, line in enumerate(screen.splitlines()) if text in line)
 
@@ -85,6 +100,9 @@ def test_mouse_wheel_and_resize_pass_through(multiplexer, many_runs):
         outer.close(wait=False)
         subprocess.run(["tmux", "-L", f"tt-in-{multiplexer}", "kill-server"], capture_output=True)
         subprocess.run(["screen", "-S", f"tt-in-{multiplexer}", "-X", "quit"], capture_output=True)
+    # Its terminal closed as it quit: the app ends all the same, not spinning on the closed terminal.
+    left = _left_behind(many_runs)
+    assert not left, left
 
 
 def test_ascii_draws_plain_ascii_in_a_real_terminal(many_runs):

@@ -52,7 +52,10 @@ def main(args: Options) -> int:
         return EXIT_USAGE
     from tui_app.core.sources import ReplaySource
     from tui_app.ui.app import TokentopApp
+    from tui_app.ui.launch import leave_if_stuck
 
     app = TokentopApp(ReplaySource(rec.events, speed=args.speed, step_mode=args.step, error=rec.error), None, fps=args.fps, ascii=args.ascii)
     app.run()
-    return 0
+    code = app.return_code or 0
+    leave_if_stuck(code)  # a terminal closed while it quit (a multiplexer killed, an SSH drop)
+    return code

@@ -38,7 +38,7 @@ def run_tui(opts, make_source: Callable, no_tui: str, make_app: Callable | None 
         if recorder is not None:
             recorder.close()
     code = app.return_code or 0
-    _leave_if_stuck(code)
+    leave_if_stuck(code)
     return code
 
 
@@ -62,7 +62,7 @@ def _app(opts, source, recorder):
     )
 
 
-def _leave_if_stuck(code: int) -> None:
+def leave_if_stuck(code: int) -> None:
     """Textual's input thread reads the terminal until its driver tells it to stop. A terminal that
     closes while the app is quitting (SIGHUP just after q, an SSH drop) can end the app before
     that, and the thread then spins on the closed terminal, keeping the process alive for good at
