@@ -4,8 +4,9 @@ Textual repaints a refreshed widget whole: every line of it, every cell, each st
 full colour codes. A chart that gained one column, or a status line whose tok/s moved, was sent to
 the terminal entire at every frame (79 KB/s at 160×45, docs/performance.md). Refreshing only the
 regions returned here (`Widget.refresh(*regions)`) makes the compositor send the changed lines
-alone, each from the widget's left edge to its last changed cell (Textual does not crop an update
-on the left: the upstream change proposed in docs/performance.md would send the changed cells).
+alone, each from the styled segment holding its first changed cell to the one holding its last
+(Textual crops an update to whole segments, not to cells: the upstream change proposed in
+docs/performance.md would send the changed cells).
 """
 
 from __future__ import annotations
@@ -39,8 +40,7 @@ def cells(strip: Strip) -> list[Cell]:
 
 def changed_span(old: Strip, new: Strip) -> tuple[int, int] | None:
     """The [x1, x2) of cells from the first to the last that differ between two lines of the same
-    width. One span a line: Textual sends every span from the left edge of the widget's stretch of
-    the line (docs/performance.md), so a second span on a line would send its start again."""
+    width. One span a line: what lies between two changes on a line is sent again."""
     if old == new:
         return None
     a, b = cells(old), cells(new)

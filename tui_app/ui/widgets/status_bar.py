@@ -1,9 +1,9 @@
 """One line: lever states, the current run's TTFT, ITL p50 and tok/s, and what the engine is doing.
 
-Two line panes side by side: the run's figures, which move with every frame while generating,
-on the right in a pane of their own, so that a frame sends them alone. Textual sends a changed
-line from the left edge of its widget: in one pane, each frame re-sent the levers and the state
-before them (docs/performance.md)."""
+Two line panes side by side, each repainting only the cells that changed (pane.py): a Static
+repaints its whole line on every update, so each frame re-sent the levers and the state before the
+figures. The run's figures, which move with every frame while generating, sit on the right in a
+pane of their own, so they keep their place when the state before them grows or shrinks."""
 
 from __future__ import annotations
 
