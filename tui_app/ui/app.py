@@ -139,9 +139,9 @@ class TokentopApp(PacedApp):
             self.state = "replay finished"
         return events
 
-    def tick(self) -> None:
+    def tick(self, first: bool = False) -> None:
         self.feed()
-        self.monitor.redraw(running=self.running)
+        self.monitor.redraw(running=self.running, force=first)
         self.show_status()
 
     def show_status(self) -> None:

@@ -40,8 +40,8 @@ class DemoApp(TokentopApp):
         self.banner = CaptionBanner(id="caption")
         self.above_status = [self.banner]
 
-    def tick(self) -> None:
-        super().tick()
+    def tick(self, first: bool = False) -> None:
+        super().tick(first)
         self.banner.redraw()
 
     def start_run(self) -> None:

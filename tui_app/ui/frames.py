@@ -96,7 +96,7 @@ class FramePacer:
             if self.behind(now):
                 app.feed()
             else:
-                self._draw(now)
+                self._draw(now, first=True)
             if app.first_data_in():
                 self._first_until = 0.0
             self._arm(POLL_S)
@@ -115,8 +115,8 @@ class FramePacer:
             self._draw(now)
         self._arm(min(self._next - now, POLL_S) if now < self._reply_until else self._next - now)
 
-    def _draw(self, now: float) -> None:
-        self.app.tick()
+    def _draw(self, now: float, first: bool = False) -> None:
+        self.app.tick(first)
         self.drawn.append(now)
         if self.asked and now - self.asked[0] > LOST_S:
             self.asked.clear()
@@ -233,8 +233,9 @@ class PacedApp(App):
         """The events so far into the session; the panes they change are marked, not drawn."""
         raise NotImplementedError
 
-    def tick(self) -> None:
-        """A frame: the events so far, and the panes they changed drawn."""
+    def tick(self, first: bool = False) -> None:
+        """A frame: the events so far, and the panes they changed drawn (`first`: until the first
+        figures are in, each pane that has new data drawn now, its own rate limit aside)."""
         raise NotImplementedError
 
     def show_status(self) -> None:
