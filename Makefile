@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup chromium prometheus run test bench bench-peer bench-agreement screenshots check clean gpu-wheels gpu-check lock test-latest test-oldest
+.PHONY: setup chromium prometheus sshd run test bench bench-peer bench-agreement screenshots check clean gpu-wheels gpu-check lock test-latest test-oldest
 
 setup: $(VENV)/.installed
 
@@ -22,6 +22,14 @@ prometheus:
 	@command -v prometheus >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
 		&& apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; } \
 		|| echo "prometheus is not installed: the fleet tests will skip"
+
+# Debian's OpenSSH server and client and GNU screen for the terminal tests (tests/system/test_ssh.py:
+# tokentop over a real ssh to a real sshd the tests start; test_terminals.py: through tmux and screen),
+# where apt-get and root are at hand; elsewhere those tests skip and say why.
+sshd:
+	@{ [ -x /usr/sbin/sshd ] && command -v ssh >/dev/null && command -v screen >/dev/null; } || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends openssh-server openssh-client screen; } \
+		|| echo "openssh-server, openssh-client or screen is not installed: the ssh and screen tests will skip"
 
 # Everything from the lock files in requirements/ (exact versions and hashes, made by `make lock`),
 # so that a release upstream cannot change what a fresh machine runs. torch is outside them: pinned
@@ -55,7 +63,7 @@ $(VLLM_VENV)/.installed: requirements/vllm.txt
 	touch $@
 
 # The tests run only once the checks pass, so CI keeps both green.
-test: check chromium prometheus $(VLLM_VENV)/.installed
+test: check chromium prometheus sshd $(VLLM_VENV)/.installed
 	$(PY) -m pytest -q -m "not vllm and not chaos"
 	TOKENTOP_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q -m vllm
 	$(PY) -m pytest -q -m chaos
@@ -139,7 +147,7 @@ lock: $(VENV)/.tested
 # Both ends of each range in pyproject.toml, each in a venv of its own, the suite without the vLLM
 # tier: the newest releases (a deprecation upstream shows here, by name, before a lock takes it) and
 # the oldest (uv's lowest-direct resolution). torch stays 2.13.0: the CPU build is the only one here.
-test-latest test-oldest: test-%: chromium prometheus
+test-latest test-oldest: test-%: chromium prometheus sshd
 	test -x $(VENV)-$*/bin/python || python3 -m venv $(VENV)-$*
 	$(VENV)-$*/bin/python -c "import torch" 2>/dev/null || $(VENV)-$*/bin/python -m pip -q install torch==2.13.0
 	$(UV) pip compile --quiet --find-links $(TORCH_CPU) --python $(VENV)-$*/bin/python --no-emit-package torch \

@@ -14,8 +14,9 @@ TOKENTOP = [sys.executable, "-m", "tui_app"]
 
 
 class TmuxApp:
-    def __init__(self, name: str, args: list[str], width: int = 160, height: int = 45, env: dict | None = None, python: str = sys.executable):
-        """python: the interpreter to run tokentop with (another install's)."""
+    def __init__(self, name: str, args: list[str], width: int = 160, height: int = 45, env: dict | None = None, python: str = sys.executable, wrap=None):
+        """python: the interpreter to run tokentop with (another install's); wrap: turns the command
+        line into the one the terminal runs (an `ssh -t host '...'` around it)."""
         self.name = name
         # tmux starts the command with its server's environment, not this process's: tokentop's own
         # folders (a test's TOKENTOP_DATA above all) are passed on, or a test would write the user's.
@@ -25,7 +26,8 @@ class TmuxApp:
         # Another install's interpreter starts away from the checkout, so it imports only what it installed.
         python = os.path.abspath(python)
         where = ROOT if python == os.path.abspath(sys.executable) else os.path.dirname(os.path.dirname(python))
-        cmd = f"cd {shlex.quote(where)} && {envs} {shlex.join([python, *TOKENTOP[1:], *args])}; echo TOKENTOP-EXIT=$?; sleep 60"
+        cmd = f"cd {shlex.quote(where)} && {envs} {shlex.join([python, *TOKENTOP[1:], *args])}"
+        cmd = f"{wrap(cmd) if wrap else cmd}; echo TOKENTOP-EXIT=$?; sleep 60"
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
         self.t0 = time.perf_counter()
         subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", str(width), "-y", str(height), cmd], check=True)

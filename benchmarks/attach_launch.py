@@ -52,7 +52,7 @@ def drop_file_cache() -> bool:
 
 # What the UI process of `attach` imports before its first frame (Textual writes the screen to
 # standard error, so -X importtime cannot be read off the real launch): the same modules, alone.
-UI_IMPORTS = "import tui_app.cli, tui_app.app, tui_app.attached"
+UI_IMPORTS = "import tui_app.cli, tui_app.ui.app, tui_app.commands.attach"
 
 
 def import_report(python: str, top: int = 12) -> str:

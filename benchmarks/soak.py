@@ -70,15 +70,11 @@ class SoakResult:
         return self.rss_end / self.rss_start - 1
 
 
-async def soak(
-    seconds: float, max_runs: int, seed: int, keys=KEYS, out_dir: str | None = None, history: int = 4000, trace_allocations: bool = False
-) -> SoakResult:
-    rng = random.Random(seed)
-    out_dir = out_dir or tempfile.mkdtemp(prefix="tokentop-soak-")
-    rec_path = os.path.join(out_dir, "soak.jsonl")
-    app = TokentopApp(
-        engine_source(EngineConfig()),
-        RunRequest(max_new_tokens=24),
+def soak_app(source, request: RunRequest, rec_path: str, out_dir: str, history: int) -> TokentopApp:
+    """The real app as a user leaves it running: recording, sampling, auto-repeat on."""
+    return TokentopApp(
+        source,
+        request,
         recorder=Recorder(rec_path),
         sampler=Sampler(hz=4, history=history),
         fps=8,
@@ -86,6 +82,15 @@ async def soak(
         out_dir=out_dir,
         history=history,
     )
+
+
+async def soak(
+    seconds: float, max_runs: int, seed: int, keys=KEYS, out_dir: str | None = None, history: int = 4000, trace_allocations: bool = False
+) -> SoakResult:
+    rng = random.Random(seed)
+    out_dir = out_dir or tempfile.mkdtemp(prefix="tokentop-soak-")
+    rec_path = os.path.join(out_dir, "soak.jsonl")
+    app = soak_app(engine_source(EngineConfig()), RunRequest(max_new_tokens=24), rec_path, out_dir, history)
     me = psutil.Process()
     presses = 0
     crashed = None
@@ -246,16 +251,7 @@ async def attached_soak(
     # slots, 32 streams wait up to 7 runs of 4; the default 30 s would call that a stall.
     config = AttachConfig(url=url, concurrency=concurrency, timeout_s=timeout_s)
     source = AttachSource([config], os.path.join(out_dir, "attach.log"))
-    app = TokentopApp(
-        source,
-        RunRequest(max_new_tokens=max_new, ignore_eos=True),
-        recorder=Recorder(rec_path),
-        sampler=Sampler(hz=4, history=history),
-        fps=8,
-        auto=True,
-        out_dir=out_dir,
-        history=history,
-    )
+    app = soak_app(source, RunRequest(max_new_tokens=max_new, ignore_eos=True), rec_path, out_dir, history)
     errors: list[str] = []
 
     def said(ev) -> None:

@@ -2,7 +2,8 @@
 then rsvg-convert (Debian's librsvg2-bin). `make screenshots` runs this.
 
 The session shown: a run of the short prompt, int8 switched on mid-run, then a run with prompt
-lookup on the long (summarize-this) prompt, so every pane has something to show. The attach
+lookup on the long (summarize-this) prompt, so every pane has something to show; the same at
+160×45 with --ascii and in a 16-colour terminal's colours. The attach
 picture: the real llama.cpp server (xllamacpp) on the bundled GGUF, one stream, then four. The
 demo picture: `tokentop demo`'s caption over three steps of the default tour. The fleet picture:
 a real Prometheus (Debian's) scraping three real llama.cpp servers every second, tokentop's own
@@ -60,8 +61,11 @@ def to_png(svg: str, size: tuple[int, int]) -> str:
     return png
 
 
-async def shoot(size: tuple[int, int]) -> str:
-    app = TokentopApp(engine_source(EngineConfig()), RunRequest(max_new_tokens=120, ignore_eos=True), sampler=Sampler(hz=4), fps=8)
+async def shoot(size: tuple[int, int], look: str = "") -> str:
+    """look: "" (the full palette), "ascii" (--ascii) or "16-colours" (a terminal with 16)."""
+    app = TokentopApp(engine_source(EngineConfig()), RunRequest(max_new_tokens=120, ignore_eos=True), sampler=Sampler(hz=4), fps=8, ascii=look == "ascii")
+    if look == "16-colours":
+        app.colors = 16
     steps = lambda: sum(1 for p in app.session.latency)  # noqa: E731
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: steps() > 40)
@@ -70,7 +74,7 @@ async def shoot(size: tuple[int, int]) -> str:
         await pilot.press("w", "w", "s", "l", "r")  # between runs levers wait for r
         await until(pilot, lambda: len(app.session.finished_ids) >= 2)
         await pilot.pause(1.0)
-        name = f"tokentop-{size[0]}x{size[1]}"
+        name = f"tokentop-{look + '-' if look else ''}{size[0]}x{size[1]}"
         svg = app.save_screenshot(filename=name + ".svg", path=HERE)
         await pilot.press("q")
     return to_png(svg, size)
@@ -278,6 +282,8 @@ def main() -> int:
         return 2
     for size in SIZES:
         print("wrote", asyncio.run(shoot(size)))
+    for look in ("ascii", "16-colours"):
+        print("wrote", asyncio.run(shoot((160, 45), look)))
     print("wrote", asyncio.run(shoot_attach((160, 45))))
     print("wrote", asyncio.run(shoot_demo((160, 45))))
     print("wrote", asyncio.run(shoot_fleet((160, 45))))

@@ -192,7 +192,7 @@ async def test_layout_snapshots(size):
         # from an earlier test still loading) the first frames can take longer than any pause.
         await until(pilot, lambda: app.state == "replay finished", timeout=30, what="replay drawn")
         await pilot.pause(0.5)
-        await until(pilot, lambda: not any(w.dirty for w in app.panes.values() if w.display), timeout=30, what="panes drawn")
+        await until(pilot, lambda: not any(w.pending for w in app.panes.values() if w.display), timeout=30, what="panes drawn")
 
         svg = normalized_svg(app.export_screenshot())
     path = SNAPSHOTS / f"layout-{size[0]}x{size[1]}.svg"
@@ -375,7 +375,7 @@ async def test_no_title_legend_status_or_key_is_cut(size):
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: app.state == "replay finished", timeout=30, what="replay drawn")
         await pilot.pause(0.5)
-        await until(pilot, lambda: not any(w.dirty for w in app.panes.values() if w.display), timeout=30, what="panes drawn")
+        await until(pilot, lambda: not any(w.pending for w in app.panes.values() if w.display), timeout=30, what="panes drawn")
         for w in app.query("*"):
             if w.display and w.region.width and (w.border_title or w.border_subtitle):
                 for text in (str(w.border_title or ""), str(w.border_subtitle or "")):
@@ -416,3 +416,37 @@ async def test_the_restart_question_wraps_whole_at_80_columns():
         await pilot.pause()
         shown = " ".join(" ".join(strip.text.replace("█", " ").split()) for strip in app.screen._compositor.render_strips())
     assert question in shown
+
+
+@pytest.mark.parametrize("mode", ["16-colours", "no-color", "ascii"])
+async def test_terminal_mode_snapshots(mode, monkeypatch):
+    """What a 16-colour terminal, NO_COLOR and --ascii show, on the same deterministic data as the
+    layouts: every text readable (no colour on a background of its own colour), every chart and
+    border drawn (ASCII: nothing outside it in the lines that carry them)."""
+    if mode == "no-color":
+        monkeypatch.setenv("NO_COLOR", "1")  # Textual reads it as the app starts
+    app = TokentopApp(ReplaySource(session_events(runs=2), speed=0), None, ascii=mode == "ascii")
+    if mode == "16-colours":
+        app.colors = 16
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.state == "replay finished", timeout=30, what="replay drawn")
+        await pilot.pause(0.5)
+        await until(pilot, lambda: not any(w.pending for w in app.panes.values() if w.display), timeout=30, what="panes drawn")
+        strips = app.screen._compositor.render_strips()
+        svg = normalized_svg(app.export_screenshot())
+    for strip in strips:
+        for text, style, _ in strip:
+            if style is not None and text.strip() and style.color is not None and style.bgcolor is not None and not style.reverse:
+                assert style.color != style.bgcolor, (mode, text)
+    if mode == "ascii":
+        charts_and_borders = "".join(strip.text for strip in strips[1:-1])  # not the status line's lever marks nor the prompt text
+        drawn = {ch for ch in charts_and_borders if not ch.isascii()}
+        assert not drawn, drawn
+    path = SNAPSHOTS / f"terminal-{mode}-120x40.svg"
+    if os.environ.get("TOKENTOP_UPDATE_SNAPSHOTS"):
+        path.write_text(svg, encoding="utf-8")
+    assert path.exists(), f"no snapshot {path.name}: run with TOKENTOP_UPDATE_SNAPSHOTS=1 and look at it"
+    if svg != path.read_text(encoding="utf-8"):
+        got = path.with_name(f"failed-{path.name}")
+        got.write_text(svg, encoding="utf-8")
+        raise AssertionError(f"the {mode} look changed: compare {got} with {path}")

@@ -87,3 +87,24 @@ async def test_t_with_one_server_says_how_to_compare(llama_server, tmp_path):
         await pilot.press("t")
         await until(pilot, lambda: any("tokentop attach URL_A URL_B" in n for n in notes(app)), what="t refused")
         await pilot.press("q")
+
+
+async def test_a_servers_first_figures_are_drawn_in_the_frame_they_arrive(llama_server, tmp_path):
+    """The server pane drew "waiting for the server's KV figure" in the first frame; the frame in
+    which the first figures arrive draws them too, not one past the pane's own rate limit (half a
+    second later: `attach` launch to data, benchmarks/attach_launch.py)."""
+    source = AttachSource([AttachConfig(url=llama_server.url)])
+    app = TokentopApp(source, RunRequest(max_new_tokens=8, ignore_eos=True), fps=4, out_dir=str(tmp_path))
+    seen: list[str] = []
+    tick = app.tick
+
+    def tick_and_look(first: bool = False) -> None:
+        tick(first)
+        if first and app.first_data_in() and not seen:
+            seen.append(lines(app.query_one(ServerPane)))
+
+    app.tick = tick_and_look  # type: ignore[method-assign]
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await until(pilot, lambda: bool(seen), timeout=30, what="the frame with the first figures")
+        assert "llamacpp:" in seen[0] and "waiting for the server" not in seen[0], seen[0]
+        await pilot.press("q")

@@ -49,7 +49,7 @@ def test_without_a_terminal_live_says_so_and_prints_a_line_per_cell(llama_server
     out = subprocess.run([*cmd, "-o", "json", "--out", str(tmp_path / "b")], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     lines = out.stderr.splitlines()
-    assert lines[0] == "tokentop: --live needs a terminal; without one, a progress line per cell on stderr"
+    assert lines[0] == "tokentop: --live: no terminal here, so no TUI; a progress line per cell on stderr instead"
     cells = [line for line in lines if line.startswith("tokentop: cell ")]
     assert [c.split(":")[1].split()[1] for c in cells] == ["1/2", "2/2"] and all(" left" in c for c in cells)
     assert len(json.loads((tmp_path / "b.json").read_text())["results"]) == 2

@@ -2,6 +2,7 @@
 
 import os
 import random
+from itertools import pairwise
 
 from rich.text import Text
 from textual.app import App
@@ -10,17 +11,19 @@ from tests.helpers.synthetic import session_events
 from tui_app.core.columns import COLUMNS, GAP, fit_columns
 from tui_app.core.session import Session
 from tui_app.ui.widgets.runs_table import RunsTable
-from tui_app.ui.widgets.token_stream import FREEZE_CHARS, TokenStream
+from tui_app.ui.widgets.token_stream import FREEZE_CHARS, TokenStream, page_top
 
 WORDS = ["the", "keeper", "wrote", "down", "weather,", "a", "lighthouse", "ships.", "extraordinarily", "x" * 50]
 
 
-def wrapped_tail(app: App, text: str, width: int, height: int) -> list[str]:
-    """The reference: the whole text wrapped at once, paragraph by paragraph, last `height` lines."""
+def wrapped_page(app: App, text: str, width: int, height: int) -> list[str]:
+    """The reference: the whole text wrapped at once, paragraph by paragraph, the page of
+    `height` lines that holds the last, blank below it."""
     lines = []
     for para in text.split("\n"):
         lines += [line.plain.rstrip() for line in Text(para).wrap(app.console, width)] or [""]
-    return lines[-height:]
+    page = lines[page_top(len(lines), height) :]
+    return page + [""] * (height - len(page))
 
 
 class One(App):
@@ -50,15 +53,38 @@ async def test_token_stream_wraps_incrementally_as_a_full_wrap_would():
         pane.add_text(" " + "y" * (FREEZE_CHARS + 10))  # a word longer than the freeze limit
         pane.redraw()
         shown = [strip.text.rstrip() for strip in pane._strips]
-        expected = wrapped_tail(app, "".join(t for t, _ in pane.chunks), width, height)
-        assert shown == expected
-
-        assert len(shown) < height, "the whole text is on screen, frozen lines included"
+        expected = wrapped_page(app, "".join(t for t, _ in pane.chunks), width, height)
+        assert shown == expected, "the text from the top, blank below"
+        assert expected[-1] == "", "the whole text is on screen, frozen lines included"
         await pilot.resize_terminal(70, 20)  # a new width re-wraps what is kept
         await pilot.pause()
         pane.redraw()
         shown = [strip.text.rstrip() for strip in pane._strips]
-        assert shown == wrapped_tail(app, "".join(t for t, _ in pane.chunks), pane.content_size.width, pane.content_size.height)
+        assert shown == wrapped_page(app, "".join(t for t, _ in pane.chunks), pane.content_size.width, pane.content_size.height)
+
+
+async def test_token_stream_pages_lines_keep_their_rows():
+    """A new line does not move the lines above it (each would be sent to the terminal again); a
+    full pane moves half a pane on."""
+    pane = TokenStream()
+    app = One(pane)
+    async with app.run_test(size=(40, 12)) as pilot:
+        await pilot.pause()
+        height = pane.content_size.height
+        rows = []
+        for i in range(3 * height):
+            pane.add_text(f"line {i}\n")
+            pane.redraw()
+            rows.append([strip.text.rstrip() for strip in pane._strips])
+        for before, after in pairwise(rows):
+            kept = [a == b for a, b in zip(before, after, strict=True) if a]
+            jumped = after[0] != before[0]
+            assert jumped or all(kept), "lines stay where they are until the pane is full"
+            if jumped:
+                # the lines so far and the one still growing (empty here) fill the upper half
+                assert all(after[: height // 2 - 1]) and not any(after[height // 2 - 1 :]), after
+                carried = [line for line in after if line][:-1]
+                assert carried == [line for line in before if line][-len(carried) :], "the lower half moves up, whole"
 
 
 def test_fit_columns_keeps_whole_cells_and_leaves_out_the_least_important():

@@ -133,18 +133,20 @@ def _status(job: Job, code: int) -> None:
 def run_live(opts, lengths, target: Callable, headless: Callable[[], int]) -> int:
     """The TUI over the bench (`target`: the bench's process, serving_bench.bench_process), then
     its tables; without a terminal, `headless()`: the bench as without --live."""
+    from tui_app.core.terminal import cannot_draw
     from tui_app.folders import cache_root
     from tui_app.ui.launch import run_tui
 
-    if not (sys.stdin.isatty() and sys.stdout.isatty()) and not os.environ.get("TOKENTOP_FORCE_TUI"):
-        print("tokentop: --live needs a terminal; without one, a progress line per cell on stderr", file=sys.stderr)
+    why = cannot_draw()
+    if why:
+        print(f"tokentop: --live: {why}; a progress line per cell on stderr instead", file=sys.stderr)
         return headless()
     log_dir = cache_root()
     log_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="tokentop-bench-") as tmp:
         job = Job(opts, [list(x) for x in lengths], os.path.join(tmp, "tables.md"), os.path.join(tmp, "status.json"))
         source = BenchSource(job, str(log_dir / "attach.log"), target=target)
-        view = UiOptions(record=None, no_record=True, fps=4.0, hz=4.0, out_dir=None, auto=False)
+        view = UiOptions(record=None, no_record=True, fps="auto", ascii=False, hz=4.0, out_dir=None, auto=False)
         run_tui(view, lambda: source, NO_TUI, make_app=make_app)
         source.close()  # printed its tables, if the TUI's own close did not
         code = source.bench_code()
@@ -155,4 +157,4 @@ def make_app(opts: UiOptions, source, recorder=None):
     from monitors.sampler import Sampler
     from tui_app.ui.bench_app import BenchApp
 
-    return BenchApp(source, None, recorder=recorder, sampler=Sampler(hz=opts.hz), fps=opts.fps, out_dir=opts.out_dir)
+    return BenchApp(source, None, recorder=recorder, sampler=Sampler(hz=opts.hz), fps=opts.fps, out_dir=opts.out_dir, ascii=opts.ascii)

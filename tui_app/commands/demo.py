@@ -99,7 +99,7 @@ def tui_tour(args: UiOptions, steps: list[TourStep], make_source, no_tui: str) -
     def make(args, source, recorder) -> DemoApp:
         from monitors.sampler import Sampler
 
-        app = DemoApp(steps, source, recorder=recorder, sampler=Sampler(hz=args.hz or 4.0), fps=args.fps)
+        app = DemoApp(steps, source, recorder=recorder, sampler=Sampler(hz=args.hz or 4.0), fps=args.fps, ascii=args.ascii)
         apps.append(app)
         return app
 

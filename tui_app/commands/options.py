@@ -13,7 +13,20 @@ from tui_app.engine.config import DEVICE_MAPS
 from tui_app.prompts import PRESETS
 
 COUNT = bounded(int, 1)  # runs, tokens, layers: one or more
-FPS = bounded(float, 1, 60, why="redraws per second")
+_FPS = bounded(float, 1, 60, why="redraws per second")
+
+
+def FPS(text: str):
+    """--fps: a number of redraws per second, or "auto" (4, lowered while the terminal falls behind)."""
+    if text == "auto":
+        return text
+    try:
+        return _FPS(text)
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"{e} (or auto)") from None
+
+
+FPS.bounds = _FPS.bounds  # type: ignore[attr-defined]
 HZ = bounded(float, 0, 20, lo_open=True, why="samples per second; more would cost the machine what it measures")
 
 
@@ -91,7 +104,10 @@ def add_record(p: argparse.ArgumentParser) -> None:
 def add_ui(p: argparse.ArgumentParser) -> None:
     """UiOptions."""
     # 4 by measurement: at 8 the UI took 30 % of a core on the 2-core machine and slowed decode (README).
-    p.add_argument("--fps", type=FPS, default=4.0, help="redraws per second (default 4)")
+    p.add_argument(
+        "--fps", type=FPS, default="auto", help="redraws per second, or auto (the default: 4, lower while the terminal cannot keep up, as over a slow link)"
+    )
+    p.add_argument("--ascii", action="store_true", help="charts, borders and marks in plain ASCII (terminals or fonts without braille or box drawing)")
     p.add_argument("--hz", type=HZ, default=4.0, help="system/GPU samples per second (default 4)")
     add_record(p)
     p.add_argument("--out-dir", default=None, help="folder for exports (e) and screenshots (ctrl+s) (default: the recordings folder)")

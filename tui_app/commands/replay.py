@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import dataclass
 
@@ -11,6 +10,7 @@ from monitors.record import read_recording
 from tui_app.commands.options import FPS
 from tui_app.core.options import EXIT_USAGE, bounded
 from tui_app.core.session import Session
+from tui_app.core.terminal import cannot_draw
 
 PARSER = {"help": "the TUI on a recording, no model loaded"}
 
@@ -20,7 +20,8 @@ class Options:
     file: str
     speed: float
     step: bool
-    fps: float
+    fps: float | str
+    ascii: bool
     stats: bool
 
 
@@ -28,7 +29,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file")
     p.add_argument("--speed", type=bounded(float, 0), default=1.0, help="1 = real time, N = N times faster, 0 = as fast as possible")
     p.add_argument("--step", action="store_true", help="advance one step per key press (space)")
-    p.add_argument("--fps", type=FPS, default=8.0, help="redraws per second (default 8)")
+    p.add_argument("--fps", type=FPS, default=8.0, help="redraws per second, or auto (default 8)")
+    p.add_argument("--ascii", action="store_true", help="charts, borders and marks in plain ASCII")
     p.add_argument("--stats", action="store_true", help="print the per-run statistics instead of drawing the TUI")
 
 
@@ -44,12 +46,16 @@ def main(args: Options) -> int:
         for row in Session.from_events(rec.events).rows():
             print(row_line(row))
         return 0
-    if not (sys.stdin.isatty() and sys.stdout.isatty()) and not os.environ.get("TOKENTOP_FORCE_TUI"):
-        print("tokentop: no terminal here, so no TUI; use `tokentop replay --stats FILE` for the numbers", file=sys.stderr)
+    why = cannot_draw()
+    if why:
+        print(f"tokentop: {why}; use `tokentop replay --stats FILE` for the numbers", file=sys.stderr)
         return EXIT_USAGE
     from tui_app.core.sources import ReplaySource
     from tui_app.ui.app import TokentopApp
+    from tui_app.ui.launch import leave_if_stuck
 
-    app = TokentopApp(ReplaySource(rec.events, speed=args.speed, step_mode=args.step, error=rec.error), None, fps=args.fps)
+    app = TokentopApp(ReplaySource(rec.events, speed=args.speed, step_mode=args.step, error=rec.error), None, fps=args.fps, ascii=args.ascii)
     app.run()
-    return 0
+    code = app.return_code or 0
+    leave_if_stuck(code)  # a terminal closed while it quit (a multiplexer killed, an SSH drop)
+    return code

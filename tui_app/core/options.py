@@ -81,7 +81,8 @@ class RecordOptions:
 
 @dataclass(kw_only=True)
 class UiOptions(RecordOptions):
-    fps: float
+    fps: float | str  # a number, or "auto" (ui/frames.py)
+    ascii: bool  # charts, borders and marks in plain ASCII
     hz: float  # the sampler's readings per second
     out_dir: str | None  # exports and screenshots (None: the recordings folder)
     auto: bool

@@ -124,6 +124,7 @@ class Session:
     verdict: LeakVerdict | None = None
     device_verdicts: dict = field(default_factory=dict)  # source name → LeakVerdict, for the sources a run reported
     token_count: int = 0
+    sample_count: int = 0  # Sampled events so far: the index of the next, for charts that page
     fatal: str | None = None
     died: dict = field(default_factory=dict)  # run id → why it never finished
     listeners: list = field(default_factory=list)
@@ -157,6 +158,7 @@ class Session:
             self._step(ev)
         elif isinstance(ev, Sampled):
             self.samples.append(ev)
+            self.sample_count += 1
             mj = [g.get("energy_mj") for g in ev.gpus or ()]
             if mj and None not in mj:
                 self.energy.append((ev.t_ns, sum(mj), self.token_count))

@@ -39,6 +39,7 @@ from tui_app.core.sources import EventSource
 from tui_app.process import yield_to_children
 from tui_app.requests import Pause, Probe, Run, SetLever, Stop
 from tui_app.ui import status_text
+from tui_app.ui.frames import FramePacer, PacedApp
 from tui_app.ui.palette import KEYS, KeyCommands
 from tui_app.ui.screens.confirm import ConfirmScreen
 from tui_app.ui.screens.help import HelpScreen
@@ -47,10 +48,8 @@ from tui_app.ui.screens.prompt import PromptScreen
 from tui_app.ui.screens.xray import XrayScreen
 from tui_app.ui.widgets.waterfall import Waterfall
 
-FIRST_DATA_S = 5.0  # past this (an engine loading its model) the frame timer alone draws
 
-
-class TokentopApp(App):
+class TokentopApp(PacedApp):
     # A path of its own: Textual reads a relative one beside the subclass (the demo's app lives in commands/).
     CSS_PATH = Path(__file__).with_name("app.tcss")
     TITLE = "tokentop"
@@ -65,17 +64,19 @@ class TokentopApp(App):
         *,
         recorder=None,
         sampler=None,
-        fps: float = 8.0,
+        fps: float | str = 8.0,
         auto: bool = False,
         prompt_file: str | None = None,
         out_dir: str | None = None,
         history: int = 4000,
+        ascii: bool = False,
     ):
         super().__init__()
+        self.ascii = ascii
         self.source = source
         self.request = request
         self.sampler = sampler
-        self.fps = max(1.0, min(fps or 8.0, 60.0))
+        self.pacer = FramePacer(self, fps)  # --fps: a number, or "auto" (frames.py)
         self.auto = auto
         self.prompt_file = prompt_file
         self.out_dir = out_dir  # None: the recordings folder (TOKENTOP_DATA moves it)
@@ -89,8 +90,6 @@ class TokentopApp(App):
         self._phase_since: float | None = None  # when the phase in progress began, on this clock
         self.told: deque[str] = deque(maxlen=50)  # what notify() said, for tests and export
         self.above_status: list = []  # widgets over the status line (the demo's caption)
-        self._started = time.monotonic()
-        self._first_data = None  # the 50 ms look for the first figures, until they come
 
     def notify(self, message: str, **kwargs) -> None:
         self.told.append(message)
@@ -107,10 +106,7 @@ class TokentopApp(App):
         if self.sampler is not None:
             self.sampler.start()
         yield_to_children()
-        self.set_interval(1.0 / self.fps, self.tick)
-        # The first figures are drawn when they come, not a frame later: until then (a server's
-        # first answer, or at most FIRST_DATA_S) the app looks every 50 ms.
-        self._first_data = self.set_interval(0.05, self.tick)
+        self.pacer.start()
         self._apply_size()
         for sig in (signal.SIGTERM, signal.SIGHUP):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -123,7 +119,11 @@ class TokentopApp(App):
         if self.screen_stack:
             self.monitor.fit(*self.size)
 
-    def tick(self) -> None:
+    def first_data_in(self) -> bool:
+        """The first figures are drawn when they come (a server's first answer), not a frame later."""
+        return self.session.ready is not None and (self.source.kind != "server" or bool(self.session.server))
+
+    def feed(self) -> list:
         self._apply_size()  # cheap when the size class is unchanged; resize events do not always reach the App
         events = self.source.drain()
         sampled = self.sampler.fresh() if self.sampler is not None else None
@@ -135,16 +135,19 @@ class TokentopApp(App):
         death = self.source.death()
         if death:
             self._engine_died(death)
-        self.monitor.redraw(running=self.running)
-        state = status_text.with_clock(self.state, self.session.phase, self._phase_since, time.monotonic())
-        preset = self.request.preset if self.request else "watch" if self.source.live else "replay"
-        self.status.show(self.session, state, preset, self.auto)
         if not self.source.live and self.source.done and self.state != "replay finished":
             self.state = "replay finished"
-        arrived = self.session.ready is not None and (self.source.kind != "server" or bool(self.session.server))
-        if self._first_data is not None and (arrived or time.monotonic() - self._started > FIRST_DATA_S):
-            self._first_data.stop()
-            self._first_data = None
+        return events
+
+    def tick(self, first: bool = False) -> None:
+        self.feed()
+        self.monitor.redraw(running=self.running, force=first)
+        self.show_status()
+
+    def show_status(self) -> None:
+        state = status_text.with_clock(self.state, self.session.phase, self._phase_since, time.monotonic())
+        preset = self.request.preset if self.request else "watch" if self.source.live else "replay"
+        self.status.show(self.session, state, preset, self.auto, self._wanted, self.pacer.status_note())
 
     def _on_event(self, ev) -> None:
         self.monitor.show(ev)

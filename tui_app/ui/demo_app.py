@@ -24,8 +24,8 @@ class DemoApp(TokentopApp):
         *(b for b in TokentopApp.BINDINGS if not (isinstance(b, Binding) and b.key == "space")),
     ]
 
-    def __init__(self, steps: list[TourStep], source, *, recorder=None, sampler=None, fps: float = 8.0, out_dir: str | None = None):
-        super().__init__(source, steps[0].request(), recorder=recorder, sampler=sampler, fps=fps, out_dir=out_dir)
+    def __init__(self, steps: list[TourStep], source, *, recorder=None, sampler=None, fps: float | str = 8.0, out_dir: str | None = None, ascii: bool = False):
+        super().__init__(source, steps[0].request(), recorder=recorder, sampler=sampler, fps=fps, out_dir=out_dir, ascii=ascii)
         self.steps = steps
         self.tour_log = TourLog(steps)
         self.step_index = -1
@@ -40,8 +40,8 @@ class DemoApp(TokentopApp):
         self.banner = CaptionBanner(id="caption")
         self.above_status = [self.banner]
 
-    def tick(self) -> None:
-        super().tick()
+    def tick(self, first: bool = False) -> None:
+        super().tick(first)
         self.banner.redraw()
 
     def start_run(self) -> None:

@@ -9,14 +9,16 @@ import sys
 from collections.abc import Callable
 
 from tui_app.core.options import EXIT_USAGE, UsageError, make_recorder
+from tui_app.core.terminal import cannot_draw
 
 
 def run_tui(opts, make_source: Callable, no_tui: str, make_app: Callable | None = None) -> int:
     """`make_source()`: the app's event source, made once the recording is open; `no_tui`: the
     command that gives the numbers without a terminal; `make_app(opts, source, recorder)`: an app
     of another kind (the demo's)."""
-    if not (sys.stdin.isatty() and sys.stdout.isatty()) and not os.environ.get("TOKENTOP_FORCE_TUI"):
-        print(f"tokentop: no terminal here, so no TUI; for the numbers use {no_tui}", file=sys.stderr)
+    why = cannot_draw()
+    if why:
+        print(f"tokentop: {why}; for the numbers use {no_tui}", file=sys.stderr)
         return EXIT_USAGE
     from monitors.record import RecordError
 
@@ -36,7 +38,7 @@ def run_tui(opts, make_source: Callable, no_tui: str, make_app: Callable | None 
         if recorder is not None:
             recorder.close()
     code = app.return_code or 0
-    _leave_if_stuck(code)
+    leave_if_stuck(code)
     return code
 
 
@@ -56,10 +58,11 @@ def _app(opts, source, recorder):
         auto=opts.auto,
         prompt_file=opts.prompt_file,
         out_dir=opts.out_dir,
+        ascii=opts.ascii,
     )
 
 
-def _leave_if_stuck(code: int) -> None:
+def leave_if_stuck(code: int) -> None:
     """Textual's input thread reads the terminal until its driver tells it to stop. A terminal that
     closes while the app is quitting (SIGHUP just after q, an SSH drop) can end the app before
     that, and the thread then spins on the closed terminal, keeping the process alive for good at

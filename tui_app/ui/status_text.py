@@ -69,34 +69,57 @@ class Item(NamedTuple):
     priority: int  # 0 always stays; the highest leaves first
     style: str  # of the text after the key, or of the whole item
     key: str | None = None  # a lever's key, drawn dim before its value
+    figure: bool = False  # one of the run's figures, which move with every frame (the status bar draws them apart)
 
 
-def status_items(session, state: str, preset: str, auto: bool) -> list[Item]:
+LABELS = {
+    "cache": lambda v: "cache" if v else "no-cache",
+    "compile": lambda v: "compile" if v else "eager",
+    "quant": lambda v: v if v != "off" else "fp",
+}
+
+
+def lever_label(lever: str, value) -> str:
+    """A lever's value as the status line names it."""
+    return LABELS.get(lever, str)(value)
+
+
+def status_items(session, state: str, preset: str, auto: bool, wanted: dict | None = None, link: str | None = None) -> list[Item]:
     """Levers first, then what the engine is doing (so load/compile/quantize progress stays
-    visible at 80 columns), then the current run's numbers and the memory read rate."""
+    visible at 80 columns), then the current run's numbers and the memory read rate.
+    wanted: levers switched by a key that the engine has not confirmed yet, shown at once as their
+    new value with "…"; link: what the frame pacing says of a slow terminal (ui/frames.py)."""
     lev = session.levers
+    wanted = wanted or {}
     green, bold = "bold green", "bold"
     items: list[Item] = []
 
-    def lever(key: str, label: str, on: bool, priority: int = 0) -> None:
+    server = session.active_server()
+
+    def lever(key: str, name: str, value, on: bool, priority: int = 0) -> None:
+        value = wanted.get(name, value)
+        label = f"c{value}" if server and name == "batch" else lever_label(name, value)  # a server's batch lever is its streams
+        if name in wanted:
+            label, on = f"{label}…", True
         items.append(Item((f"{key}:{label}",), priority, green if on else bold, key))
 
-    server = session.active_server()
     if server:  # the server's own levers are its business; the client's are streams and prompts
         items.append(Item((server["engine"],), 1, "bold cyan"))
         if len(session.servers) > 1:
-            lever("t", server["label"], True)
-        lever("b", f"c{lev.batch}", lev.batch != 1)
+            lever("t", "server", server["label"], True)
+        lever("b", "batch", lev.batch, lev.batch != 1)
     else:
-        lever("k", "cache" if lev.cache else "no-cache", lev.cache)
-        lever("c", "compile" if lev.compile else "eager", lev.compile)
-        lever("w", lev.quant if lev.quant != "off" else "fp", lev.quant != "off")
-        lever("s", lev.spec, lev.spec != "off")
-        lever("b", str(lev.batch), lev.batch != 1)
-    lever("l", preset, preset != "short", priority=3)
+        lever("k", "cache", lev.cache, lev.cache)
+        lever("c", "compile", lev.compile, lev.compile)
+        lever("w", "quant", lev.quant, lev.quant != "off")
+        lever("s", "spec", lev.spec, lev.spec != "off")
+        lever("b", "batch", lev.batch, lev.batch != 1)
+    lever("l", "preset", preset, preset != "short", priority=3)
     if auto:
         items.append(Item(("auto",), 2, "bold magenta"))
     items.append(Item(tuple(f"│ {v}" for v in fmt.word_variants(state)), 1, "italic"))
+    if link:
+        items.append(Item((link,), 0, "bold yellow"))
     recorder = session.recorder
     if recorder is not None and recorder.stopped:  # the session goes on; what it no longer does stays in sight
         why = "disk full" if recorder.disk_full else "write failed"
@@ -104,13 +127,13 @@ def status_items(session, state: str, preset: str, auto: bool) -> list[Item]:
     rec = session.current
     if rec is not None:
         st = rec.total
-        items.append(Item(("│",), 0, "italic"))
-        items.append(Item((f"TTFT {fmt.ms(st.ttft_s, 0)}",), 4, bold))
-        items.append(Item((f"ITL p50 {fmt.ms(st.itl.p50)}", f"ITL {fmt.ms(st.itl.p50)}"), 2, bold))
-        items.append(Item((f"{fmt.num(st.decode_tps)} tok/s",), 0, bold))  # the headline number: stays
+        items.append(Item(("│",), 0, "italic", figure=True))
+        items.append(Item((f"TTFT {fmt.ms(st.ttft_s, 0)}",), 4, bold, figure=True))
+        items.append(Item((f"ITL p50 {fmt.ms(st.itl.p50)}", f"ITL {fmt.ms(st.itl.p50)}"), 2, bold, figure=True))
+        items.append(Item((f"{fmt.num(st.decode_tps)} tok/s",), 0, bold, figure=True))  # the headline number: stays
     read = readings.read_rate(session)
     if read is not None:
         rate, frac = read
         ceiling = session.bandwidth.read_bps / 1e9
-        items.append(Item((f"mem bw {frac:.2f} ({rate / 1e9:.1f} of {ceiling:.1f} GB/s)", f"mem bw {frac:.2f}"), 4, bold))
+        items.append(Item((f"mem bw {frac:.2f} ({rate / 1e9:.1f} of {ceiling:.1f} GB/s)", f"mem bw {frac:.2f}"), 4, bold, figure=True))
     return items

@@ -118,16 +118,17 @@ class MonitorScreen(Screen):
         for name in names:
             self.panes[name].dirty = True
 
-    def redraw(self, running: bool) -> None:
+    def redraw(self, running: bool, force: bool = False) -> None:
         """The frame's end: the text so far, then each pane marked since the last frame (the runs
-        table once a second while a run's numbers change)."""
+        table once a second while a run's numbers change); `force`: past each pane's rate limit, so
+        that a server's first figures are not held back behind the "waiting" its pane drew first."""
         self.flush_text()
         now = time.monotonic()
         if running and now - self._table_t > 1.0:
             self._table_t = now
             self.mark("runs")
         for widget in self.panes.values():
-            widget.redraw()
+            widget.redraw(force)
 
     def key_applies(self, action: str) -> bool:
         """Whether a key does something here (the key bar leaves out those that do not)."""

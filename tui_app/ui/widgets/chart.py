@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from itertools import groupby
+from itertools import groupby, islice
 
 from rich.segment import Segment
 from rich.style import Style
@@ -10,8 +10,11 @@ from rich.text import Text
 from textual.strip import Strip
 
 from tui_app.core import fmt
-from tui_app.core.braille import Canvas
+from tui_app.core.axes import Pager, Scale
+from tui_app.core.braille import BLANK, Canvas
 from tui_app.ui.widgets.pane import LinePane
+
+BLANK_CELL = chr(BLANK)
 
 
 class Chart(LinePane):
@@ -30,10 +33,23 @@ class Chart(LinePane):
     SAMPLED_HZ = 2.0
     COLORS: tuple[str, ...] = ("#5fd7ff", "#ffaf00", "#87d75f", "#ff5f87", "#af87ff", "#d7d7d7")
 
+    SCALE_FLOOR = 0.0  # the y-axis's smallest upper bound
+
     def __init__(self, session, *, id: str | None = None, classes: str | None = None):
         super().__init__(id=id, classes=classes)
         self.session = session
         self._styles = [Style(color=c) for c in self.COLORS]
+        self.pager = Pager()  # the x-axis: the first point shown (core/axes.py)
+        self.scale = Scale(floor=self.SCALE_FLOOR)  # the y-axis's upper bound
+
+    def sample_page(self, width: int) -> list:
+        """The sampler's samples on this page of a chart `width` points wide, oldest first."""
+        s = self.session
+        if not s.samples:
+            return []
+        oldest = s.sample_count - len(s.samples)
+        first = self.pager.first(oldest, s.sample_count - 1, width)
+        return list(islice(s.samples, first - oldest, None))
 
     def draw(self, width: int, height: int) -> list[Strip]:
         if width <= self.AXIS + 2 or height < 2:
@@ -66,9 +82,7 @@ class Chart(LinePane):
             else:
                 label = ""
             segs = [Segment(f"{label:>{self.AXIS - 1}.{self.AXIS - 1}}┤" if label else " " * (self.AXIS - 1) + "│", dim)]
-            # One segment per run of cells of the same series (a blank cell's owner is -1).
-            for owner, cells in groupby(row, key=lambda cell: cell[1]):
-                segs.append(Segment("".join(ch for ch, _ in cells), self._series_style(owner) if owner >= 0 else None))
+            segs += [Segment(text, self._series_style(owner) if owner >= 0 else None) for text, owner in runs(row)]
             strips.append(Strip(segs))
         # Whole legend entries only, the first ones kept: a cropped line would end "■ pr".
         kept = fmt.fit([((f"■ {name}",), k) for k, (name, _) in enumerate(legend)], self.content_size.width)
@@ -86,6 +100,22 @@ class Chart(LinePane):
         room = max(self.size.width - 6, 0)  # the corners, the rule before the title and a space each side
         self.border_title = "  ".join(t for t in fmt.fit(list(title), room) if t is not None)
         self.border_subtitle = "  ".join(t for t in fmt.fit(list(subtitle), room) if t is not None)
+
+
+def runs(row: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """A canvas row as runs of text of one series each. A blank cell is a space (one byte; a blank
+    braille cell is three) in the run before it: a space shows no colour, so the run goes on and
+    the terminal is not sent a colour change for it, and again for the dots after it."""
+    out: list[tuple[str, int]] = []
+    for owner, cells in groupby(row, key=lambda cell: -1 if cell[0] == BLANK_CELL else cell[1]):
+        text = "".join(" " if ch == BLANK_CELL else ch for ch, _ in cells)
+        if owner == -1 and out:
+            out[-1] = (out[-1][0] + text, out[-1][1])
+        elif out and owner == out[-1][1]:
+            out[-1] = (out[-1][0] + text, owner)
+        else:
+            out.append((text, owner))
+    return out
 
 
 def gpu_unread(name: str, reason: str) -> str:

@@ -1,16 +1,22 @@
 """KV cache: bytes against sequence length, measured from the cache object over the formula;
-for a static cache, what is allocated against what is used."""
+for a static cache, what is allocated against what is used. Both axes round numbers that hold
+while the run grows into them (core/axes.py)."""
 
 from __future__ import annotations
 
 from rich.text import Text
 
 from tui_app.core import fmt
-from tui_app.core.braille import Canvas, bounds, plot
+from tui_app.core.axes import Scale
+from tui_app.core.braille import Canvas, plot
 from tui_app.ui.widgets.chart import Chart
 
 
 class KVChart(Chart):
+    def __init__(self, session, *, id: str | None = None, classes: str | None = None):
+        super().__init__(session, id=id, classes=classes)
+        self.x_scale = Scale()
+
     def draw_chart(self, width: int, height: int) -> list | Text:
         s = self.session
         canvas = Canvas(width, height - 1)
@@ -35,8 +41,8 @@ class KVChart(Chart):
         alloc = [p.alloc / 2**20 for p in pts]
         static = any(a > m for a, m in zip(alloc, measured, strict=True))
         series = [measured, formula] + ([alloc] if static else [])
-        lo, hi = bounds(series)
-        plot(canvas, series, lo, hi, xs=[xs] * len(series), x_lo=0, x_hi=max(xs[-1], 1))
+        lo, hi = 0.0, self.scale.fit(max(v for ser in series for v in ser))
+        plot(canvas, series, lo, hi, xs=[xs] * len(series), x_lo=0, x_hi=self.x_scale.fit(xs[-1]))
         last = pts[-1]
         same = "=" if last.measured == last.formula else "≠"
         self.set_titles(

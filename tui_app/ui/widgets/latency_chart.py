@@ -1,7 +1,10 @@
 """Per-token latency: ITL of each token, the prefill (TTFT) marked, lever switches as vertical marks,
-mean and p95 as horizontal lines. Scrolls: the newest tokens are on the right."""
+mean and p95 as horizontal lines. Pages (core/axes.py): tokens keep their column, and when the
+newest reaches the right edge the view moves half a width on."""
 
 from __future__ import annotations
+
+from itertools import takewhile
 
 from rich.text import Text
 
@@ -15,15 +18,15 @@ class LatencyChart(Chart):
     def draw_chart(self, width: int, height: int) -> list | Text:
         s = self.session
         canvas = Canvas(width, height - 1)
-        window = list(s.latency)[-canvas.px_w :]
         self.border_title = "per-token latency"
-        if not window:
+        if not s.latency:
             return Text("waiting for tokens…", style="dim")
-        first = window[0].index
+        first = self.pager.first(s.latency[0].index, s.latency[-1].index, canvas.px_w)
+        window = list(takewhile(lambda p: p.index >= first, reversed(s.latency)))[::-1]
         decode = [p for p in window if p.kind in ("decode", "verify")]
         itl_ms = [p.seconds * 1000 for p in decode]
         # Scale to the decode ITLs: a prefill is often 10× longer and would flatten them; it is marked instead.
-        hi = max(itl_ms, default=1.0) * 1.15 or 1.0
+        hi = self.scale.fit(max(itl_ms, default=1.0) * 1.1)
         lo = 0.0
         series = [[None] * canvas.px_w, [None] * canvas.px_w]
         for p in window:

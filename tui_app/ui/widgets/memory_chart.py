@@ -1,12 +1,15 @@
 """Memory over time: engine and UI RSS, GPU memory (process and device), torch allocated/reserved,
-run ends marked; the leak detector's verdict in the title."""
+run ends marked; the leak detector's verdict in the title. One sample a point, paged (core/axes.py);
+torch's figures and the run ends at the sample of their time."""
 
 from __future__ import annotations
+
+from bisect import bisect_left
 
 from rich.text import Text
 
 from tui_app.core import fmt, readings
-from tui_app.core.braille import Canvas, bounds, plot
+from tui_app.core.braille import Canvas, plot
 from tui_app.ui.widgets.chart import Chart, gpu_unread
 
 MIB = 2**20
@@ -18,7 +21,7 @@ class MemoryChart(Chart):
     def draw_chart(self, width: int, height: int) -> list | Text:
         s = self.session
         canvas = Canvas(width, height - 1)
-        samples = list(s.samples)[-canvas.px_w :]
+        samples = self.sample_page(canvas.px_w)
         verdict = s.verdict.text() if s.verdict else "leak: collecting (0 runs)"
         title = [((f"memory — {verdict}", f"memory — {verdict.split(' (')[0]}", "memory"), 0)]
         device = readings.device_leak_text(s)
@@ -28,6 +31,7 @@ class MemoryChart(Chart):
         if not samples:
             return Text("waiting for samples…", style="dim")
         t0 = samples[0].t_ns
+        times = [x.t_ns for x in samples]
 
         def col(attr):
             return [getattr(x, attr) / MIB if getattr(x, attr) is not None else None for x in samples]
@@ -38,17 +42,17 @@ class MemoryChart(Chart):
             names += [("GPU proc", col("gpu_proc_mem")), ("GPU device", col("gpu_mem_used"))]
         torch_mem = [m for m in s.torch_mem if m.t_ns >= t0]
         series = [v for _, v in names]
-        xs = [[x.t_ns for x in samples] for _ in names]
+        xs = [list(range(len(samples)))] * len(names)
         if torch_mem:
             names += [("torch alloc", [m.allocated / MIB for m in torch_mem]), ("torch reserved", [m.reserved / MIB for m in torch_mem])]
             series += [names[-2][1], names[-1][1]]
-            xs += [[m.t_ns for m in torch_mem]] * 2
-        lo, hi = bounds(series)
-        t1 = max(samples[-1].t_ns, t0 + 1)
-        plot(canvas, series, lo, hi, xs=xs, x_lo=t0, x_hi=t1)
+            xs += [[bisect_left(times, m.t_ns) for m in torch_mem]] * 2
+        lo = 0.0
+        hi = self.scale.fit(max((v for ser in series for v in ser if v is not None), default=1.0))
+        plot(canvas, series, lo, hi, xs=xs, x_lo=0, x_hi=canvas.px_w - 1)
         for t in s.run_marks:
-            if t0 <= t <= t1:
-                canvas.vline(round((t - t0) / (t1 - t0) * (canvas.px_w - 1)), 5)
+            if t0 <= t <= times[-1]:
+                canvas.vline(bisect_left(times, t), 5)
         last = samples[-1]
         if last.gpus and last.gpu_mem_used is not None:
             gpu = [_gpu_memory(g, len(last.gpus)) for g in last.gpus]

@@ -78,7 +78,7 @@ class RunsTable(LinePane):
     def _scroll(self, by: int) -> None:
         self.scrolled = max(self.scrolled + by, 0)
         self.dirty = True
-        self.redraw()
+        self.redraw(force=True)  # the wheel's answer, title included, now
 
     def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
         self._scroll(1)

@@ -3,6 +3,10 @@
 Drawn through the line API from wrapped lines that are kept between frames: a finished paragraph
 is wrapped once, and a frame re-wraps only the paragraph still growing. Re-wrapping the visible
 tail every frame cost more than all four charts together (measured by benchmarks/ui_cost.py).
+
+The text pages rather than scrolls: lines keep their row, and when the pane is full the view
+moves half a pane on. Scrolling by one line moved every line on screen, so each new line sent the
+whole pane to the terminal again.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ class TokenStream(LinePane):
         self.chunks: deque[tuple[str, str]] = deque(maxlen=MAX_CHUNKS)
         self.border_title = "tokens"
         self._done: deque[Strip] = deque(maxlen=MAX_LINES)  # lines of finished paragraphs
+        self._done_total = 0  # lines ever put in _done: the number of the line after its last
         self._para = Text()  # the paragraph still growing
         self._width = 0
 
@@ -60,7 +65,7 @@ class TokenStream(LinePane):
         *finished, rest = text.split("\n")
         for part in finished:
             self._para.append(part, style or None)
-            self._done.extend(map(self._strip, self._lines(self._para)))
+            self._finish(self._lines(self._para))
             self._para = Text()
         self._para.append(rest, style or None)
 
@@ -75,9 +80,14 @@ class TokenStream(LinePane):
             return Strip([])
         return Strip(list(line.render(self.app.console)), line.cell_len)
 
+    def _finish(self, lines: list[Text]) -> None:
+        self._done.extend(map(self._strip, lines))
+        self._done_total += len(lines)
+
     def _rewrap(self) -> None:
         """A new width: wrap the kept chunks again."""
         self._done.clear()
+        self._done_total = 0
         self._para = Text()
         for text, style in self.chunks:
             self._feed(text, style)
@@ -89,9 +99,21 @@ class TokenStream(LinePane):
         lines = self._lines(self._para)
         if len(self._para) > FREEZE_CHARS and len(lines) > 1:
             # A paragraph with no newline in sight: stop re-wrapping the lines it has filled.
-            self._done.extend(map(self._strip, lines[:-1]))
+            self._finish(lines[:-1])
             self._para = lines[-1]
             lines = lines[-1:]
         tail = [self._strip(line) for line in lines]
-        above = max(0, height - len(tail))
-        return (list(islice(self._done, max(0, len(self._done) - above), None)) + tail)[-height:]
+        total = self._done_total + len(tail)
+        kept = self._done_total - len(self._done)  # the number of _done's first line
+        top = max(kept, page_top(total, height))
+        shown = list(islice(self._done, top - kept, None)) + tail
+        return shown[max(0, top - self._done_total) :][:height]
+
+
+def page_top(total: int, height: int) -> int:
+    """The first line shown of `total` in a pane `height` lines high: pages that move on by
+    height + 1 - height // 2 lines, so that a page's first line (the one the newest fills when added
+    a line at a time) sits in the upper half. A function of the count alone, not of which frames
+    were drawn: the same text shows the same way whatever the frame rate."""
+    step = height + 1 - max(height // 2, 1)
+    return 0 if total <= height else -(-(total - height) // step) * step

@@ -13,11 +13,12 @@ from tui_app.ui.widgets.chart import Chart, gpu_unread
 
 class UtilChart(Chart):
     MAX_HZ = Chart.SAMPLED_HZ
+    SCALE_FLOOR = 100.0
 
     def draw_chart(self, width: int, height: int) -> list | Text:
         s = self.session
         canvas = Canvas(width, height - 1)
-        samples = list(s.samples)[-canvas.px_w :]
+        samples = self.sample_page(canvas.px_w)
         self.border_title = "utilization"
         if not samples:
             return Text("waiting for samples…", style="dim")
@@ -32,7 +33,7 @@ class UtilChart(Chart):
         if any(r is not None for r in reads):
             names.append(("mem bw%", [None if r is None else r * 100 for r in reads]))
         series = [v for _, v in names]
-        hi = max([100.0] + [v for ser in series for v in ser if v is not None]) * 1.05
+        hi = self.scale.fit(max((v for ser in series for v in ser if v is not None), default=0.0))
         plot(canvas, series, 0.0, hi, x_hi=canvas.px_w - 1)
         last = samples[-1]
         if last.gpus:
