@@ -65,7 +65,7 @@ $(VLLM_VENV)/.installed: requirements/vllm.txt
 # The tests run only once the checks pass, so CI keeps both green.
 test: check chromium prometheus sshd $(VLLM_VENV)/.installed
 	$(PY) -m pytest -q -m "not vllm and not chaos"
-	TOKENTOP_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q -m vllm
+	TOKENTOP_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q -m "vllm and not agreement"
 	$(PY) -m pytest -q -m chaos
 
 # Lint, format, the import contracts (layers, no cycles, monitors free of the UI) and types.
@@ -98,6 +98,7 @@ $(AIPERF_VENV)/.installed:
 bench-agreement: setup $(VLLM_VENV)/.installed $(AIPERF_VENV)/.installed
 	$(PY) benchmarks/peer_agreement.py --vllm-python $(VLLM_VENV)/bin/python --aiperf $(AIPERF_VENV)/bin/aiperf
 	$(PY) benchmarks/generator_capacity.py --vllm-python $(VLLM_VENV)/bin/python
+	TOKENTOP_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q -m agreement
 
 bench: setup prometheus
 	$(PY) benchmarks/framework_overhead.py

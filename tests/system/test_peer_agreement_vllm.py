@@ -11,7 +11,7 @@ import pytest
 from benchmarks.peer_agreement import FIGURES, Cell, compare
 from tests.helpers.vllm import SKIP, VLLM_PYTHON
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.agreement]
 
 TOLERANCE = 0.05
 
