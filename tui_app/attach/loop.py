@@ -8,6 +8,7 @@ import queue
 from dataclasses import replace
 
 from monitors.events import EngineError, LeverChanged, LeverRefused, RunFinished
+from monitors.system import trim_heap
 from tui_app.attach.client import AttachConfig, ServerClient
 from tui_app.attach.errors import AttachError
 from tui_app.requests import Command, Pause, Resume, Run, SetLever, Shutdown, Stop
@@ -59,6 +60,10 @@ class Servers:
         c.run_id = self.next_run_id - 1
         fin = await c.run(req)
         self.next_run_id = c.run_id + 1
+        # A run's streams free their buffers at its end; without giving the pages back the client's
+        # RSS rose 2.3 MiB over 90 runs of 32 streams with no Python object left behind (0.3 with it),
+        # and an attached soak read that as a leak (the UI trims after each run for the same reason).
+        trim_heap()
         return fin
 
     def set_lever(self, name: str, value) -> None:
