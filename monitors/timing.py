@@ -185,11 +185,37 @@ class RunRecord:
     paused_s: float = 0.0  # compile or pause inside the run: its own phase, not end-to-end time
 
 
+# Per-token detail kept over every run record the session holds (a Python float in a list is 32
+# bytes: 2 MiB). A run's weight is its intervals, kept twice (the run's and its segment's), and its
+# segments' own fields: 32 streams of 32 tokens weigh 2,800, so 23 such runs are kept; an engine
+# run of 256 tokens, 120. A count of runs alone let 32-stream runs grow the UI by 0.3 MiB a run.
+DETAIL_VALUES = 1 << 16
+SEGMENT_VALUES = 24  # a TimingStats' own fields, in intervals' worth of memory
+
+
+def weight(rec: RunRecord) -> int:
+    return len(rec.total.itl_s) + sum(len(s.itl_s) + SEGMENT_VALUES for s in rec.segments)
+
+
 class RunTimer:
     """Folds the event stream into per-run and per-segment statistics."""
 
     def __init__(self) -> None:
         self.runs: dict[int, RunRecord] = {}
+
+    def trim(self, max_runs: int, max_values: int = DETAIL_VALUES) -> None:
+        """Forget the oldest finished runs past max_runs, or while the records' detail weighs more
+        than max_values. A run still going stays (a second server's may be older than the one that
+        just ended), and so does the latest, whatever it weighs: its figures are on the screen."""
+        runs = self.runs
+        weights = {rid: weight(rec) for rid, rec in runs.items()}
+        held = sum(weights.values())
+        for rid in list(runs)[:-1]:
+            if len(runs) <= max_runs and held <= max_values:
+                break
+            if runs[rid].finished is not None:
+                held -= weights[rid]
+                del runs[rid]
 
     def started(self, ev: RunStarted) -> RunRecord:
         total = TimingStats(ev.levers, ev.levers.batch, ev.prompt_tokens)

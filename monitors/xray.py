@@ -50,6 +50,9 @@ PHASE_COLOURS = {
     "unaccounted": "#444444",
 }
 XRAY_RUNS = 64  # runs whose requests are kept (a bench has many one-stream runs, a TUI run up to 32 streams)
+# Chunk arrivals kept over all those runs: 64 runs of 32 streams held 65,000 marks and their
+# requests, 0.1 MiB a run, and an attached soak read the climb to its bound as a leak.
+XRAY_MARKS = 1 << 14
 MAX_MARKS = 4096  # chunk arrivals kept per request: more than a waterfall's columns can tell apart
 OTHERS = 256  # the latest spans of other clients' traces, for their summary
 
@@ -240,11 +243,14 @@ class RequestXray:
 
 
 class XrayBook:
-    """Every request of the last XRAY_RUNS runs that carried a trace id, folded from the events;
+    """Every request of the last XRAY_RUNS runs that carried a trace id (fewer where their chunks
+    pass XRAY_MARKS), folded from the events;
     spans of other clients counted and the latest OTHERS kept for their summary."""
 
-    def __init__(self, runs: int = XRAY_RUNS):
+    def __init__(self, runs: int = XRAY_RUNS, marks: int = XRAY_MARKS):
         self.limit = runs
+        self.marks_limit = marks
+        self.marks = 0  # chunk arrivals held over every kept request
         self.runs: OrderedDict[int, dict[int, RequestXray]] = OrderedDict()
         self.others: deque[ServerTiming] = deque(maxlen=OTHERS)
         self.status: OtlpStatus | None = None
@@ -260,6 +266,7 @@ class XrayBook:
                 return
             if len(req.marks) < MAX_MARKS:
                 req.marks.append(ev.t_ns)
+                self.marks += 1
             req.chunks += 1
             req.tokens += ev.n_tokens
             if req.first_ns is None:
@@ -268,8 +275,10 @@ class XrayBook:
         elif isinstance(ev, RequestSent):
             run = self.runs.setdefault(ev.run_id, {})
             run[ev.segment] = RequestXray(ev.run_id, ev.segment, ev.trace_id, ev.request_id, ev.t_ns, ev.wall_ns)
-            while len(self.runs) > self.limit:
-                self.runs.popitem(last=False)
+            # The run being sent stays, whatever its streams hold.
+            while len(self.runs) > 1 and (len(self.runs) > self.limit or self.marks > self.marks_limit):
+                _, gone = self.runs.popitem(last=False)
+                self.marks -= sum(len(r.marks) for r in gone.values())
         elif isinstance(ev, ServerTiming):
             if ev.run_id is None:
                 self.others.append(ev)

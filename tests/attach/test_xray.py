@@ -369,6 +369,36 @@ def test_the_book_keeps_the_last_runs_only():
     assert book.get(1) is None
 
 
+def test_the_book_lets_old_runs_go_once_their_chunks_pass_its_bound():
+    book = XrayBook(runs=64, marks=100)
+    for run in range(1, 6):
+        for seg in range(2):
+            book.feed(RequestSent(run_id=run, segment=seg, trace_id=f"{run:030x}{seg:02x}", request_id="", wall_ns=0, t_ns=0))
+        for k in range(60):  # 30 chunks a stream, 60 a run
+            book.feed(
+                Step(
+                    run_id=run,
+                    step=k,
+                    kind="decode",
+                    token_ids=[1],
+                    text="a",
+                    n_tokens=1,
+                    t_ns=k,
+                    dt_ns=1,
+                    forward_ns=0,
+                    kv_bytes=0,
+                    kv_alloc_bytes=0,
+                    seq_len=k,
+                    segment=k % 2,
+                )
+            )
+    # Each new run's first request lets the oldest go until at most 100 marks are held: one run
+    # finished (60) and the one being sent.
+    assert book.run_ids() == [4, 5] and book.marks == 120 == sum(len(r.marks) for run in (4, 5) for r in book.requests(run))
+    book.feed(RequestSent(run_id=6, segment=0, trace_id="ab" * 16, request_id="", wall_ns=0, t_ns=0))
+    assert book.run_ids() == [5, 6] and book.marks == 60
+
+
 async def test_llama_cpp_streams_carry_their_own_timings_onto_the_waterfall(llama_server):
     """llama.cpp has no OTLP: each stream's final `timings` is the server's account, its prompt_ms
     the prefill and predicted_ms the decode, placed from the send."""

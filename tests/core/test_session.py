@@ -413,6 +413,22 @@ def test_every_history_is_a_ring_buffer_and_runs_are_trimmed():
     assert list(s.timer.runs) == [5, 6] and [r.run_id for r in s.rows() if r.segment is None] == [5, 6]
 
 
+def test_runs_are_trimmed_by_their_per_token_detail_and_a_run_still_going_stays():
+    """32 streams of 32 tokens weigh 2,800 values, 40 times a one-stream run of 32 tokens: a bound
+    on the number of runs alone let an attached session grow by 0.3 MiB a run for 500 runs."""
+    from monitors.timing import weight
+
+    events = session_events(runs=6, tokens=40)
+    s = Session.from_events(events)
+    weights = {rid: weight(rec) for rid, rec in s.timer.runs.items()}
+    assert weights[1] == 2 * (40 - 1) + 24  # the intervals twice, the segment's fields
+    s.timer.runs[2].finished = None  # still going (another server's run)
+    s.trim(keep_values=weights[2] + weights[5] + weights[6])
+    assert list(s.timer.runs) == [2, 5, 6]  # the oldest finished let go until that much is held
+    s.trim(keep_values=0)
+    assert list(s.timer.runs) == [2, 6]  # the latest stays whatever it weighs
+
+
 def test_a_restarted_engine_numbers_its_runs_after_every_run_seen():
     s = Session.from_events(session_events(runs=3))
     assert s.next_run_id == 4

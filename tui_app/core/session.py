@@ -29,7 +29,7 @@ from monitors.events import (
 from monitors.kvcache import kv_formula_bytes
 from monitors.leaks import LeakDetector, LeakVerdict
 from monitors.record import Recorder
-from monitors.timing import RunRecord, RunTimer, TimingStats
+from monitors.timing import DETAIL_VALUES, RunRecord, RunTimer, TimingStats
 from monitors.xray import XrayBook
 from tui_app.core.readings import end_note, read_rate, short_value, stall_note
 
@@ -326,8 +326,7 @@ class Session:
                 out.extend(Row(rid, i, seg, None) for i, seg in enumerate(rec.segments) if seg.n_tokens)
         return out
 
-    def trim(self, keep_runs: int = 500) -> None:
-        """Bound the per-run records too (auto-repeat can run for hours)."""
-        runs = self.timer.runs
-        while len(runs) > keep_runs:
-            runs.pop(next(iter(runs)))
+    def trim(self, keep_runs: int = 500, keep_values: int = DETAIL_VALUES) -> None:
+        """Bound the per-run records too (auto-repeat can run for hours): by count, and by their
+        per-token detail, which a run of many streams has much more of."""
+        self.timer.trim(keep_runs, keep_values)
