@@ -1,16 +1,22 @@
 """Signals and keys that end the app at every phase: clean exit, terminal restored, recording intact,
 engine process gone. The app runs in a real (tmux) terminal here."""
 
+import fcntl
 import os
 import re
 import shutil
 import signal
+import struct
+import subprocess
+import sys
+import termios
 import time
 
 import psutil
 import pytest
 
 from benchmarks._tmux import TmuxApp
+from monitors.events import to_json
 from monitors.record import read_recording
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
@@ -83,3 +89,38 @@ def test_a_terminal_that_closes_while_the_app_quits_leaves_no_process_behind():
         app.close(wait=False)
     _, alive = psutil.wait_procs(processes, timeout=15)
     assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], "left behind after its terminal closed"
+
+
+def test_a_terminal_that_reads_no_more_cannot_keep_the_app_from_ending(tmp_path):
+    """A frozen SSH link: the terminal takes no more output, so Textual's writer blocks, then its
+    queue fills and the app's loop blocks on it; SIGHUP (or SIGTERM) must still end the process.
+    The loop's own signal handler never ran there, and Textual's shutdown blocks on the same write:
+    the app outlived its terminal for hours."""
+    from tests.helpers.synthetic import session_events
+    from tui_app.ui.app import EXIT_GRACE_S
+
+    rec = tmp_path / "r.jsonl"
+    rec.write_text("".join(to_json(e) + "\n" for e in session_events(runs=3)))
+    leader, follower = os.openpty()
+    # A large window: a frame is more than the terminal's buffer holds.
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 120, 400, 0, 0))
+    env = dict(os.environ, TERM="xterm-256color", COLORTERM="truecolor")
+    argv = [sys.executable, "-m", "tui_app", "replay", str(rec)]
+    app = subprocess.Popen(argv, stdin=follower, stdout=follower, stderr=follower, env=env, start_new_session=True)
+    os.close(follower)
+    try:
+        unread = b"\0" * 4
+        for _ in range(100):  # until the terminal holds all it can and the app's writes wait
+            time.sleep(0.1)
+            unread = fcntl.ioctl(leader, termios.FIONREAD, unread)
+            if struct.unpack("i", unread)[0] >= 4095:
+                break
+        time.sleep(2)  # the loop then fills Textual's queue of writes and blocks on it
+        assert app.poll() is None
+        os.kill(app.pid, signal.SIGHUP)
+        code = app.wait(timeout=EXIT_GRACE_S + 20)
+        assert code in (0, 128 + signal.SIGHUP)
+    finally:
+        if app.poll() is None:
+            app.kill()
+        os.close(leader)

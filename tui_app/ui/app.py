@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
+import threading
 import time
 from collections import deque
 from dataclasses import replace
@@ -47,6 +49,13 @@ from tui_app.ui.screens.monitor import MonitorScreen
 from tui_app.ui.screens.prompt import PromptScreen
 from tui_app.ui.screens.xray import XrayScreen
 from tui_app.ui.widgets.waterfall import Waterfall
+
+EXIT_GRACE_S = 10.0  # from SIGTERM or SIGHUP to leaving without Textual's shutdown: an engine stopping in a compile takes a few seconds
+
+
+def _leave_after(seconds: float, code: int) -> None:
+    time.sleep(seconds)
+    os._exit(code)
 
 
 class TokentopApp(PacedApp):
@@ -90,6 +99,7 @@ class TokentopApp(PacedApp):
         self._phase_since: float | None = None  # when the phase in progress began, on this clock
         self.told: deque[str] = deque(maxlen=50)  # what notify() said, for tests and export
         self.above_status: list = []  # widgets over the status line (the demo's caption)
+        self._handlers: dict[int, object] = {}  # the signal handlers before ours, put back on unmount
 
     def notify(self, message: str, **kwargs) -> None:
         self.told.append(message)
@@ -108,9 +118,10 @@ class TokentopApp(PacedApp):
         yield_to_children()
         self.pacer.start()
         self._apply_size()
+        loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGHUP):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                asyncio.get_running_loop().add_signal_handler(sig, self.exit)
+            with contextlib.suppress(ValueError):  # not the main thread: nothing to hang up
+                self._handlers[sig] = signal.signal(sig, lambda signum, _frame: self._hang_up(loop, signum))
 
     def on_resize(self) -> None:
         self._apply_size()
@@ -344,7 +355,18 @@ class TokentopApp(PacedApp):
         except FolderError as exc:
             self.notify(str(exc), severity="error", timeout=15)
 
+    def _hang_up(self, loop: asyncio.AbstractEventLoop, signum: int) -> None:
+        """SIGTERM or SIGHUP: quit as q does. A Python handler, not the loop's, because it must run
+        while the loop is blocked writing to a terminal that reads no more (a frozen SSH link, a
+        suspended terminal): Textual's shutdown then blocks on that same write, for good. So the
+        process leaves anyway after EXIT_GRACE_S; every finished run is on disk by then (the
+        recording is written through at each run's end) and the engine ends with its parent."""
+        threading.Thread(target=_leave_after, args=(EXIT_GRACE_S, 128 + signum), name="tokentop-exit", daemon=True).start()
+        loop.call_soon_threadsafe(self.exit)
+
     def on_unmount(self) -> None:
+        for sig, handler in self._handlers.items():
+            signal.signal(sig, handler)
         if self.sampler is not None:
             self.sampler.stop()
         self.source.close()
