@@ -58,6 +58,31 @@ SERVER_OWNED = {
 }
 
 
+def server_ready(
+    model: str, source: str, device: str, dtype: str, server: dict, *, n_params: int = 0, weight_bytes: int = 0, context_len: int = 0, load_s: float = 0.0
+) -> EngineReady:
+    """A source that is not an engine (a server, a fleet): the engine's own fields (layers, heads,
+    threads) zero, and the server's description with what every such source offers (the
+    concurrency steps, the levers the server owns)."""
+    described = {**server, "concurrency": list(CONCURRENCY), "server_owned": SERVER_OWNED}
+    return EngineReady(
+        model=model,
+        source=source,
+        device=device,
+        dtype=dtype,
+        n_params=n_params,
+        weight_bytes=weight_bytes,
+        n_layers=0,
+        kv_heads=0,
+        head_dim=0,
+        kv_bytes_per_elem=0,
+        context_len=context_len,
+        load_s=load_s,
+        threads=0,
+        server=described,
+    )
+
+
 @dataclass
 class AttachConfig:
     url: str  # the API's base, ending in /v1
@@ -175,21 +200,12 @@ class ServerClient:
         self.pid = local_pid(self.root)
         if not self.cfg.label:
             self.levers = Levers(batch=self.cfg.concurrency, server=f"{host_port(self.base)}")
-        ready = EngineReady(
-            model=self.model,
-            source=self.shown_root,
-            device=self.engine.name,
-            dtype="server",
-            n_params=int(meta.get("n_params") or 0),
-            weight_bytes=int(meta.get("size") or 0),
-            n_layers=0,
-            kv_heads=0,
-            head_dim=0,
-            kv_bytes_per_elem=0,
-            context_len=int(self.n_ctx or 0),
-            load_s=time.perf_counter() - t0,
-            threads=0,
-            server={
+        ready = server_ready(
+            self.model,
+            self.shown_root,
+            self.engine.name,
+            "server",
+            {
                 "engine": self.engine.name,
                 "url": self.shown_root,
                 "metrics_url": self.shown_metrics,
@@ -197,10 +213,12 @@ class ServerClient:
                 "pid": self.pid,
                 "kv_note": self.engine.kv_note,
                 "chat": self.cfg.chat,
-                "concurrency": list(CONCURRENCY),
-                "server_owned": SERVER_OWNED,
                 "watch": self.cfg.watch,
             },
+            n_params=int(meta.get("n_params") or 0),
+            weight_bytes=int(meta.get("size") or 0),
+            context_len=int(self.n_ctx or 0),
+            load_s=time.perf_counter() - t0,
         )
         self.emit(ready)
         return ready

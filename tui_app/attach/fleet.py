@@ -22,7 +22,7 @@ import httpx
 from monitors.events import EngineError, EngineReady, FleetReady, FleetSample, LeverRefused, now_ns
 from monitors.fleet import PREFIXES, Fleet, Selector
 from monitors.prometheus import Auth, Prometheus, PrometheusError
-from tui_app.attach.client import CONCURRENCY, SERVER_OWNED, AttachConfig
+from tui_app.attach.client import AttachConfig, server_ready
 from tui_app.attach.loop import Servers, _Batches, _get
 from tui_app.requests import Run, SetLever, Shutdown
 
@@ -150,33 +150,17 @@ class FleetWatcher:
 
 def watch_ready(cfg: FleetConfig, version: str) -> EngineReady:
     """In --watch, no server is connected: the fleet stands in its place in the status line."""
-    return EngineReady(
-        model="fleet",
-        source=cfg.prometheus,
-        device="Prometheus",
-        dtype="fleet",
-        n_params=0,
-        weight_bytes=0,
-        n_layers=0,
-        kv_heads=0,
-        head_dim=0,
-        kv_bytes_per_elem=0,
-        context_len=0,
-        load_s=0.0,
-        threads=0,
-        server={
-            "engine": f"Prometheus {version}",
-            "url": cfg.prometheus,
-            "metrics_url": cfg.prometheus,
-            "label": "fleet",
-            "pid": None,
-            "kv_note": "a fleet: each replica's KV usage is in the fleet pane",
-            "chat": True,
-            "concurrency": list(CONCURRENCY),
-            "server_owned": SERVER_OWNED,
-            "watch": True,
-        },
-    )
+    server = {
+        "engine": f"Prometheus {version}",
+        "url": cfg.prometheus,
+        "metrics_url": cfg.prometheus,
+        "label": "fleet",
+        "pid": None,
+        "kv_note": "a fleet: each replica's KV usage is in the fleet pane",
+        "chat": True,
+        "watch": True,
+    }
+    return server_ready("fleet", cfg.prometheus, "Prometheus", "fleet", server)
 
 
 async def _commands_refused(commands, emit) -> None:
