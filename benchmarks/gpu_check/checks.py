@@ -348,9 +348,14 @@ def check_tui(folder: Path, device: str, out: Path, size: tuple[int, int] = (160
                 if app.session.fatal or len(app.session.finished_ids) < runs:
                     raise Failed(f"run {runs} never finished: {app.session.fatal or 'timed out after 180 s'}")
                 await pilot.press(*keys)
-            await pilot.pause(1.0)
+            # Each pane sets its subtitle when it next draws, at its own rate: on a loaded machine
+            # more than a second after the run.
+            for _ in range(100):
+                await pilot.pause(0.1)
+                shown = {"util": str(app.query_one("UtilChart").border_subtitle), "memory": str(app.query_one("MemoryChart").border_subtitle)}
+                if all(shown.values()):
+                    break
             svg = Path(app.save_screenshot(filename=f"tokentop-gpu-{size[0]}x{size[1]}.svg", path=str(out)))
-            shown = {"util": str(app.query_one("UtilChart").border_subtitle), "memory": str(app.query_one("MemoryChart").border_subtitle)}
             await pilot.press("q")
         return app, svg, shown
 
