@@ -99,7 +99,7 @@ async def soak(
     # rings (history points at 4 Hz) fill last. First-use growth (screens, caches) comes before.
     warmup = min(max(60.0, history / 4.0), seconds / 2)
     t0 = time.monotonic()
-    before = None
+    before, traced_start = None, 0
     if trace_allocations:
         tracemalloc.start(8)
     async with app.run_test(size=(160, 45)) as pilot:
@@ -136,16 +136,7 @@ async def soak(
         app.auto = False
         await pilot.pause(2.0)
         rss_end = me.memory_info().rss
-        grew = []
-        if before is not None:
-            stats = tracemalloc.take_snapshot().compare_to(before, "traceback")
-            traced_end = tracemalloc.get_traced_memory()[0]
-            grew = [f"Python objects (traced): {traced_start / 2**20:.1f} → {traced_end / 2**20:.1f} MiB"] + [
-                f"{st.size_diff / 2**20:+.2f} MiB in {st.count_diff:+d} blocks at "
-                + " < ".join(f"{os.path.basename(fr.filename)}:{fr.lineno}" for fr in list(st.traceback)[-4:])
-                for st in stats[:12]
-            ]
-            tracemalloc.stop()
+        grew = growth(before, traced_start)
         finished = list(app.session.finished_ids)
         verdict = app.session.verdict.text() if app.session.verdict else "no verdict"
         suspected = app.session.verdict is not None and app.session.verdict.status == "suspected"
@@ -199,6 +190,20 @@ class Trend:
         return f"{self.name} {self.first:.0f} → {self.last:.0f} MiB, {self.slope:+.3f} MiB/min, 95% [{self.low:+.3f}, {self.high:+.3f}]"
 
 
+def growth(before, traced_start: int) -> list[str]:
+    """Where traced Python memory grew since `before` (a snapshot at the warm-up's end), largest first."""
+    if before is None:
+        return []
+    stats = tracemalloc.take_snapshot().compare_to(before, "traceback")
+    traced_end = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    return [f"Python objects (traced): {traced_start / 2**20:.1f} → {traced_end / 2**20:.1f} MiB"] + [
+        f"{st.size_diff / 2**20:+.2f} MiB in {st.count_diff:+d} blocks at "
+        + " < ".join(f"{os.path.basename(fr.filename)}:{fr.lineno}" for fr in list(st.traceback)[-4:])
+        for st in stats[:12]
+    ]
+
+
 @dataclass
 class AttachedSoak:
     seconds: float
@@ -212,6 +217,7 @@ class AttachedSoak:
     queue_max: int
     bytes_per_run: tuple  # mean bytes of a run's own events in the recording: (first half, second half) of the runs after the warm-up
     trace: list  # (s, UI MiB, client MiB, queue batches, recording MiB, runs) every 10 s
+    grew: list = field(default_factory=list)  # --trace-allocations: where the UI's Python memory grew after the warm-up
 
     @property
     def ok(self) -> bool:
@@ -235,11 +241,18 @@ class AttachedSoak:
             + f"\n  event queue at most {self.queue_max} batches (bound {QUEUE_BOUND}); a run's own lines in the recording {a / 1024:.1f} → "
             f"{b / 1024:.1f} KiB (the runs' first half → second half, {b / a - 1:+.1%})\n"
             f"every 10 s (s, UI MiB, client MiB, queue, recording MiB, runs): {self.trace}"
-        )
+        ) + "".join("\n" + line for line in self.grew)
 
 
 async def attached_soak(
-    url: str, seconds: float, concurrency: int, max_new: int = 32, timeout_s: float = 120.0, out_dir: str | None = None, history: int = 500
+    url: str,
+    seconds: float,
+    concurrency: int,
+    max_new: int = 32,
+    timeout_s: float = 120.0,
+    out_dir: str | None = None,
+    history: int = 500,
+    trace_allocations: bool = False,
 ) -> AttachedSoak:
     from monitors.events import EngineError, LeverRefused
     from tui_app.attach.client import AttachConfig
@@ -263,6 +276,9 @@ async def attached_soak(
     every = 10.0
     trace: list = []
     warmup_at = None
+    before, traced_start = None, 0
+    if trace_allocations:
+        tracemalloc.start(8)
     async with app.run_test(size=(160, 45)) as pilot:
         t0 = time.monotonic()
         while app.session.ready is None and time.monotonic() - t0 < 120:
@@ -287,12 +303,15 @@ async def attached_soak(
                 full = all(len(ring) == ring.maxlen for ring in (s.latency, s.samples, s.server))
                 if warmup_at is None and (full or elapsed >= seconds / 2):
                     warmup_at, rings_full = len(trace) - 1, full
+                    if trace_allocations:
+                        before, traced_start = tracemalloc.take_snapshot(), tracemalloc.get_traced_memory()[0]
             await pilot.pause(0.5)
         if app.session.fatal:
             errors.append(app.session.fatal)
         app.auto = False
         await until_idle(pilot, app)
         finished = list(app.session.finished_ids)
+        grew = growth(before, traced_start)
         await pilot.press("q")
     events = read_recording(rec_path).events
     recorded = {e.run_id for e in events if isinstance(e, RunFinished)}
@@ -317,6 +336,7 @@ async def attached_soak(
         max(x[3] for x in trace),
         (statistics.fmean(sizes[:half]) if half else math.nan, statistics.fmean(sizes[half:]) if half else math.nan),
         trace,
+        grew,
     )
 
 
@@ -339,7 +359,9 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=120.0, help="with --attach: seconds a stream may stay silent (default 120: queued streams wait)")
     args = ap.parse_args()
     if args.attach:
-        a = asyncio.run(attached_soak(args.attach, args.minutes * 60, args.concurrency, args.max_new_tokens, args.timeout))
+        a = asyncio.run(
+            attached_soak(args.attach, args.minutes * 60, args.concurrency, args.max_new_tokens, args.timeout, trace_allocations=args.trace_allocations)
+        )
         print(a.text())
         return 0 if a.ok else 1
     r = asyncio.run(soak(args.minutes * 60, args.runs, args.seed, trace_allocations=args.trace_allocations))
