@@ -25,8 +25,11 @@ Like with like, where the definitions differ:
   request then fails with ServerDisconnectedError): its runs here send `Connection: close`, a TCP
   connect on loopback per request (tens of µs, against TTFTs of tens of ms).
 
+The server it starts runs on one CPU and the tools on the others (`split_cpus`), as a GPU server's
+work is not on its load generator's cores; `--shared-cpus` shares them.
+
     .venv/bin/python benchmarks/peer_agreement.py [--rounds 3] [--lengths 64:32] [--rate 2]
-        [--vllm-python ~/.cache/tokentop/vllm-venv/bin/python] [--aiperf PATH/bin/aiperf] [--url URL]
+        [--vllm-python ~/.cache/tokentop/vllm-venv/bin/python] [--aiperf PATH/bin/aiperf] [--url URL] [--shared-cpus]
 """
 
 from __future__ import annotations
@@ -87,16 +90,43 @@ class Pooled:
         }
 
 
+# llama.cpp serves max(slots + 2, cores - 1) connections at once (6 here) and queues the rest
+# unaccepted: a client that keeps its connection alive keeps its place for its next request, one that
+# closes it (vLLM's, below) queues behind the waiting ones. At concurrency 8 the two tools' requests
+# were then served in a different order (tokentop's output tok/s 1.10 of the peer's); with a
+# connection each, only the 4 slots order them, for both.
+AGREEMENT_SERVER = ("--slots", "4", "--http-threads", "16")
+
+
+def split_cpus() -> tuple[set[int], set[int]] | None:
+    """The server's CPU and the clients': on a GPU box the server's work is not on the load
+    generator's cores; on a small machine sharing them, a client that costs more CPU a chunk slows
+    the server it measures (on two shared cores tokentop's figures at concurrency 8 came out 7-10 %
+    off the peer's, each tool's own load included). None where there is one CPU to split."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return ({cpus[0]}, set(cpus[1:])) if len(cpus) >= 2 else None
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of a running process (a new thread takes its creator's CPUs)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), cpus)
+
+
+def _on(cpus: set[int] | None):
+    return None if cpus is None else lambda: os.sched_setaffinity(0, cpus)
+
+
 class VllmBench:
     """`vllm bench serve` kept imported in a process of its own (benchmarks/vllm_bench_serve.py)."""
 
-    def __init__(self, python: str, workdir: Path):
+    def __init__(self, python: str, workdir: Path, cpus: set[int] | None = None):
         from benchmarks.vllm_bench_serve import DONE
 
         self.done = DONE
         self.workdir = workdir
         self.log = open(workdir / "vllm-bench.log", "w")  # noqa: SIM115 - open for the process's life
-        self.proc = subprocess.Popen([python, str(DRIVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        self.proc = subprocess.Popen([python, str(DRIVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, preexec_fn=_on(cpus))
         self._wait()
 
     def _wait(self) -> None:
@@ -147,12 +177,12 @@ def add_vllm(pool: Pooled, data: dict) -> None:
     pool.wall_s += data["duration"]
 
 
-def tokentop_run(url: str, cell: Cell, p_len: int, new: int, workdir: Path, warmup: int) -> dict:
+def tokentop_run(url: str, cell: Cell, p_len: int, new: int, workdir: Path, warmup: int, cpus: set[int] | None = None) -> dict:
     out = workdir / f"tokentop-{cell.name.replace('/', '')}"
     load = ["--concurrency", str(cell.concurrency)] if cell.concurrency else ["--rate", str(cell.rate), "--burstiness", "inf"]
     cmd = [sys.executable, "-m", "tui_app", "bench", "--endpoint", url, "--lengths", f"{p_len}:{new}", *load]
     cmd += ["--requests", str(cell.requests), "--repeats", "1", "--warmup", str(warmup), "-o", "json", "--out", str(out)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, preexec_fn=_on(cpus))
     if done.returncode not in (0, 1):
         raise RuntimeError(f"tokentop bench exited {done.returncode}: {done.stderr[-2000:]}")
     return json.loads(out.with_suffix(".json").read_text())
@@ -173,7 +203,9 @@ def add_tokentop(pool: Pooled, data: dict) -> None:
     pool.wall_s += row["wall_s"]
 
 
-def aiperf_run(aiperf: str, url: str, tokenizer: str, cell: Cell, p_len: int, new: int, workdir: Path, seed: int) -> tuple[list[dict], float]:
+def aiperf_run(
+    aiperf: str, url: str, tokenizer: str, cell: Cell, p_len: int, new: int, workdir: Path, seed: int, cpus: set[int] | None = None
+) -> tuple[list[dict], float]:
     """AIPerf's profile of the same cell: its per-request records and its benchmark duration (s).
     `--use-legacy-max-tokens`: llama.cpp's completions read max_tokens, not max_completion_tokens."""
     out = workdir / f"aiperf-{cell.name.replace('/', '')}-{seed}"
@@ -182,7 +214,7 @@ def aiperf_run(aiperf: str, url: str, tokenizer: str, cell: Cell, p_len: int, ne
     cmd += ["--output-tokens-mean", str(new), "--output-tokens-stddev", "0", "--use-legacy-max-tokens"]
     cmd += ["--extra-inputs", "ignore_eos:true", "--request-count", str(cell.requests), "--random-seed", str(seed), "--artifact-dir", str(out)]
     cmd += ["--concurrency", str(cell.concurrency)] if cell.concurrency else ["--request-rate", str(cell.rate), "--arrival-pattern", "constant"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=workdir)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=workdir, preexec_fn=_on(cpus))
     if done.returncode != 0:
         raise RuntimeError(f"aiperf exited {done.returncode}: {done.stderr[-2000:] or done.stdout[-2000:]}")
     records = [json.loads(line) for line in (out / "profile_export.jsonl").read_text().splitlines() if line.strip()]
@@ -210,11 +242,23 @@ def add_aiperf(pool: Pooled, run: tuple[list[dict], float]) -> None:
     pool.wall_s += duration
 
 
-def compare(url: str, tokenizer: str, cells: list[Cell], p_len: int, new: int, rounds: int, vllm_python: str, aiperf: str | None = None, log=print) -> dict:
-    """Every cell, the tools taking turns round by round; {cell: {tool: figures}}."""
+def compare(
+    url: str,
+    tokenizer: str,
+    cells: list[Cell],
+    p_len: int,
+    new: int,
+    rounds: int,
+    vllm_python: str,
+    aiperf: str | None = None,
+    log=print,
+    cpus: set[int] | None = None,
+) -> dict:
+    """Every cell, the tools taking turns round by round, each on `cpus` when given;
+    {cell: {tool: figures}}."""
     with tempfile.TemporaryDirectory(prefix="tokentop-peers-") as tmp:
         work = Path(tmp)
-        vllm = VllmBench(vllm_python, work)
+        vllm = VllmBench(vllm_python, work, cpus)
         try:
             out: dict = {}
             # A seed of this run's own: a server that served an earlier run's random prompts would
@@ -230,9 +274,9 @@ def compare(url: str, tokenizer: str, cells: list[Cell], p_len: int, new: int, r
                         if tool == "vllm":
                             add_vllm(pools["vllm"], vllm.run(url, tokenizer, cell, p_len, new, seed))
                         else:
-                            add_tokentop(pools["tokentop"], tokentop_run(url, cell, p_len, new, work, warm))
+                            add_tokentop(pools["tokentop"], tokentop_run(url, cell, p_len, new, work, warm, cpus))
                     if aiperf:  # after both: its start-up (~20 s) is not inside either's round
-                        add_aiperf(pools["aiperf"], aiperf_run(aiperf, url, tokenizer, cell, p_len, new, work, seed))
+                        add_aiperf(pools["aiperf"], aiperf_run(aiperf, url, tokenizer, cell, p_len, new, work, seed, cpus))
                     log(f"{cell.name}: round {k + 1}/{rounds} done")
                 out[cell.name] = {tool: {**p.figures(), "failed": p.failed, "requests": len(p.ttft)} for tool, p in pools.items()}
             return out
@@ -265,7 +309,7 @@ def table(results: dict) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--url", default=None, help="a running llama.cpp server (default: start one, 4 slots)")
+    p.add_argument("--url", default=None, help="a running llama.cpp server (default: start one, 4 slots, a connection each)")
     p.add_argument("--lengths", default="64:32")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--rate", type=float, default=2.0, help="the fixed-rate cell's requests/s")
@@ -273,24 +317,30 @@ def main() -> None:
     p.add_argument("--vllm-python", default=str(VLLM_VENV / "bin" / "python"))
     p.add_argument("--aiperf", default=None, help="AIPerf's command (make bench-agreement installs it)")
     p.add_argument("--json", default=None, help="also write the figures here")
+    p.add_argument("--shared-cpus", action="store_true", help="the server it starts and the tools share every CPU (default: split)")
     args = p.parse_args()
     from tui_app.engine.models import converted_default
 
     p_len, new = (int(x) for x in args.lengths.split(":"))
     tokenizer = str(converted_default())
     cells = [Cell("c1", 1, None, max(args.requests // 2, 2)), Cell("c8", 8, None, args.requests), Cell(f"r{args.rate:g}/s", None, args.rate, args.requests)]
-    server = None
+    server, split = None, None
     if args.url is None:
         from tests.helpers.llama_server import LlamaServer
 
-        server = LlamaServer()
+        server = LlamaServer(*AGREEMENT_SERVER)
+        split = None if args.shared_cpus else split_cpus()
+        if split is not None:
+            pin(server.proc.pid, split[0])
     url = args.url or server.url
     try:
-        results = compare(url, tokenizer, cells, p_len, new, args.rounds, args.vllm_python, args.aiperf, log=lambda s: print(s, file=sys.stderr))
+        log = lambda s: print(s, file=sys.stderr)  # noqa: E731
+        results = compare(url, tokenizer, cells, p_len, new, args.rounds, args.vllm_python, args.aiperf, log=log, cpus=split and split[1])
     finally:
         if server is not None:
             server.close()
-    print(f"llama.cpp at {url}, {p_len} prompt tokens, {new} out (ignore-eos), {args.rounds} rounds interleaved\n")
+    where = f"; the server on CPU {sorted(split[0])}, the tools on {sorted(split[1])}" if split else ""
+    print(f"llama.cpp at {url}, {p_len} prompt tokens, {new} out (ignore-eos), {args.rounds} rounds interleaved{where}\n")
     print(table(results))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -1,6 +1,6 @@
 """The real llama.cpp HTTP server (the `xllamacpp` wheel) on the bundled GGUF, on 127.0.0.1, for the
 attach tests and benchmarks: `python -m tests.helpers.llama_server [--port N] [--no-metrics] [--api-key-env VAR]
-[--slots N]` prints its URL on stdout and serves until killed or until stdin closes; `LlamaServer`
+[--slots N] [--http-threads N]` prints its URL on stdout and serves until killed or until stdin closes; `LlamaServer`
 starts one in a process of its own.
 """
 
@@ -20,6 +20,7 @@ def main() -> None:
     p.add_argument("--api-key-env", default=None)
     p.add_argument("--slots", type=int, default=4)
     p.add_argument("--ctx", type=int, default=4096)
+    p.add_argument("--http-threads", type=int, default=-1, help="connections served at once (llama.cpp's default: slots + 2, or cores - 1 if more)")
     args = p.parse_args()
     import xllamacpp
 
@@ -32,6 +33,7 @@ def main() -> None:
     params.endpoint_props = True
     params.n_parallel = args.slots
     params.n_ctx = args.ctx
+    params.n_threads_http = args.http_threads
     # One thread each: two spin against each other on a 2-core machine.
     params.cpuparams.n_threads = 1
     params.cpuparams_batch.n_threads = 1
