@@ -5,6 +5,7 @@ itself when the bench ends and the tables printed after it; without a terminal, 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -41,7 +42,9 @@ async def test_the_live_view_shows_the_bench_and_closes_with_its_tables(llama_se
     assert "cell 1/1 c2 12:4" in seen[0] and "left" in seen[0]
     assert "L c1" in seen[1]  # each of the bench's requests is one stream to server L
     printed = capsys.readouterr().out
-    assert "| L | c2 | 12→4 | 8 |" in printed and "With 95 % intervals over the rounds" in printed
+    # the shared server's prefix cache may hold a token or two of the prompt from earlier tests
+    assert re.search(r"\| L \| c2 \| 12( \(\d+ cached\))?→4 \| 8 \|", printed), printed
+    assert "With 95 % intervals over the rounds" in printed
 
 
 def test_without_a_terminal_live_says_so_and_prints_a_line_per_cell(llama_server, tmp_path):
