@@ -2,7 +2,7 @@
 
 1. The server's own decode rate (llama.cpp's `timings.predicted_per_second`, so the client's clock
    plays no part) while tokentop is attached with its full TUI drawing in a 160×45 tmux terminal,
-   ÷ the same while a bare streaming client (httpx + httpx-sse, nothing else) asks the same
+   ÷ the same while a bare streaming client (aiohttp and tokentop's stream decoder, nothing else) asks the same
    requests. Blocks alternate (bare, TUI, bare, TUI, …); the ratio is the median of the pairs'
    ratios, with their range. Target ≥ 0.97.
 2. CPU of tokentop's UI process and of its client process with 16 concurrent streams, % of one
@@ -37,8 +37,9 @@ PROMPT = "Write a short story about a robot who learns to paint."
 
 
 async def bare(url: str, runs: int, tokens: int) -> list[float]:
-    import httpx
-    from httpx_sse import aconnect_sse
+    import aiohttp
+
+    from tui_app.attach.pooled import sse_data
 
     body = {
         "model": "smollm2",
@@ -50,12 +51,12 @@ async def bare(url: str, runs: int, tokens: int) -> list[float]:
         "stream_options": {"include_usage": True},
     }
     rates = []
-    async with httpx.AsyncClient(timeout=60) as client:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(sock_read=60)) as client:
         for _ in range(runs):
-            async with aconnect_sse(client, "POST", url + "/v1/chat/completions", json=body) as es:
-                async for sse in es.aiter_sse():
-                    if sse.data.startswith("{") and '"timings"' in sse.data and '"usage"' in sse.data:
-                        rates.append(json.loads(sse.data)["timings"]["predicted_per_second"])
+            async with client.post(url + "/v1/chat/completions", json=body) as r:
+                async for data in sse_data(r):
+                    if data.startswith("{") and '"timings"' in data and '"usage"' in data:
+                        rates.append(json.loads(data)["timings"]["predicted_per_second"])
     return rates
 
 

@@ -32,7 +32,6 @@ CARRIED = (
     "sniffio",
     "certifi",
     "idna",
-    "httpx-sse",
     "gguf",
     "pytest-asyncio",
     # The machine has transformers 5.17; the one tested here runs there too (its own requirements,

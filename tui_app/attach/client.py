@@ -25,8 +25,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import aiohttp
 import httpx
-from httpx_sse import SSEError
 
 from monitors.events import (
     EngineError,
@@ -44,7 +44,7 @@ from monitors.redact import redact
 from monitors.servers import OPENAI, EngineTable, MetricsWindow, Quantiles
 from tui_app.attach.errors import AttachError, api_base, describe_failure, describe_status, host_port, server_root
 from tui_app.attach.metrics import detect, scrape
-from tui_app.attach.pooled import drained, sse_post
+from tui_app.attach.pooled import NotAStream, drained, sse_data, sse_post
 from tui_app.attach.sse import ChunkReader, StreamResult, run_end
 from tui_app.attach.tracing import Tracing
 
@@ -144,9 +144,22 @@ class ServerClient:
             verify=not cfg.insecure,
             limits=httpx.Limits(max_connections=cfg.max_connections),
         )
+        self._streams: aiohttp.ClientSession | None = None  # made in the loop that uses it
+
+    def streams(self) -> aiohttp.ClientSession:
+        if self._streams is None:
+            self._streams = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.cfg.max_connections or 0, ssl=not self.cfg.insecure),
+                # sock_read as httpx's read timeout: a stream silent this long is stalled
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0, sock_read=self.cfg.timeout_s),
+                trust_env=True,  # HTTP(S)_PROXY and NO_PROXY, as httpx reads them for the GETs
+            )
+        return self._streams
 
     async def aclose(self) -> None:
         await self.http.aclose()
+        if self._streams is not None:
+            await self._streams.close()
 
     # ------------------------------------------------------------ connecting
     async def _get(self, url: str, what: str, timeout: float | None = None) -> httpx.Response:
@@ -322,27 +335,26 @@ class ServerClient:
         trace_id, trace = self.tracing.start(run_id, k, t0)
         try:
             for attempt in (trace, {}):
-                async with sse_post(self.http, url, body, {**self._headers, **attempt}) as es:
-                    r = es.response
-                    if r.status_code != 200:
-                        await r.aread()
-                        if attempt and r.status_code in (400, 431) and await self.tracing.rejected(self.http, url, body, self._headers):
+                async with sse_post(self.streams(), url, body, {**self._headers, **attempt}) as r:
+                    if r.status != 200:
+                        text = await r.text(errors="replace")
+                        if attempt and r.status in (400, 431) and await self.tracing.rejected(self.http, url, body, self._headers):
                             continue
-                        out.error = describe_status(r.status_code, r.text, url, f"POST {urlsplit(url).path}")
+                        out.error = describe_status(r.status, text, url, f"POST {urlsplit(url).path}")
                         return
-                    await self._read(es, k, t0, run_id, out)
+                    await self._read(r, k, t0, run_id, out)
                     break
-        except httpx.HTTPError as exc:
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             out.error = describe_failure(exc, url, self.cfg.timeout_s)
-        except SSEError:
+        except NotAStream:
             out.error = f"{host_port(url)} did not answer with a stream (Content-Type is not text/event-stream)"
         finally:
             self.tracing.account(run_id, k, trace_id, out)
 
-    async def _read(self, es, k: int, t0: int, run_id: int, out: StreamResult) -> None:
+    async def _read(self, r: aiohttp.ClientResponse, k: int, t0: int, run_id: int, out: StreamResult) -> None:
         """Each chunk that brings tokens as a Step of stream `k`: its latency the gap since the stream's previous one."""
         t_prev, step = t0, 0
-        async for text, n, t in token_chunks(es, out):
+        async for text, n, t in token_chunks(r, out):
             step += 1
             self.emit(
                 Step(
@@ -440,14 +452,14 @@ def lever_answer(name: str, value, levers: Levers, engine: str) -> LeverChanged 
     return LeverChanged(run_id=None, lever="batch", value=value, levers=Levers(batch=value, server=levers.server))
 
 
-async def token_chunks(es, out: StreamResult) -> AsyncIterator[tuple[str, int, int]]:
+async def token_chunks(r: aiohttp.ClientResponse, out: StreamResult) -> AsyncIterator[tuple[str, int, int]]:
     """(text, tokens, arrival ns) of each chunk of an SSE stream that brings tokens, read into `out`;
     the stream ends at [DONE], at its end, or at an error (then without the text still waiting)."""
     reader = ChunkReader(out)
-    events = es.aiter_sse()
-    async for sse in events:
+    events = sse_data(r)
+    async for data in events:
         t = now_ns()
-        got = reader.read(sse.data)
+        got = reader.read(data)
         if out.error:
             return
         if out.done:

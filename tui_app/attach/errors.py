@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from urllib.parse import urlsplit
 
+import aiohttp
 import httpx
 
 from monitors.redact import redact
@@ -41,6 +42,18 @@ def describe_failure(exc: Exception, url: str, timeout_s: float) -> str:
     nor a password or token in the URL."""
     where = host_port(url)
     url, text = redact(url), redact(str(exc))
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return f"no answer from {where} within the connect timeout: is the host right and reachable?"
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return f"{where}: its TLS certificate is not trusted (self-signed?); pass --insecure to accept it"
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return f"cannot resolve the host of {url}: check the URL"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"cannot reach {where}: connection refused (is the server running, on this port?)"
+    if isinstance(exc, aiohttp.SocketTimeoutError):
+        return f"{where} sent nothing for {timeout_s:g} s: the stream stalled (--timeout sets the limit)"
+    if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError)):
+        return f"{where} closed the connection mid-stream (the server stopped, or the network dropped it)"
     if isinstance(exc, httpx.ConnectTimeout):
         return f"no answer from {where} within the connect timeout: is the host right and reachable?"
     if isinstance(exc, httpx.ConnectError):

@@ -1,14 +1,24 @@
-"""A stream's connection kept for the next request, and a request sent again where the server had
-closed the connection it went out on.
+"""The streams' transport: a completion request sent on a kept connection, and its Server-Sent
+Events read as they come.
 
-A response read to its end lets httpx keep its connection for the next request; one left unread is
-closed, and the next request pays a connect (about 1 ms of CPU a request, which an open loop at a
-high rate cannot spare: benchmarks/generator_capacity.py). But a server may close a connection
-after a stream without saying so: llama.cpp's (xllamacpp) does after every streamed completion,
-with no `Connection: close`, where vLLM's keeps it. httpcore looks for a close before it reuses a
-pooled connection, and a close that has not reached this side yet is missed: the request goes out
-on a dead connection and gets no response (back-to-back streams on one connection to llama.cpp:
-3 of 10 did). No byte of a response came, so it is sent again, once, on a new connection.
+aiohttp, not httpx, carries the streams: per request it costs a sixth of httpx's CPU (0.31 ms
+against 1.76 here, a stream of one chunk), and eight requests started at once reach the server
+from 0.9 ms on where httpx's first leaves after 8.6 ms (docs/performance.md, the load generator).
+That time is inside every TTFT a client measures, and it is what spread the bench's first burst.
+The GETs (models, metrics, Prometheus) stay on httpx: one a second costs nothing worth a change.
+
+A response read to its end lets the connection be kept for the next request; one left unread is
+closed, and the next request pays a connect. But a server may close a connection after a stream
+without saying so: llama.cpp's (xllamacpp) does after every streamed completion, with no
+`Connection: close`, where vLLM's keeps it. A close that has not reached this side yet is missed:
+the request goes out on a dead connection and gets no response, or its body cannot be written
+(back-to-back streams on one connection to llama.cpp: 3 of 10 did; an open loop at 40 req/s: 1 or
+2 in 200). No byte of a response came, so it is sent again, once, on a new connection.
+
+The events are parsed here, by the format's rules (the WHATWG HTML standard, "Interpreting an event
+stream"), from the bytes as they come: no aiohttp client for SSE is kept up, and the rules that
+matter to a completion stream are few (`data` lines joined, a blank line ends an event, comments
+and other fields skipped, any of CRLF, LF or CR ending a line, split anywhere between reads).
 """
 
 from __future__ import annotations
@@ -17,10 +27,75 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-import httpx
-from httpx_sse import EventSource, SSEError, aconnect_sse
+import aiohttp
 
 DRAIN_S = 0.2  # a server that keeps the body open after [DONE] is not waited for longer
+
+
+class NotAStream(Exception):
+    """The answer is not an event stream (its Content-Type is not text/event-stream)."""
+
+
+class SseDecoder:
+    """Bytes in, each complete event's data out."""
+
+    def __init__(self) -> None:
+        self.buf = b""
+        self.data: list[str] = []
+        self.started = False
+
+    def feed(self, chunk: bytes) -> list[str]:
+        self.buf += chunk
+        if not self.started:
+            if len(self.buf) < 3 and b"\xef\xbb\xbf".startswith(self.buf):
+                return []  # perhaps a byte-order mark, split
+            self.started = True
+            self.buf = self.buf.removeprefix(b"\xef\xbb\xbf")
+        events: list[str] = []
+        while True:
+            cr, lf = self.buf.find(b"\r"), self.buf.find(b"\n")
+            if cr < 0 and lf < 0:
+                return events
+            if cr >= 0 and (lf < 0 or cr < lf):
+                if cr == len(self.buf) - 1:
+                    return events  # a CR last: its LF may be in the next read
+                line, self.buf = self.buf[:cr], self.buf[cr + (2 if self.buf[cr + 1 : cr + 2] == b"\n" else 1) :]
+            else:
+                line, self.buf = self.buf[:lf], self.buf[lf + 1 :]
+            self._line(line.decode("utf-8", "replace"), events)
+
+    def end(self) -> list[str]:
+        """What the stream's last bytes held: a last line without its end, and an event a blank line
+        never closed (kept, where the standard drops it: a server that ends with [DONE] and no
+        blank line still said it)."""
+        events: list[str] = []
+        if self.buf:
+            self._line(self.buf.decode("utf-8", "replace"), events)
+            self.buf = b""
+        self._line("", events)
+        return events
+
+    def _line(self, line: str, events: list[str]) -> None:
+        if not line:
+            if self.data:
+                events.append("\n".join(self.data))
+                self.data = []
+            return
+        name, colon, value = line.partition(":")
+        if name == "data":
+            self.data.append(value[1:] if value.startswith(" ") else value if colon else "")
+
+
+async def sse_data(resp: aiohttp.ClientResponse) -> AsyncIterator[str]:
+    """Each event's data as its last byte comes."""
+    if resp.content_type != "text/event-stream":
+        raise NotAStream(resp.content_type)
+    decoder = SseDecoder()
+    async for chunk in resp.content.iter_any():
+        for data in decoder.feed(chunk):
+            yield data
+    for data in decoder.end():
+        yield data
 
 
 async def drained(events: AsyncIterator) -> None:
@@ -30,17 +105,19 @@ async def drained(events: AsyncIterator) -> None:
         async for _ in events:
             pass
 
-    with contextlib.suppress(asyncio.TimeoutError, httpx.HTTPError, SSEError):
+    with contextlib.suppress(asyncio.TimeoutError, aiohttp.ClientError, NotAStream):
         await asyncio.wait_for(rest(), DRAIN_S)
 
 
 @contextlib.asynccontextmanager
-async def sse_post(http: httpx.AsyncClient, url: str, body: dict, headers: dict) -> AsyncIterator[EventSource]:
-    """aconnect_sse's POST, sent again on a new connection where the server sent no response at all
+async def sse_post(session: aiohttp.ClientSession, url: str, body: dict, headers: dict) -> AsyncIterator[aiohttp.ClientResponse]:
+    """A POST's response, sent again on a new connection where the server sent no response at all
     (a pooled connection it had closed). An error once the response has begun is the caller's."""
     async with contextlib.AsyncExitStack() as stack:
         try:
-            es = await stack.enter_async_context(aconnect_sse(http, "POST", url, json=body, headers=headers))
-        except httpx.RemoteProtocolError:
-            es = await stack.enter_async_context(aconnect_sse(http, "POST", url, json=body, headers=headers))
-        yield es
+            resp = await stack.enter_async_context(session.post(url, json=body, headers=headers))
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            if isinstance(exc, aiohttp.ClientConnectorError):
+                raise  # no connection was made: nothing to send again
+            resp = await stack.enter_async_context(session.post(url, json=body, headers=headers))
+        yield resp
