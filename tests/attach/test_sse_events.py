@@ -50,3 +50,17 @@ def test_a_stream_that_ends_without_its_blank_line_still_gives_its_last_event():
     assert decoded([b"data: a\n\ndata: [DONE]"]) == ["a", "[DONE]"]
     assert decoded([b"data: a\n\ndata: [DONE]\n"]) == ["a", "[DONE]"]
     assert decoded([b"data: a\n\n: only a comment"]) == ["a"]
+
+
+def test_the_streams_take_the_proxy_the_environment_names_unless_no_proxy_leaves_the_host_out(monkeypatch):
+    from tui_app.attach.pooled import env_proxy
+
+    for name in ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    assert env_proxy("http://gpu-box:8000/v1") is None
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
+    assert env_proxy("http://gpu-box:8000/v1") == "http://proxy.example:3128"
+    assert env_proxy("https://gpu-box/v1") is None  # HTTPS_PROXY is its own
+    monkeypatch.setenv("NO_PROXY", "localhost,gpu-box")
+    assert env_proxy("http://gpu-box:8000/v1") is None
+    assert env_proxy("http://other:8000/v1") == "http://proxy.example:3128"

@@ -44,7 +44,7 @@ from monitors.redact import redact
 from monitors.servers import OPENAI, EngineTable, MetricsWindow, Quantiles
 from tui_app.attach.errors import AttachError, api_base, describe_failure, describe_status, host_port, server_root
 from tui_app.attach.metrics import detect, scrape
-from tui_app.attach.pooled import NotAStream, drained, sse_data, sse_post
+from tui_app.attach.pooled import NotAStream, drained, env_proxy, sse_data, sse_post
 from tui_app.attach.sse import ChunkReader, StreamResult, run_end
 from tui_app.attach.tracing import Tracing
 
@@ -145,6 +145,7 @@ class ServerClient:
             limits=httpx.Limits(max_connections=cfg.max_connections),
         )
         self._streams: aiohttp.ClientSession | None = None  # made in the loop that uses it
+        self._proxy = env_proxy(self.base)
 
     def streams(self) -> aiohttp.ClientSession:
         if self._streams is None:
@@ -152,7 +153,6 @@ class ServerClient:
                 connector=aiohttp.TCPConnector(limit=self.cfg.max_connections or 0, ssl=not self.cfg.insecure),
                 # sock_read as httpx's read timeout: a stream silent this long is stalled
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0, sock_read=self.cfg.timeout_s),
-                trust_env=True,  # HTTP(S)_PROXY and NO_PROXY, as httpx reads them for the GETs
             )
         return self._streams
 
@@ -335,7 +335,7 @@ class ServerClient:
         trace_id, trace = self.tracing.start(run_id, k, t0)
         try:
             for attempt in (trace, {}):
-                async with sse_post(self.streams(), url, body, {**self._headers, **attempt}) as r:
+                async with sse_post(self.streams(), url, body, {**self._headers, **attempt}, self._proxy) as r:
                     if r.status != 200:
                         text = await r.text(errors="replace")
                         if attempt and r.status in (400, 431) and await self.tracing.rejected(self.http, url, body, self._headers):
