@@ -22,6 +22,7 @@ from tests.helpers.vllm import SKIP, VLLM_PYTHON
 pytestmark = [pytest.mark.vllm, pytest.mark.agreement]
 
 TOLERANCE = 0.05
+ROUNDS = 5
 
 
 def test_tokentop_and_vllm_bench_serve_agree_within_5_percent():
@@ -39,7 +40,9 @@ def test_tokentop_and_vllm_bench_serve_agree_within_5_percent():
     try:
         pin(server.proc.pid, split[0])
         cells = [Cell("c1", 1, None, 16), Cell("c8", 8, None, 32), Cell("r2/s", None, 2.0, 12)]
-        results = compare(server.url, str(converted_default()), cells, 16, 8, 3, VLLM_PYTHON, cpus=split[1])
+        # Five rounds: with three, 4 of 8 runs on 2026-11-25 had one held figure 5-8 % off (a c1 TPOT,
+        # an r2/s TPOT, ITL or TTFT p50), each time a different one, either tool ahead.
+        results = compare(server.url, str(converted_default()), cells, 16, 8, ROUNDS, VLLM_PYTHON, cpus=split[1])
     finally:
         server.close()
     held = {"c1": ("ttft_p50", "tpot_mean", "itl_p50", "output_tok_s"), "c8": ("itl_p50", "output_tok_s")}
@@ -47,7 +50,7 @@ def test_tokentop_and_vllm_bench_serve_agree_within_5_percent():
     for cell, tools in results.items():
         peer, ours = tools["vllm"], tools["tokentop"]
         assert peer["failed"] == 0 and ours["failed"] == 0
-        assert peer["requests"] == ours["requests"] == 3 * next(c.requests for c in cells if c.name == cell)
+        assert peer["requests"] == ours["requests"] == ROUNDS * next(c.requests for c in cells if c.name == cell)
         for title, key, _ in FIGURES:
             if key not in held.get(cell, held["c1"]):
                 continue

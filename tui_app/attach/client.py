@@ -233,6 +233,7 @@ class ServerClient:
             context_len=int(self.n_ctx or 0),
             load_s=time.perf_counter() - t0,
         )
+        self.streams()  # made now, not in the first request's time
         self.emit(ready)
         return ready
 
