@@ -1,10 +1,10 @@
 """The streams' transport: a completion request sent on a kept connection, and its Server-Sent
 Events read as they come.
 
-aiohttp, not httpx, carries the streams: per request it costs a sixth of httpx's CPU (0.31 ms
-against 1.76 here, a stream of one chunk), and eight requests started at once reach the server
-from 0.9 ms on where httpx's first leaves after 8.6 ms (docs/performance.md, the load generator).
-That time is inside every TTFT a client measures, and it is what spread the bench's first burst.
+aiohttp, not httpx, carries the streams: per request it costs a quarter of httpx's CPU (0.33 ms
+against 1.21, a stream of one chunk), and eight requests started at once reach the server over
+0.48 ms where httpx's spread over 7.3 (benchmarks/stream_client.py; docs/performance.md). That time
+is inside every TTFT a client measures, and it is what spread the bench's first burst.
 The GETs (models, metrics, Prometheus) stay on httpx: one a second costs nothing worth a change.
 
 A response read to its end lets the connection be kept for the next request; one left unread is
