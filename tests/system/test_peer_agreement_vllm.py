@@ -40,8 +40,8 @@ def test_tokentop_and_vllm_bench_serve_agree_within_5_percent():
     try:
         pin(server.proc.pid, split[0])
         cells = [Cell("c1", 1, None, 16), Cell("c8", 8, None, 32), Cell("r2/s", None, 2.0, 12)]
-        # Five rounds: with three, 4 of 8 runs on 2026-11-25 had one held figure 5-8 % off (a c1 TPOT,
-        # an r2/s TPOT, ITL or TTFT p50), each time a different one, either tool ahead.
+        # Five rounds: with three, 4 of 8 runs on 2026-11-25 had a held figure 5-8 % off (a c1 TPOT
+        # with tokentop ahead; r2/s TPOT and ITL p50, or TTFT p50, with the peer ahead).
         results = compare(server.url, str(converted_default()), cells, 16, 8, ROUNDS, VLLM_PYTHON, cpus=split[1])
     finally:
         server.close()
