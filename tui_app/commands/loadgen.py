@@ -69,81 +69,71 @@ async def run_round(
 ) -> tuple[list[Sent], float, str | None]:
     """Send `items` (every text filled in), return what was sent, the round's wall time (from its
     start to its last request's end) and why it stopped early (`stop` said so), or None."""
-    with frozen_heap():
-        return await _round(client, items, concurrency, on_done, stop)
-
-
-async def _round(
-    client,
-    items: list[Item],
-    concurrency: int,
-    on_done: Callable[[Sent], None] | None = None,
-    stop: Callable[[], str | None] | None = None,
-) -> tuple[list[Sent], float, str | None]:
     from tui_app.requests import RunRequest
 
-    groups: dict[int, list[Item]] = {}
-    singles: list[list[Item]] = []
-    for it in items:
-        if it.conversation >= 0:
-            groups.setdefault(it.conversation, []).append(it)
+    with frozen_heap():
+        groups: dict[int, list[Item]] = {}
+        singles: list[list[Item]] = []
+        for it in items:
+            if it.conversation >= 0:
+                groups.setdefault(it.conversation, []).append(it)
+            else:
+                singles.append([it])
+        # Conversations and single requests in the order their first request comes.
+        order = sorted([*singles, *groups.values()], key=lambda g: g[0].at_s or 0.0)
+        done: list[Sent] = []
+        stopped: list[str] = []
+        t0 = time.perf_counter()
+
+        def halted() -> bool:
+            if not stopped and stop is not None:
+                why = stop()
+                if why:
+                    stopped.append(why)
+            return bool(stopped)
+
+        async def one(item: Item, prompt: str) -> Sent:
+            planned = None if item.at_s is None else t0 + item.at_s
+            req = RunRequest(prompt=prompt, max_new_tokens=item.new_tokens, ignore_eos=True)
+            sent = Sent(item, await client.run(req), planned, prompt)
+            done.append(sent)
+            if on_done is not None:
+                on_done(sent)
+            return sent
+
+        async def conversation(group: list[Item]) -> None:
+            history = ""
+            for item in sorted(group, key=lambda i: i.turn):
+                if item.at_s is not None and item.turn == 0:
+                    await _until(t0 + item.at_s)
+                if halted():
+                    return
+                prompt = history + TURN_SEPARATOR + (item.text or "") if history else (item.text or "")
+                sent = await one(item, prompt)
+                if sent.fin is None or sent.fin.stop_reason not in ("eos", "max tokens"):
+                    return  # a failed turn has no reply to carry on from
+                history = prompt + sent.fin.text
+
+        if all(g[0].at_s is None for g in order):
+            queue = list(order)
+
+            async def worker() -> None:
+                while queue and not halted():
+                    await conversation(queue.pop(0))
+
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
         else:
-            singles.append([it])
-    # Conversations and single requests in the order their first request comes.
-    order = sorted([*singles, *groups.values()], key=lambda g: g[0].at_s or 0.0)
-    done: list[Sent] = []
-    stopped: list[str] = []
-    t0 = time.perf_counter()
-
-    def halted() -> bool:
-        if not stopped and stop is not None:
-            why = stop()
-            if why:
-                stopped.append(why)
-        return bool(stopped)
-
-    async def one(item: Item, prompt: str) -> Sent:
-        planned = None if item.at_s is None else t0 + item.at_s
-        req = RunRequest(prompt=prompt, max_new_tokens=item.new_tokens, ignore_eos=True)
-        sent = Sent(item, await client.run(req), planned, prompt)
-        done.append(sent)
-        if on_done is not None:
-            on_done(sent)
-        return sent
-
-    async def conversation(group: list[Item]) -> None:
-        history = ""
-        for item in sorted(group, key=lambda i: i.turn):
-            if item.at_s is not None and item.turn == 0:
-                await _until(t0 + item.at_s)
-            if halted():
-                return
-            prompt = history + TURN_SEPARATOR + (item.text or "") if history else (item.text or "")
-            sent = await one(item, prompt)
-            if sent.fin is None or sent.fin.stop_reason not in ("eos", "max tokens"):
-                return  # a failed turn has no reply to carry on from
-            history = prompt + sent.fin.text
-
-    if all(g[0].at_s is None for g in order):
-        queue = list(order)
-
-        async def worker() -> None:
-            while queue and not halted():
-                await conversation(queue.pop(0))
-
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-    else:
-        # Every request waits on its own timer and sends itself: no hop through a dispatcher
-        # between its time coming and its send.
-        tasks = [asyncio.create_task(conversation(group)) for group in order]
-        waiting = asyncio.gather(*tasks, return_exceptions=True)
-        while not waiting.done():  # a stop mid-round ends the requests in flight too
-            await asyncio.wait([waiting], timeout=0.1)
-            if not waiting.done() and halted():
-                for t in tasks:
-                    t.cancel()
-        errors = [e for e in await waiting if isinstance(e, Exception)]
-        if errors:
-            raise errors[0]
-    wall = time.perf_counter() - t0
-    return done, wall, stopped[0] if stopped else None
+            # Every request waits on its own timer and sends itself: no hop through a dispatcher
+            # between its time coming and its send.
+            tasks = [asyncio.create_task(conversation(group)) for group in order]
+            waiting = asyncio.gather(*tasks, return_exceptions=True)
+            while not waiting.done():  # a stop mid-round ends the requests in flight too
+                await asyncio.wait([waiting], timeout=0.1)
+                if not waiting.done() and halted():
+                    for t in tasks:
+                        t.cancel()
+            errors = [e for e in await waiting if isinstance(e, Exception)]
+            if errors:
+                raise errors[0]
+        wall = time.perf_counter() - t0
+        return done, wall, stopped[0] if stopped else None
