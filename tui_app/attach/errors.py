@@ -37,37 +37,45 @@ def host_port(url: str) -> str:
     return f"{p.hostname}:{p.port or (443 if p.scheme == 'https' else 80)}"
 
 
+NAME_NOT_RESOLVED = ("Name or service not known", "nodename nor servname", "Temporary failure in name resolution")
+
+
+def _failure_kind(exc: Exception, text: str) -> str | None:
+    """What went wrong, the same for the streams' client (aiohttp) and the GETs' (httpx)."""
+    connect_error = isinstance(exc, httpx.ConnectError)
+    if isinstance(exc, (aiohttp.ConnectionTimeoutError, httpx.ConnectTimeout)):
+        return "connect timeout"
+    if isinstance(exc, aiohttp.ClientSSLError) or (connect_error and ("CERTIFICATE" in text.upper() or "SSL" in text.upper())):
+        return "tls"
+    if isinstance(exc, aiohttp.ClientConnectorDNSError) or (connect_error and any(s in text for s in NAME_NOT_RESOLVED)):
+        return "name"
+    if isinstance(exc, aiohttp.ClientConnectorError) or connect_error:
+        return "refused"
+    if isinstance(exc, (aiohttp.SocketTimeoutError, httpx.ReadTimeout)):
+        return "stalled"
+    if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError, httpx.RemoteProtocolError, httpx.ReadError)):
+        return "closed"
+    return None
+
+
 def describe_failure(exc: Exception, url: str, timeout_s: float) -> str:
     """One line for a failed request, naming the URL and what to do; never the request's headers,
     nor a password or token in the URL."""
     where = host_port(url)
     url, text = redact(url), redact(str(exc))
-    if isinstance(exc, aiohttp.ConnectionTimeoutError):
-        return f"no answer from {where} within the connect timeout: is the host right and reachable?"
-    if isinstance(exc, aiohttp.ClientSSLError):
-        return f"{where}: its TLS certificate is not trusted (self-signed?); pass --insecure to accept it"
-    if isinstance(exc, aiohttp.ClientConnectorDNSError):
-        return f"cannot resolve the host of {url}: check the URL"
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return f"cannot reach {where}: connection refused (is the server running, on this port?)"
-    if isinstance(exc, aiohttp.SocketTimeoutError):
-        return f"{where} sent nothing for {timeout_s:g} s: the stream stalled (--timeout sets the limit)"
-    if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError)):
-        return f"{where} closed the connection mid-stream (the server stopped, or the network dropped it)"
-    if isinstance(exc, httpx.ConnectTimeout):
-        return f"no answer from {where} within the connect timeout: is the host right and reachable?"
-    if isinstance(exc, httpx.ConnectError):
-        if "CERTIFICATE" in text.upper() or "SSL" in text.upper():
+    match _failure_kind(exc, text):
+        case "connect timeout":
+            return f"no answer from {where} within the connect timeout: is the host right and reachable?"
+        case "tls":
             return f"{where}: its TLS certificate is not trusted (self-signed?); pass --insecure to accept it"
-        if "Name or service not known" in text or "nodename nor servname" in text or "Temporary failure in name resolution" in text:
+        case "name":
             return f"cannot resolve the host of {url}: check the URL"
-        return f"cannot reach {where}: connection refused (is the server running, on this port?)"
-    if isinstance(exc, httpx.ReadTimeout):
-        return f"{where} sent nothing for {timeout_s:g} s: the stream stalled (--timeout sets the limit)"
-    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
-        return f"{where} closed the connection mid-stream (the server stopped, or the network dropped it)"
-    if isinstance(exc, httpx.HTTPError):
-        return f"{where}: {type(exc).__name__}: {text[:200]}"
+        case "refused":
+            return f"cannot reach {where}: connection refused (is the server running, on this port?)"
+        case "stalled":
+            return f"{where} sent nothing for {timeout_s:g} s: the stream stalled (--timeout sets the limit)"
+        case "closed":
+            return f"{where} closed the connection mid-stream (the server stopped, or the network dropped it)"
     return f"{where}: {type(exc).__name__}: {text[:200]}"
 
 
