@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import math
 import os
 import random
+import re
 import statistics
 import sys
 import tempfile
@@ -190,6 +192,51 @@ class Trend:
         return f"{self.name} {self.first:.0f} → {self.last:.0f} MiB, {self.slope:+.3f} MiB/min, 95% [{self.low:+.3f}, {self.high:+.3f}]"
 
 
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _load_mallinfo2():
+    try:
+        fn = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):  # not glibc, or older than 2.33
+        return None
+    fn.restype = _Mallinfo2
+    return fn
+
+
+_MALLINFO2 = _load_mallinfo2()
+_PYMALLOC = {"arenas": re.compile(r"# arenas allocated current\s*=\s*([\d,]+)"), "used": re.compile(r"# bytes in allocated blocks\s*=\s*([\d,]+)")}
+ARENA_MIB = 1.0  # pymalloc's arena since Python 3.10
+
+
+def heap_parts() -> tuple[float, float, float]:
+    """What this process's RSS is made of, in MiB: (C heap in use, by glibc's own count; pymalloc's
+    arenas, mapped whole; the Python objects inside them). RSS that rises with all three flat is
+    neither live memory nor fragmentation we hold; arenas rising with the objects flat is
+    fragmentation (an arena is given back only when every object in it is freed)."""
+    malloc = math.nan
+    if _MALLINFO2 is not None:
+        info = _MALLINFO2()
+        malloc = (info.uordblks + info.hblkhd) / 2**20
+    # Only sys._debugmallocstats tells pymalloc's arenas, and only on C's stderr.
+    with tempfile.TemporaryFile(mode="w+") as out:
+        saved = os.dup(2)
+        try:
+            os.dup2(out.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        out.seek(0)
+        text = out.read()
+    found = {key: rx.search(text) for key, rx in _PYMALLOC.items()}
+    if None in found.values():
+        return malloc, math.nan, math.nan
+    arenas, used = (int(m.group(1).replace(",", "")) for m in found.values())
+    return malloc, arenas * ARENA_MIB, used / 2**20
+
+
 def growth(before, traced_start: int) -> list[str]:
     """Where traced Python memory grew since `before` (a snapshot at the warm-up's end), largest first."""
     if before is None:
@@ -216,7 +263,8 @@ class AttachedSoak:
     trends: list
     queue_max: int
     bytes_per_run: tuple  # mean bytes of a run's own events in the recording: (first half, second half) of the runs after the warm-up
-    trace: list  # (s, UI MiB, client MiB, queue batches, recording MiB, runs) every 10 s
+    trace: list  # (s, UI MiB, client MiB, queue batches, recording MiB, runs, UI C heap, pymalloc arenas, Python objects MiB) every 10 s
+    heap: list  # the UI's RSS in parts (heap_parts), fitted as the RSS is: which part moves
     grew: list = field(default_factory=list)  # --trace-allocations: where the UI's Python memory grew after the warm-up
 
     @property
@@ -238,9 +286,11 @@ class AttachedSoak:
             f"errors {len(self.errors)}{': ' + self.errors[0] if self.errors else ''}\n"
             f"after a warm-up of {self.warmup_s / 60:.1f} min ({'every ring buffer full' if self.rings_full else 'half the soak: rings not yet full'}):\n  "
             + "\n  ".join(t.text() + ("" if t.flat else "  ← rising") for t in self.trends)
+            + "\n  the UI's RSS in parts: "
+            + "; ".join(t.text() for t in self.heap)
             + f"\n  event queue at most {self.queue_max} batches (bound {QUEUE_BOUND}); a run's own lines in the recording {a / 1024:.1f} → "
             f"{b / 1024:.1f} KiB (the runs' first half → second half, {b / a - 1:+.1%})\n"
-            f"every 10 s (s, UI MiB, client MiB, queue, recording MiB, runs): {self.trace}"
+            f"every 10 s (s, UI MiB, client MiB, queue, recording MiB, runs, UI C heap MiB, pymalloc arenas MiB, Python objects MiB): {self.trace}"
         ) + "".join("\n" + line for line in self.grew)
 
 
@@ -297,6 +347,7 @@ async def attached_soak(
                         source.proc.events.qsize(),
                         round(os.path.getsize(rec_path) / 2**20, 2) if os.path.exists(rec_path) else 0.0,
                         len(app.session.finished_ids) and app.session.finished_ids[-1],
+                        *(round(x, 2) for x in heap_parts()),
                     )
                 )
                 s = app.session
@@ -336,6 +387,7 @@ async def attached_soak(
         max(x[3] for x in trace),
         (statistics.fmean(sizes[:half]) if half else math.nan, statistics.fmean(sizes[half:]) if half else math.nan),
         trace,
+        [Trend.of(name, [x[k] for x in after], every) for k, name in ((6, "C heap in use"), (7, "pymalloc arenas"), (8, "Python objects"))],
         grew,
     )
 

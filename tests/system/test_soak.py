@@ -1,8 +1,10 @@
 """The one-minute soak (benchmarks/soak.py runs the 30-minute one): random keys on the real app."""
 
+import sys
+
 import pytest
 
-from benchmarks.soak import soak
+from benchmarks.soak import heap_parts, soak
 
 
 @pytest.mark.slow
@@ -16,3 +18,17 @@ async def test_one_minute_of_random_keys(tmp_path):
     # The UI's RSS is still warming up within a minute (measured: +10-25 %); flatness within 5 %
     # is the 30-minute soak's criterion. Here: no runaway growth.
     assert r.rss_growth < 0.5, r.rss_trace
+
+
+def test_the_rss_parts_count_what_was_allocated_where():
+    """heap_parts, which tells the attached soak's RSS slope apart, against allocations of known size:
+    small objects land in pymalloc's arenas, large buffers in the C heap."""
+    malloc0, arenas0, objects0 = heap_parts()
+    small = [object() for _ in range(200_000)]  # 16 bytes each, in pymalloc's 16-byte class
+    big = bytearray(8 * 2**20)  # over pymalloc's 512-byte limit: malloc's
+    malloc1, arenas1, objects1 = heap_parts()
+    list_mib = sys.getsizeof(small) / 2**20  # the list's own array is malloc's too
+    assert objects1 - objects0 == pytest.approx(200_000 * sys.getsizeof(object()) / 2**20, rel=0.05)
+    assert malloc1 - malloc0 == pytest.approx(8 + list_mib, abs=0.25)
+    assert arenas1 - arenas0 >= 2  # 3 MiB of objects need new 1 MiB arenas
+    del small, big
