@@ -43,9 +43,12 @@ class TmuxApp:
         r = subprocess.run(["tmux", "list-panes", "-t", self.name, "-F", "#{pane_pid}"], capture_output=True, text=True, check=True)
         shell = psutil.Process(int(r.stdout.split()[0]))
         for p in [shell, *shell.children(recursive=True)]:
-            if p.cmdline()[1:3] == ["-m", "tui_app"]:  # not the shell around it, nor the engine
-                return p.pid
-        raise LookupError("the app is not running")
+            try:
+                if p.cmdline()[1:3] == ["-m", "tui_app"]:  # not the shell around it, nor the engine
+                    return p.pid
+            except psutil.Error:  # a child that came and went (a compiler the engine ran) is not the app
+                continue
+        raise LookupError(f"tmux {self.name}: the app is not running; screen:\n{self.pane()}")
 
     def wait_for(self, predicate, timeout: float, poll: float = 0.05) -> float:
         end = time.perf_counter() + timeout
