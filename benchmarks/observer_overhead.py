@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -62,16 +63,24 @@ def engine_alone(runs: int, tokens: int, engine: dict) -> list[float]:
     return decode_tps(events)
 
 
+def runs_finished(screen: str) -> int:
+    """How many runs the status bar says have finished ("run 4 done", or "run 5: generating"): by
+    number, not by one status, which a small model's runs of a tenth of a second show between polls."""
+    done = [int(n) for n in re.findall(r"\brun (\d+) done\b", screen)]
+    started = [int(n) - 1 for n in re.findall(r"\brun (\d+): ", screen)]
+    return max(done + started, default=0)
+
+
 def with_tui(runs: int, tokens: int, fps: float, engine: dict) -> tuple[list[float], float]:
     rec = tempfile.mktemp(suffix=".jsonl", prefix="tokentop-bench-")
     args = ["--auto", "--ignore-eos", "--max-new-tokens", str(tokens), "--record", rec, "--fps", str(fps)]
     app = TmuxApp("tt-observer", args + [arg for key, value in engine.items() for arg in (f"--{key}", value)])
     try:
-        app.wait_for(lambda s: "run 1 done" in s or "run 2" in s, timeout=180)
+        app.wait_for(lambda s: runs_finished(s) >= 1, timeout=180)
         ui = psutil.Process(app.pid())
         c0, t0 = ui.cpu_times(), time.perf_counter()
         # Polled twice a second: capturing the pane is itself work on this 2-core machine.
-        app.wait_for(lambda s: f"run {runs + 2}:" in s or f"run {runs + 1} done" in s, timeout=60 * runs, poll=0.5)
+        app.wait_for(lambda s: runs_finished(s) >= runs + 1, timeout=60 * runs, poll=0.5)
         c1, t1 = ui.cpu_times(), time.perf_counter()
     finally:
         app.close()

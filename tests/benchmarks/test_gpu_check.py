@@ -26,6 +26,7 @@ from benchmarks.gpu_check.report import (
 )
 from benchmarks.gpu_check.run import main, run_all
 from benchmarks.gpu_check.wheels import carry_tmux
+from benchmarks.observer_overhead import runs_finished
 from monitors.events import Levers
 from tui_app.requests import RunRequest
 
@@ -226,6 +227,13 @@ def test_the_observer_check_reads_the_benchmarks_table(small_folder, tmp_path):
     assert re.fullmatch(r"TUI ÷ alone [\d.]+ \([\d.]+–[\d.]+\), UI CPU [\d.]+ % of a core", check.figure), said
     assert check.status == "PASS" or check.reason == "outside the target", said  # speed is the benchmark's to say
     assert "observer overhead on cpu" in report.markdown()  # the benchmark's log beside the report
+
+
+def test_the_observer_benchmark_counts_finished_runs_by_their_number():
+    """A small model's runs take a tenth of a second: the poll must not wait for one exact status."""
+    assert runs_finished("│ 358  cache  43 │\n run 4 done (length) · auto   ? help") == 4
+    assert runs_finished("run 361: generating") == 360
+    assert runs_finished("loading the model… run 12 shown in no status") == 0
 
 
 def test_the_device_map_check_places_the_model_over_two_devices_and_compares_greedy(small_folder):
