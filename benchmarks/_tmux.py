@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -69,3 +70,11 @@ class TmuxApp:
             with contextlib.suppress(TimeoutError):  # closing the terminal ends it (SIGHUP)
                 self.wait_for(lambda s: "TOKENTOP-EXIT=" in s, timeout=10)
         subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+
+
+def runs_finished(screen: str) -> int:
+    """How many runs the status bar says have finished ("run 4 done", or "run 5: generating"): by
+    number, not by one status, which a small model's runs of a tenth of a second show between polls."""
+    done = [int(n) for n in re.findall(r"\brun (\d+) done\b", screen)]
+    started = [int(n) - 1 for n in re.findall(r"\brun (\d+): ", screen)]
+    return max(done + started, default=0)

@@ -28,7 +28,7 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._tmux import TmuxApp
+from benchmarks._tmux import TmuxApp, runs_finished
 from monitors.events import RunFinished
 from monitors.record import read_recording
 from tests.helpers.llama_server import LlamaServer
@@ -65,12 +65,12 @@ def attached(url: str, runs: int, tokens: int, concurrency: int = 1) -> tuple[li
     rec = tempfile.mktemp(suffix=".jsonl", prefix="tokentop-attach-")
     app = TmuxApp("tt-attach", ["attach", url, "--auto", "--ignore-eos", "--max-new-tokens", str(tokens), "--record", rec, "--concurrency", str(concurrency)])
     try:
-        app.wait_for(lambda s: "run 1 done" in s or "run 2:" in s, timeout=180)
+        app.wait_for(lambda s: runs_finished(s) >= 1, timeout=180)
         ui = psutil.Process(app.pid())
         client = next(p for p in ui.children() if "spawn" in " ".join(p.cmdline()))
         procs = (ui, client)
         c0, t0 = [p.cpu_times() for p in procs], time.perf_counter()
-        app.wait_for(lambda s: f"run {runs + 2}:" in s or f"run {runs + 1} done" in s, timeout=60 * runs, poll=0.5)
+        app.wait_for(lambda s: runs_finished(s) >= runs + 1, timeout=60 * runs, poll=0.5)
         c1, t1 = [p.cpu_times() for p in procs], time.perf_counter()
     finally:
         app.close()

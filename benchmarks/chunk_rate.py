@@ -24,7 +24,7 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._tmux import TmuxApp
+from benchmarks._tmux import TmuxApp, runs_finished
 from monitors.events import Step
 from monitors.record import read_recording
 from monitors.timing import percentile
@@ -95,10 +95,10 @@ def main() -> int:
             time.sleep(0.1)
     app = TmuxApp("tt-chunks", ["attach", url, "--auto", "--max-new-tokens", str(args.chunks), "--record", rec])
     try:
-        app.wait_for(lambda s: "run 1 done" in s or "run 2:" in s, timeout=120)
+        app.wait_for(lambda s: runs_finished(s) >= 1, timeout=120)
         ui = psutil.Process(app.pid())
         c0, t0 = ui.cpu_times(), time.perf_counter()
-        app.wait_for(lambda s: f"run {args.runs + 1} done" in s or f"run {args.runs + 2}:" in s, timeout=60 * args.runs, poll=0.5)
+        app.wait_for(lambda s: runs_finished(s) >= args.runs + 1, timeout=60 * args.runs, poll=0.5)
         c1, t1 = ui.cpu_times(), time.perf_counter()
     finally:
         app.close()

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -27,7 +26,7 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._tmux import TmuxApp
+from benchmarks._tmux import TmuxApp, runs_finished
 from monitors.events import RunFinished
 from monitors.record import read_recording
 from tui_app.core.session import Session
@@ -61,14 +60,6 @@ def engine_alone(runs: int, tokens: int, engine: dict) -> list[float]:
     finally:
         proc.shutdown()
     return decode_tps(events)
-
-
-def runs_finished(screen: str) -> int:
-    """How many runs the status bar says have finished ("run 4 done", or "run 5: generating"): by
-    number, not by one status, which a small model's runs of a tenth of a second show between polls."""
-    done = [int(n) for n in re.findall(r"\brun (\d+) done\b", screen)]
-    started = [int(n) - 1 for n in re.findall(r"\brun (\d+): ", screen)]
-    return max(done + started, default=0)
 
 
 def with_tui(runs: int, tokens: int, fps: float, engine: dict) -> tuple[list[float], float]:

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from textual._styles_cache import StylesCache
 
-from benchmarks._tmux import TmuxApp
+from benchmarks._tmux import TmuxApp, runs_finished
 from monitors.record import read_recording
 from tui_app.core.sources import ReplaySource
 from tui_app.ui.app import TokentopApp
@@ -31,7 +31,7 @@ from tui_app.ui.app import TokentopApp
 def record_session(path: str, runs: int = 8) -> None:
     app = TmuxApp("tt-ui-cost", ["--auto", "--ignore-eos", "--max-new-tokens", "64", "--record", path])
     try:
-        app.wait_for(lambda s: f"run {runs} done" in s, timeout=120 + 30 * runs, poll=0.5)
+        app.wait_for(lambda s: runs_finished(s) >= runs, timeout=120 + 30 * runs, poll=0.5)
     finally:
         app.close()
 

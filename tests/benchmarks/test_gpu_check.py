@@ -8,6 +8,7 @@ import subprocess
 import pytest
 import torch
 
+from benchmarks._tmux import runs_finished
 from benchmarks.gpu_check import LEVER_GROUPS, SWITCH_AT
 from benchmarks.gpu_check.checks import check_bandwidth, check_device_map, check_observer_overhead, check_syncs, check_timing, check_tui
 from benchmarks.gpu_check.models import Bench, check_device_leak, lever_check, random_llama, save_tokenizer, tokenizer_dir
@@ -26,7 +27,6 @@ from benchmarks.gpu_check.report import (
 )
 from benchmarks.gpu_check.run import main, run_all
 from benchmarks.gpu_check.wheels import carry_tmux
-from benchmarks.observer_overhead import runs_finished
 from monitors.events import Levers
 from tui_app.requests import RunRequest
 
