@@ -113,7 +113,8 @@ async def soak(
             elapsed = time.monotonic() - t0
             if not trace or elapsed - trace[-1][0] >= 10:
                 trace.append((round(elapsed), round(me.memory_info().rss / 2**20, 1)))
-            if not rss_start and time.monotonic() - t0 > warmup:
+            # Or half the runs: a fast machine reached the 500-run stop before the time (no start to compare with).
+            if not rss_start and (time.monotonic() - t0 > warmup or len(app.session.finished_ids) >= max_runs // 2):
                 rss_start = me.memory_info().rss
                 before = tracemalloc.take_snapshot() if trace_allocations else None
                 traced_start = tracemalloc.get_traced_memory()[0]
