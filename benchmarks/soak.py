@@ -7,7 +7,8 @@ one-minute variant in CI.
 
 Attached (`--attach URL`): the real app on a running server, auto-repeat at --concurrency
 streams for --minutes, nothing pressed. Every 10 s it reads the UI's RSS and the server client's,
-the depth of the client's event queue and the recording's size; after the warm-up (until every
+the depth of the client's event queue, the recording's size and the UI's RSS in parts (glibc's
+heap in use, pymalloc's arenas, the Python objects in them: which part moves); after the warm-up (until every
 ring buffer of the session is full, at most half the soak) the RSS trends are fitted as the leak
 detector fits baselines (monitors/leaks.py: least squares, 95 % interval). It passes when no
 error was said, every finished run is in the recording, neither RSS trend lies wholly above
