@@ -42,6 +42,7 @@ from monitors.events import RunFinished, to_json
 from monitors.leaks import fit_slope, t_quantile_975
 from monitors.record import Recorder, read_recording
 from monitors.sampler import Sampler
+from monitors.system import glibc
 from tui_app.attach.client import CONCURRENCY
 from tui_app.commands.run import engine_source
 from tui_app.engine.config import EngineConfig
@@ -198,16 +199,9 @@ class _Mallinfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
 
 
-def _load_mallinfo2():
-    try:
-        fn = ctypes.CDLL("libc.so.6").mallinfo2
-    except (OSError, AttributeError):  # not glibc, or older than 2.33
-        return None
-    fn.restype = _Mallinfo2
-    return fn
-
-
-_MALLINFO2 = _load_mallinfo2()
+_MALLINFO2 = glibc("mallinfo2")  # glibc 2.33 and later
+if _MALLINFO2 is not None:
+    _MALLINFO2.restype = _Mallinfo2
 _PYMALLOC = {"arenas": re.compile(r"# arenas allocated current\s*=\s*([\d,]+)"), "used": re.compile(r"# bytes in allocated blocks\s*=\s*([\d,]+)")}
 ARENA_MIB = 1.0  # pymalloc's arena since Python 3.10
 

@@ -117,16 +117,17 @@ def _vm_hwm() -> int | None:
     return None
 
 
-def _load_malloc_trim():
+def glibc(name: str):
+    """glibc's function `name`, or None where the C library is another or older than it."""
     try:
         import ctypes
 
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc: the baseline is plain RSS
+        return getattr(ctypes.CDLL("libc.so.6"), name)
+    except (OSError, AttributeError):
         return None
 
 
-_MALLOC_TRIM = _load_malloc_trim()
+_MALLOC_TRIM = glibc("malloc_trim")  # not glibc: the baseline is plain RSS
 
 
 def trim_heap() -> None:
