@@ -16,6 +16,13 @@ error was said, every finished run is in the recording, neither RSS trend lies w
 soak's second half are within 10 % of its first half's.
 
     .venv/bin/python benchmarks/soak.py --attach http://127.0.0.1:8000 --minutes 30 --concurrency 32
+
+Where a soak's memory went (`--replay FILE`): a soak's recording replayed into the real app
+(history 500, 160×45, as the attached soak runs it), paused at each of --marks finished runs for a
+tracemalloc snapshot; prints what grew between consecutive marks, by file, largest first. Hours of
+soak take minutes to replay, and tracemalloc slows only the replay.
+
+    .venv/bin/python benchmarks/soak.py --replay /tmp/tokentop-soak-XXXX/soak.jsonl --marks 60,200,300
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ctypes
+import itertools
 import math
 import os
 import random
@@ -388,6 +396,46 @@ async def attached_soak(
     )
 
 
+async def replay_growth(path: str, marks: list[int], speed: float = 10.0, history: int = 500) -> list[str]:
+    """What grew in the app's traced Python memory between consecutive marks (finished runs) of a
+    recording replayed into it, by file, largest first. The replay pauses for each snapshot, taken
+    at the first frame that passes the mark and labelled with the runs finished by then."""
+    from tui_app.core.sources import ReplaySource
+
+    rec = read_recording(path)
+    source = ReplaySource(rec.events, speed=speed)
+    app = TokentopApp(source, None, fps=8, history=history)
+    snaps: list[tuple[int, tracemalloc.Snapshot]] = []
+    left = sorted(marks)
+    async with app.run_test(size=(160, 45)) as pilot:
+        while source.t0_wall is None:
+            await pilot.pause(0.05)
+        tracemalloc.start(1)
+        try:
+            while left:
+                await pilot.pause(0.05)
+                if source.done and not app.running and len(app.session.finished_ids) < left[0]:
+                    break
+                if len(app.session.finished_ids) >= left[0]:
+                    source.pause(True)
+                    await pilot.pause(0.5)  # the frame that shows the mark's run is drawn
+                    snaps.append((len(app.session.finished_ids), tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])))
+                    left.pop(0)
+                    source.pause(False)
+        finally:
+            tracemalloc.stop()
+        await pilot.press("q")
+    out = []
+    for (na, a), (nb, b) in itertools.pairwise(snaps):
+        stats = b.compare_to(a, "filename")
+        total = sum(st.size_diff for st in stats)
+        out.append(f"run {na} → {nb}: {total / 2**10:+.0f} KiB traced")
+        out += [f"  {st.size_diff / 2**10:+.0f} KiB in {st.count_diff:+d} blocks: {st.traceback[0].filename}" for st in stats[:10]]
+    if left:
+        out.append(f"the recording has {len(app.session.finished_ids)} finished runs: no mark at {', '.join(map(str, left))}")
+    return out
+
+
 async def until_idle(pilot, app, timeout: float = 120) -> None:
     """The run in flight ends (auto-repeat is off), so the last finished run is on disk."""
     end = time.monotonic() + timeout
@@ -405,7 +453,13 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=32, choices=CONCURRENCY, help="with --attach: streams per run (default 32)")
     ap.add_argument("--max-new-tokens", type=int, default=32, help="with --attach: tokens per stream (default 32)")
     ap.add_argument("--timeout", type=float, default=120.0, help="with --attach: seconds a stream may stay silent (default 120: queued streams wait)")
+    ap.add_argument("--replay", default=None, metavar="FILE", help="where a soak's memory went: its recording replayed, tracemalloc compared at --marks")
+    ap.add_argument("--marks", default="60,200,300", help="with --replay: finished runs at which to compare (default 60,200,300)")
     args = ap.parse_args()
+    if args.replay:
+        for line in asyncio.run(replay_growth(args.replay, [int(m) for m in args.marks.split(",")])):
+            print(line)
+        return 0
     if args.attach:
         a = asyncio.run(
             attached_soak(args.attach, args.minutes * 60, args.concurrency, args.max_new_tokens, args.timeout, trace_allocations=args.trace_allocations)

@@ -1,10 +1,11 @@
 """The one-minute soak (benchmarks/soak.py runs the 30-minute one): random keys on the real app."""
 
+import re
 import sys
 
 import pytest
 
-from benchmarks.soak import heap_parts, soak
+from benchmarks.soak import heap_parts, replay_growth, soak
 
 
 @pytest.mark.slow
@@ -18,6 +19,12 @@ async def test_one_minute_of_random_keys(tmp_path):
     # The UI's RSS is still warming up within a minute (measured: +10-25 %); flatness within 5 %
     # is the 30-minute soak's criterion. Here: no runaway growth.
     assert r.rss_growth < 0.5, r.rss_trace
+    # Where the memory went, from the recording: the replay stops at each mark it is asked for.
+    grew = await replay_growth(str(tmp_path / "soak.jsonl"), [2, r.runs])
+    print("\n".join(grew))
+    first = re.match(r"run (\d+) → (\d+): [+-]\d+ KiB traced$", grew[0])
+    assert first and 2 <= int(first[1]) < int(first[2]) <= r.recorded_runs, grew
+    assert not any("no mark" in line for line in grew), grew
 
 
 def test_the_rss_parts_count_what_was_allocated_where():
