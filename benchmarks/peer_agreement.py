@@ -30,6 +30,9 @@ work is not on its load generator's cores; `--shared-cpus` shares them.
 
     .venv/bin/python benchmarks/peer_agreement.py [--rounds 3] [--lengths 64:32] [--rate 2]
         [--vllm-python ~/.cache/tokentop/vllm-venv/bin/python] [--aiperf PATH/bin/aiperf] [--url URL] [--shared-cpus]
+
+`--self` puts tokentop in the peer's turns too: its ratios are the agreement's noise floor, how far
+one tool's pooled figures move between turns when nothing but the moment differs.
 """
 
 from __future__ import annotations
@@ -253,42 +256,45 @@ def compare(
     aiperf: str | None = None,
     log=print,
     cpus: set[int] | None = None,
+    peer: str = "vllm",
 ) -> dict:
     """Every cell, the tools taking turns round by round, each on `cpus` when given;
-    {cell: {tool: figures}}."""
+    {cell: {tool: figures}}. `peer="self"`: tokentop in the peer's turns too, so the ratios show
+    how far the same tool wanders from one turn to the next (the noise floor of an agreement)."""
     with tempfile.TemporaryDirectory(prefix="tokentop-peers-") as tmp:
         work = Path(tmp)
-        vllm = VllmBench(vllm_python, work, cpus)
+        vllm = VllmBench(vllm_python, work, cpus) if peer == "vllm" else None
         try:
             out: dict = {}
             # A seed of this run's own: a server that served an earlier run's random prompts would
             # answer the peers' from its prefix cache (tokentop's start anew by themselves).
             base = random.SystemRandom().randrange(1, 1_000_000)
             for cell in cells:
-                pools = {"vllm": Pooled(), "tokentop": Pooled(), **({"aiperf": Pooled()} if aiperf else {})}
+                pools = {peer: Pooled(), "tokentop": Pooled(), **({"aiperf": Pooled()} if aiperf else {})}
                 for k in range(rounds):
                     seed = base + 1000 * len(out) + k
                     warm = 1 if k == 0 else 0
-                    order = ("vllm", "tokentop") if k % 2 == 0 else ("tokentop", "vllm")
+                    order = (peer, "tokentop") if k % 2 == 0 else ("tokentop", peer)
                     for tool in order:
-                        if tool == "vllm":
+                        if vllm is not None and tool == "vllm":
                             add_vllm(pools["vllm"], vllm.run(url, tokenizer, cell, p_len, new, seed))
                         else:
-                            add_tokentop(pools["tokentop"], tokentop_run(url, cell, p_len, new, work, warm, cpus))
+                            add_tokentop(pools[tool], tokentop_run(url, cell, p_len, new, work, warm, cpus))
                     if aiperf:  # after both: its start-up (~20 s) is not inside either's round
                         add_aiperf(pools["aiperf"], aiperf_run(aiperf, url, tokenizer, cell, p_len, new, work, seed, cpus))
                     log(f"{cell.name}: round {k + 1}/{rounds} done")
                 out[cell.name] = {tool: {**p.figures(), "failed": p.failed, "requests": len(p.ttft)} for tool, p in pools.items()}
             return out
         finally:
-            vllm.close()
+            if vllm is not None:
+                vllm.close()
 
 
 def table(results: dict) -> str:
     peers = sorted({t for tools in results.values() for t in tools if t != "tokentop"}, key=lambda t: t != "vllm")
     lines = []
     for peer in peers:
-        name = "vllm bench serve" if peer == "vllm" else "AIPerf"
+        name = {"vllm": "vllm bench serve", "aiperf": "AIPerf", "self": "itself, in the peer's turns"}[peer]
         lines += [f"tokentop beside {name} (ratio tokentop ÷ peer):", "", "| cell | figure | peer | tokentop | ratio |", "|---|---|---|---|---|"]
         for cell, tools in results.items():
             if peer not in tools:
@@ -318,6 +324,7 @@ def main() -> None:
     p.add_argument("--aiperf", default=None, help="AIPerf's command (make bench-agreement installs it)")
     p.add_argument("--json", default=None, help="also write the figures here")
     p.add_argument("--shared-cpus", action="store_true", help="the server it starts and the tools share every CPU (default: split)")
+    p.add_argument("--self", action="store_true", help="tokentop beside itself (A/A): the noise floor of the agreement")
     args = p.parse_args()
     from tui_app.engine.models import converted_default
 
@@ -335,7 +342,8 @@ def main() -> None:
     url = args.url or server.url
     try:
         log = lambda s: print(s, file=sys.stderr)  # noqa: E731
-        results = compare(url, tokenizer, cells, p_len, new, args.rounds, args.vllm_python, args.aiperf, log=log, cpus=split and split[1])
+        peer = "self" if args.self else "vllm"
+        results = compare(url, tokenizer, cells, p_len, new, args.rounds, args.vllm_python, args.aiperf, log=log, cpus=split and split[1], peer=peer)
     finally:
         if server is not None:
             server.close()
