@@ -443,6 +443,13 @@ async def until_idle(pilot, app, timeout: float = 120) -> None:
         await pilot.pause(0.5)
 
 
+def marks(text: str) -> list[int]:
+    try:
+        return [int(m) for m in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: finished runs, comma-separated (60,200,300)") from None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--minutes", type=float, default=30)
@@ -454,10 +461,10 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=32, help="with --attach: tokens per stream (default 32)")
     ap.add_argument("--timeout", type=float, default=120.0, help="with --attach: seconds a stream may stay silent (default 120: queued streams wait)")
     ap.add_argument("--replay", default=None, metavar="FILE", help="where a soak's memory went: its recording replayed, tracemalloc compared at --marks")
-    ap.add_argument("--marks", default="60,200,300", help="with --replay: finished runs at which to compare (default 60,200,300)")
+    ap.add_argument("--marks", default=[60, 200, 300], type=marks, help="with --replay: finished runs at which to compare (default 60,200,300)")
     args = ap.parse_args()
     if args.replay:
-        for line in asyncio.run(replay_growth(args.replay, [int(m) for m in args.marks.split(",")])):
+        for line in asyncio.run(replay_growth(args.replay, args.marks)):
             print(line)
         return 0
     if args.attach:
