@@ -403,6 +403,8 @@ async def replay_growth(path: str, marks: list[int], speed: float = 10.0, histor
     from tui_app.core.sources import ReplaySource
 
     rec = read_recording(path)
+    if not rec.events:
+        return [f"{path}: {rec.error or 'no events'}"]
     source = ReplaySource(rec.events, speed=speed)
     app = TokentopApp(source, None, fps=8, history=history)
     snaps: list[tuple[int, tracemalloc.Snapshot]] = []
