@@ -7,9 +7,12 @@ Quantization choices, measured on the 2-core CPU with the default model (see doc
   unchanged); torch's quantize_dynamic rounds them to int8: 45 tok/s but a broken output
   (perplexity 43 vs 13, looping text).
 - int4: on CPU our own too (groups of 32 with an fp16 scale and min, the GGUF's Q4_1 layout; int8
-  LM head) on an AVX-512 VNNI kernel: 53 tok/s eager, 88 compiled, perplexity 24.56 vs 24.60, where
-  torchao's IntxWeightOnly did 8 tok/s at perplexity 29.5. torchao remains the int4 of CPUs
-  without AVX-512 VNNI, and on CUDA its Int4WeightOnly (tinygemm) in bf16, the usual fast choice.
+  LM head): 53 tok/s eager, 88 compiled, perplexity 24.56 vs 24.60, where torchao's
+  IntxWeightOnly did 8 tok/s at perplexity 29.5. torchao remains the int4 of rows that do not
+  split into groups of 32, and on CUDA its Int4WeightOnly (tinygemm) in bf16, the usual fast choice.
+- The kernels have a body for each kind of CPU (kernels/isa.h: AVX-512 VNNI, AVX2, generic C++
+  for ARM and the rest), so both levers keep their point on every CPU; quant_impl names the one
+  this machine builds.
 """
 
 from __future__ import annotations
@@ -30,9 +33,10 @@ def quant_impl(device: str, dtype: torch.dtype) -> dict[str, str]:
     if device.startswith("cuda"):
         int4 = "torchao Int4WeightOnly g128 (tinygemm)" if dtype == torch.bfloat16 else "refused: needs --dtype bf16"
         return {"int8": "torchao Int8WeightOnly, LM head fp", "int4": int4}
+    body = native.isa()
     return {
-        "int8": "int8 per-channel weights, LM head too; decode on our C++ kernel (AVX-512 VNNI)",
-        "int4": "int4 g32 weights, int8 LM head; decode on our C++ kernel (AVX-512 VNNI)",
+        "int8": f"int8 per-channel weights, LM head too; decode on our C++ kernel ({body})",
+        "int4": f"int4 g32 weights, int8 LM head; decode on our C++ kernel ({body})",
     }
 
 

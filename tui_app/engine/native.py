@@ -1,14 +1,20 @@
 """tokentop's own C++ kernels: compiled on first use for this machine, cached, loaded as torch ops.
 
-Built like inductor builds its kernels (the same compiler, for the CPU at hand: `-march=native`),
-so a machine that can run the compile lever can build these too. Where the build fails, the reason
-is kept and the callers fall back to plain torch (slower, same numbers to rounding).
+Built like inductor builds its kernels (the same compiler, for the CPU at hand: `-march=native`,
+`-mcpu=native` on ARM), so a machine that can run the compile lever can build these too. Each
+kernel has three bodies (kernels/isa.h): AVX-512 VNNI's, AVX2's, and a generic one in plain C++
+vectors for every other CPU (ARM's NEON and SVE among them). TOKENTOP_CPU_KERNELS picks:
+`best` (the default) what the CPU has; `portable` builds without AVX-512, as a CPU without it
+would; `generic` the plain body. So one machine tests every body. Where the build fails, the
+reason is kept and the callers fall back to plain torch (slower, same numbers to rounding).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import platform
 import subprocess
 from pathlib import Path
 
@@ -17,17 +23,57 @@ import torch
 from tui_app.folders import cache_root
 
 SOURCES = Path(__file__).parent / "kernels"
-FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++20", "-w"]
+MODES = ("best", "portable", "generic")
+COMMON = ["-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++20", "-w"]
+X86 = ("x86_64", "amd64")
+ARM = ("aarch64", "arm64")
 
 _loaded: dict[str, str | None] = {}  # kernel name -> None when loaded, else why it is not
+
+
+def mode() -> str:
+    """TOKENTOP_CPU_KERNELS: 'best' (unset or empty too), 'portable' or 'generic'; anything else is
+    returned as given, and load() refuses it with the reason."""
+    return os.environ.get("TOKENTOP_CPU_KERNELS", "").strip().lower() or "best"
+
+
+def flags(kernel_mode: str | None = None) -> list[str]:
+    """The compiler's flags for this machine's CPU in `kernel_mode` (by default mode())."""
+    machine = platform.machine().lower()
+    target = ["-march=native"] if machine in X86 else ["-mcpu=native"] if machine in ARM else []
+    chosen = kernel_mode or mode()
+    if chosen in ("portable", "generic"):
+        target += [f"-DTOKENTOP_{chosen.upper()}", *(["-mno-avx512f"] if machine in X86 else [])]
+    return [*COMMON, *target]
+
+
+@functools.cache
+def isa(kernel_mode: str | None = None) -> str:
+    """Which body the kernels compile to here, read off the compiler's own macros for these flags:
+    'AVX-512 VNNI', 'AVX2', or the generic body's target: 'generic (SVE)', 'generic (NEON)',
+    'generic (AVX2)' or 'generic' (plain C++, vectorized as the compiler can)."""
+    compiler = os.environ.get("CXX", "g++")
+    cmd = [compiler, *[f for f in flags(kernel_mode) if f.startswith(("-m", "-D"))], "-std=c++20", "-dM", "-E", "-x", "c++", os.devnull]
+    try:
+        macros = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        macros = ""
+    defined = {line.split()[1] for line in macros.splitlines() if line.startswith("#define ")}
+    forced = {"TOKENTOP_PORTABLE", "TOKENTOP_GENERIC"} & defined
+    if not forced and {"__AVX512F__", "__AVX512VNNI__", "__AVX512BW__", "__AVX512VL__", "__AVX512DQ__"} <= defined:
+        return "AVX-512 VNNI"
+    if "TOKENTOP_GENERIC" not in defined and {"__AVX2__", "__FMA__", "__F16C__"} <= defined:
+        return "AVX2"
+    target = next((name for macro, name in (("__ARM_FEATURE_SVE", "SVE"), ("__ARM_NEON", "NEON"), ("__AVX2__", "AVX2")) if macro in defined), None)
+    return f"generic ({target})" if target else "generic"
 
 
 def _cpu_flags() -> str:
     try:
         with open("/proc/cpuinfo") as f:
             return next((line for line in f if line.startswith(("flags", "Features"))), "")
-    except OSError:
-        return ""
+    except OSError:  # no /proc (macOS): the machine's name keys the build instead
+        return f"{platform.machine()} {platform.processor()}"
 
 
 def _build(name: str) -> Path:
@@ -37,8 +83,8 @@ def _build(name: str) -> Path:
     compiler = os.environ.get("CXX", "g++")
     abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
     texts = [p.read_text() for p in [source, *sorted(SOURCES.glob("*.h"))]]
-    key = hashlib.sha256("\0".join([*texts, torch.__version__, compiler, abi, *FLAGS, _cpu_flags()]).encode()).hexdigest()[:16]
-    target = cache_root() / "kernels" / f"{name}-{key}.so"
+    key = hashlib.sha256("\0".join([*texts, torch.__version__, compiler, abi, *flags(), _cpu_flags()]).encode()).hexdigest()[:16]
+    target = cache_root() / "kernels" / f"{name}-{mode()}-{key}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -46,7 +92,7 @@ def _build(name: str) -> Path:
     libs = cpp_extension.library_paths()
     cmd = [
         compiler,
-        *FLAGS,
+        *flags(),
         abi,
         *(f"-I{p}" for p in cpp_extension.include_paths()),
         str(source),
@@ -66,8 +112,10 @@ def _build(name: str) -> Path:
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
         raise RuntimeError(f"{compiler} failed: {last[:200]}")
     os.replace(tmp, target)  # atomic: a concurrent build of the same key writes the same bytes
-    for stale in target.parent.glob(f"{name}-*.so"):  # builds of older sources or another torch
-        if stale != target:
+    # Builds of older sources or another torch go; the other mode's stays (make test runs both).
+    others = tuple(f"{name}-{m}-" for m in MODES if m != mode())
+    for stale in target.parent.glob(f"{name}-*.so"):
+        if stale != target and not stale.name.startswith(others):
             stale.unlink(missing_ok=True)  # a process that has one loaded keeps its mapping
     return target
 
@@ -96,6 +144,9 @@ FAKES = {
 def load(name: str) -> str | None:
     """Load kernel `name` (building it once per machine); None when it is ready, else the reason."""
     if name not in _loaded:
+        if mode() not in MODES:
+            _loaded[name] = f"TOKENTOP_CPU_KERNELS={mode()} is not one of {', '.join(MODES)}"
+            return _loaded[name]
         try:
             torch.ops.load_library(str(_build(name)))
         except (RuntimeError, OSError) as exc:

@@ -17,8 +17,9 @@ per token and how fast a kernel streams them.
 - int4 the same way (kernels/int4_linear.cpp): 8 -> 53 tok/s eager, 88 compiled (torchao's int4 -> ours);
   its tiled form on huge pages (587180b, 99d6b5c): 72 eager, 146 compiled. int8 tiled too (63f320c),
   int16 activations in both again: int8 58 eager, 118 compiled; int4 78 and 145 (ceiling.py).
-- Without a C++ compiler or AVX-512 VNNI the kernels are skipped (the reason is shown): int8 calls
-  are widened, int4 goes to torchao.
+- Each kernel has a body per kind of CPU (kernels/isa.h): AVX-512 VNNI's, AVX2's and a generic
+  one, over the same packed tiles. Without a C++ compiler the kernels are skipped (the reason is
+  shown): int8 calls are widened, int4 goes to torchao.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import torch
 from . import native, pages
 
 GROUP = 32  # int4 weights per scale and min
-TILE = 16  # rows stored together: one per int32 lane of the kernels' AVX-512 vectors
+TILE = 16  # rows stored together: one per int32 lane of the VNNI kernels' AVX-512 vectors
 QUAD = 4  # int8 weights of a row side by side in a tile: one int32 lane's worth
 NIBBLES = TILE * GROUP // 2  # bytes of a tile's group of weights, followed by its rows' fp16 scales and mins
 CHUNK_ELEMENTS = 1 << 19  # 2 MB of fp32 per widened chunk: it stays in the cache while it is used

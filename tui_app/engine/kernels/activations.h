@@ -1,18 +1,17 @@
-// Shared by the int8 and int4 kernels: each token's activations rounded to int16 with one step per
-// token (its largest |x| lands on kQmax), each int16 split into two int8 bytes, x = 256 hi + lo,
-// both in -128..127. Why split: AVX-512 VNNI multiplies bytes (vpdpbusd, 64 per instruction, one
-// operand unsigned: the weights), twice the rate of its int16 form, and the int16 rounding keeps
-// the activations' error some 40x below the weights' own. Rounding each group of 32 to int8
-// instead (llama.cpp's Q8 activations) raised the int4 variant's decode perplexity from 24.56 to
-// 25.00 on the default model, more than its weights cost.
+// Shared by the int8 and int4 kernels. Their VNNI bodies round each token's activations to int16
+// with one step per token (its largest |x| lands on kQmax) and split each int16 into two int8
+// bytes, x = 256 hi + lo, both in -128..127; the portable bodies multiply the fp32 activations as
+// they are. Why split: AVX-512 VNNI multiplies bytes (vpdpbusd, 64 per instruction, one operand
+// unsigned: the weights), twice the rate of its int16 form, and the int16 rounding keeps the
+// activations' error some 40x below the weights' own. Rounding each group of 32 to int8 instead
+// (llama.cpp's Q8 activations) raised the int4 variant's decode perplexity from 24.56 to 25.00 on
+// the default model, more than its weights cost.
 //
 // Why vectorized by hand: this runs once per call, 211 calls per decode step, and GCC leaves the
 // loops scalar (a float max and nearbyint are not vectorized without -ffast-math): measured, a
 // scalar rounding cost 3 us per call, 0.6 ms of a ~11 ms int4 step. The vector conversion rounds
 // to nearest even, as nearbyint does in the default rounding mode, so the integers are the same.
-#pragma once  // each kernel checks for AVX-512 before it includes this, naming itself
-
-#include <immintrin.h>
+#pragma once
 
 #include <algorithm>
 #include <cmath>
@@ -20,7 +19,21 @@
 #include <cstring>
 #include <vector>
 
+#include "isa.h"
 #include "scratch.h"
+
+// y [M, N] = the bias, or zeros: a product over zero inputs (x with no columns), as torch's linear gives.
+inline void empty_sum(int64_t M, int64_t N, const float* bias, float* y) {
+  for (int64_t m = 0; m < M; ++m) {
+    if (bias)
+      std::copy(bias, bias + N, y + m * N);
+    else
+      std::fill(y + m * N, y + (m + 1) * N, 0.f);
+  }
+}
+
+#if defined(TOKENTOP_VNNI)
+#include <immintrin.h>
 
 // The largest int16 whose high byte, rounded as below, still fits int8: 127 * 256 + 127.
 constexpr float kQmax = 32639.f;
@@ -51,16 +64,6 @@ inline float split_int16(const float* x, int64_t K, int64_t Kp, int8_t* hi, int8
   return step;
 }
 
-// y [M, N] = the bias, or zeros: a product over zero inputs (x with no columns), as torch's linear gives.
-inline void empty_sum(int64_t M, int64_t N, const float* bias, float* y) {
-  for (int64_t m = 0; m < M; ++m) {
-    if (bias)
-      std::copy(bias, bias + N, y + m * N);
-    else
-      std::fill(y + m * N, y + (m + 1) * N, 0.f);
-  }
-}
-
 // Four activation bytes at p, broadcast to all rows. Read from the activations themselves, the
 // broadcast is one load (vpbroadcastd m32); copied to a stack array first, each word went through
 // a general register to a vector. Measured on the int4 kernel, 1536 x 576 in the L2 cache: 1 / 4 / 8
@@ -71,12 +74,38 @@ inline __m512i word(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// Asks for the weights' cache line kAhead bytes past p. Both kernels read their tiles as one
-// sequential stream, yet on a VM with ~8-11 GB/s to memory (2026-11-22, before f62053c) they
-// streamed at ~0.75 of a plain sum over the same bytes: the arithmetic between loads keeps fewer
-// lines in flight than the hardware prefetcher needs. Asked for 8 KiB ahead (one line per 64 bytes
-// read), the fused int4 step took 0.77x the time and int8's 0.82x (one process, alternating, the
-// same tokens); 1 KiB ahead gained 0.94x, 16 KiB 0.87x. Past a layer's end the line is its neighbour's in the pool (the layers
-// lie in call order), and past the pool's end a prefetch is dropped, never a fault.
-constexpr int64_t kAhead = 8192;
-inline void ahead(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p + kAhead), _MM_HINT_T0); }
+#elif defined(TOKENTOP_AVX2)
+#include <immintrin.h>
+
+// The largest int16 the VNNI bodies use, so both give the same integers.
+constexpr float kQmax = 32639.f;
+
+// Rounds x[0, K) to int16 with one step (returned), as split_int16 does but unsplit; [K, Kp) are zeros.
+inline float round_int16(const float* x, int64_t K, int64_t Kp, int16_t* q) {
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 m = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + k), magnitude));
+  float lanes[8];
+  _mm256_storeu_ps(lanes, m);
+  float amax = *std::max_element(lanes, lanes + 8);
+  for (; k < K; ++k) amax = std::max(amax, std::abs(x[k]));
+  const float step = amax > 0.f ? amax / kQmax : 1.f, inv = 1.f / step;
+  const __m256 s = _mm256_set1_ps(inv);
+  for (k = 0; k + 8 <= K; k += 8) {
+    const __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), s));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+  }
+  for (; k < K; ++k) q[k] = int16_t(std::nearbyint(x[k] * inv));
+  std::fill(q + K, q + Kp, int16_t(0));
+  return step;
+}
+
+// Four int16 activations at p, (x0, x1) and (x2, x3) in every pair of int32 lanes: what vpmaddwd
+// multiplies with a row's four weights widened to int16.
+inline __m256i quad(const int16_t* p) {
+  int64_t v;
+  std::memcpy(&v, p, 8);
+  return _mm256_set1_epi64x(v);
+}
+#endif

@@ -11,13 +11,8 @@
 // takes each row's own: reading row 0's for every row gave the other rows wrong answers silently).
 // Query head h reads K/V head h / (Hq / Hkv), as repeat_kv and SDPA's enable_gqa pair them.
 // Returns [B, 1, Hq, D]: the layout transformers' attention functions return.
-// ATen's vector type for the ISA this build targets (as inductor's own C++ kernels use it):
-// the exponentials are its exp_u20, which SDPA's CPU flash attention uses as well.
-#if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-#define CPU_CAPABILITY_AVX512
-#elif defined(__AVX2__) && defined(__FMA__)
-#define CPU_CAPABILITY_AVX2
-#endif
+// ATen's vectors (isa.h): the exponentials are its exp_u20, which SDPA's CPU flash attention uses as well.
+#include "isa.h"
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>

@@ -14,11 +14,7 @@
 // The same numbers as transformers' LlamaDecoderLayer over a StaticCache to float rounding: the
 // cache layer's `cumulative_length` says where this token's K/V go and is advanced, as
 // StaticLayer.update does; the tests check the logits and greedy tokens against the layer-by-layer step.
-#if !defined(__AVX512F__) || !defined(__AVX512VNNI__) || !defined(__AVX512BW__) || !defined(__AVX512VL__) || \
-    !defined(__AVX512DQ__)
-#error "decode_step needs AVX-512 (F, BW, DQ, VL, VNNI)"
-#endif
-#define CPU_CAPABILITY_AVX512  // attention.h's ATen vectors, as decode_attention.cpp builds them
+#include "isa.h"  // first: it picks the projections' bodies and attention.h's ATen vectors
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>

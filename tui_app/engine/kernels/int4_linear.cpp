@@ -13,12 +13,10 @@
 //   rows' scales and mins. One sequential stream per layer reads at the rate of a plain sum over
 //   the same bytes (20.1-20.8 GB/s vs 20.3-20.6), where weights, scales and mins in three arrays
 //   read at 15.5-16 (software prefetching made either slower there; on a VM with half that
-//   bandwidth the one stream gains from asking for lines 8 KiB ahead: activations.h's ahead()).
+//   bandwidth the one stream gains from asking for lines 8 KiB ahead: isa.h's ahead()).
 // The mins need no work per weight: sum_k x_k * min_g = min_g * (sum of x over the group).
-// Machines without AVX-512 (F, BW, VL, VNNI) fail this build and keep torchao's path (the reason is shown).
-#if !defined(__AVX512F__) || !defined(__AVX512VNNI__) || !defined(__AVX512BW__) || !defined(__AVX512VL__)
-#error "int4_linear needs AVX-512 (F, BW, VL, VNNI)"
-#endif
+// Without AVX-512 VNNI the same tiles are read by the portable body (portable.h, isa.h).
+#include "isa.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
