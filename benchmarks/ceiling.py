@@ -20,7 +20,10 @@ the time from the first to the last, measured inside its server), with EOS banne
 (tokentop, llama.cpp, tokentop, …) over the same prompt tokens and the ratio is the median of the
 pairs' ratios with their range: this VM's bandwidth swings by a third within minutes.
 
-    .venv/bin/python benchmarks/ceiling.py [--tokens 64] [--repeats 3] [--pairs 5] [--threads N]
+`--kernels best,portable` runs the whole comparison once per body of the CPU kernels
+(engine/native.py), each in a process of its own, one after the other.
+
+    .venv/bin/python benchmarks/ceiling.py [--tokens 64] [--repeats 3] [--pairs 5] [--threads N] [--kernels best,portable]
 """
 
 from __future__ import annotations
@@ -191,7 +194,17 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=5, help="tokentop / llama.cpp runs interleaved (at least 5 for a median with a range)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: the engine's, cores - 1); llama.cpp is compared at the same count")
     ap.add_argument("--variants", default="fp32,fp32+compile,int8,int8+compile,int4,int4+compile")
+    ap.add_argument("--kernels", default="", help="kernel bodies to measure one after the other (e.g. best,portable); default: this process's")
     args = ap.parse_args()
+    modes = [m.strip() for m in args.kernels.split(",") if m.strip()]
+    if modes:  # a process keeps the body it loaded: one child per body, printing as it goes
+        argv = [f"--{k}={v}" for k, v in vars(args).items() if k != "kernels"]
+        for mode in modes:
+            print(f"\n## TOKENTOP_CPU_KERNELS={mode}", flush=True)
+            code = subprocess.run([sys.executable, os.path.abspath(__file__), *argv], env={**os.environ, "TOKENTOP_CPU_KERNELS": mode}, check=False).returncode
+            if code:
+                return code
+        return 0
     from tui_app.commands.bench import apply_levers
     from tui_app.core import fmt
     from tui_app.core.session import Session
@@ -250,8 +263,10 @@ def main() -> int:
             }
         )
     caches = ", ".join(f"{n} {fmt.nbytes(s)}" for n, s in levels) or "not reported"
+    from tui_app.engine import native
+
     print(
-        f"\n{engine.ready.model} on {engine.device}, {engine.threads} thread(s), {len(ids)} prompt + {args.tokens} new tokens; "
+        f"\n{engine.ready.model} on {engine.device}, {engine.threads} thread(s), the {native.isa()} kernels, {len(ids)} prompt + {args.tokens} new tokens; "
         f"CPU 0's caches (sysfs): {caches}\nceiling: the best of 5 sums of the working set's bytes (after one that brings them "
         f"wherever they fit) just before and after each run; DRAM: the best of 3 sums of {fmt.nbytes(dram_bytes)}; ratios: the median of {args.repeats} runs\n"
     )

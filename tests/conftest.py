@@ -18,12 +18,31 @@ os.environ["TOKENTOP_DATA"] = TEST_DATA
 
 def pytest_addoption(parser):
     parser.addoption("--device", default="cpu", help="where tests that take a device run the engine: cpu (default) or cuda[:N] (docs/gpu.md)")
+    parser.addoption("--no-model", action="store_true", help="skip the tests that need the default model (make test-aarch64: the kernels alone, emulated)")
+
+
+def pytest_report_header(config):
+    """Which body of tokentop's CPU kernels this run builds (engine/native.py), so a log says which path it tested."""
+    try:
+        from tui_app.engine import native
+    except ImportError:  # the base install: no torch, no kernels
+        return None
+    return f"tokentop kernels: TOKENTOP_CPU_KERNELS={native.mode()}, the {native.isa()} body"
 
 
 def pytest_collection_modifyitems(config, items):
     """Browser tests last: they start a server and a browser, and a failure there should not hide the rest.
     GPU tests skip, saying why, where torch sees no CUDA device."""
     items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+    if os.environ.get("TOKENTOP_CPU_KERNELS", "").strip().lower() == "portable":
+        from tui_app.engine import native
+
+        if native.isa("best") == native.isa("portable"):
+            # make test's second pass: here it would test the same build as the first.
+            skip = pytest.mark.skip(reason=f"this CPU's best kernels are the portable ones ({native.isa()}): the first pass tested them")
+            for item in items:
+                if item.get_closest_marker("kernels") is not None:
+                    item.add_marker(skip)
     gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
     if gpu:
         import torch
@@ -45,8 +64,10 @@ def engine_events():
 
 
 @pytest.fixture(scope="session")
-def engine(engine_events, device):
+def engine(request, engine_events, device):
     """The real default model, loaded once for the whole session, in this process, on --device."""
+    if request.config.getoption("--no-model"):
+        pytest.skip("--no-model: this run checks the kernels alone")
     from tui_app.engine.generation import Engine, EngineConfig
     from tui_app.engine.models import ModelError, find_default_gguf, resolve_device
 

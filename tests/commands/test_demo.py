@@ -6,13 +6,13 @@ import math
 
 import pytest
 
-from monitors.events import RunStarted
+from monitors.events import Levers, RunStarted
 from tests.ui.test_app import until
 from tui_app.cli import main
 from tui_app.commands.demo import run_tour
 from tui_app.commands.run import engine_source
 from tui_app.core.session import Session
-from tui_app.core.tour import LEVERS, TourError, default_tour, load_tour, parse_tour, ratio
+from tui_app.core.tour import LEVERS, Figures, StepResult, TourError, default_tour, load_tour, parse_tour, ratio, speedups
 from tui_app.engine.config import EngineConfig
 from tui_app.ui.demo_app import DemoApp
 
@@ -28,6 +28,7 @@ def session_on(plain):
     plain.emit = emit
 
 
+@pytest.mark.kernels
 def test_the_default_tour_headless_states_each_effect_with_the_right_sign(session_on):
     engine, session = session_on
     said: list[str] = []
@@ -167,6 +168,26 @@ def test_demo_report_refuses_before_the_tour(tmp_path, capsys, extra, message):
     assert main(["demo", "--no-tui", "--report", target, *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def _figures(label: str, tok_s: float, quant: str = "off") -> Figures:
+    return Figures(label, quant, 1, 300, tok_s, 0.1, 1 / tok_s, math.nan, math.nan, 24.6, quant)
+
+
+def test_a_lever_that_does_not_pay_here_is_said_so_with_its_figure_and_the_engines_reason():
+    """A step that turns a speed lever on and decodes slower than the step it compares with says
+    so, beside the figure, with what the engine said it built instead; one that pays says nothing
+    more, nor does a step that turns no speed lever on (a shorter prompt, a batch)."""
+    plain, int8 = (next(s for s in default_tour() if s.label == label) for label in ("plain", "int8"))
+    note = "int8 without its C++ kernel, every weight widened (slower): g++ could not run"
+    slow = StepResult(int8, [2], [], _figures("int8", 3.7, "int8"), _figures("plain", 9.2), plain.levers, note)
+    assert slow.pays() is False
+    assert slow.effect() == f"int8: 0.4× plain tok/s (3.7 vs 9.2), int8 does not pay on this machine ({note}), ppl 24.60 vs 24.60"
+    fast = StepResult(int8, [2], [], _figures("int8", 30.1, "int8"), _figures("plain", 9.2), plain.levers)
+    assert fast.pays() is True and "does not pay" not in fast.effect()
+    batch = next(s for s in default_tour() if s.label == "batch4")
+    assert StepResult(batch, [3], [], _figures("batch4", 5.0), _figures("cache", 9.2), plain.levers).pays() is None
+    assert speedups(Levers(compile=True, quant="int4"), Levers(quant="int4")) == ["compile"]
 
 
 def test_parse_tour_needs_steps():

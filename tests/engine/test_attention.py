@@ -9,6 +9,8 @@ from tui_app.engine import native
 from tui_app.engine.lean import LeanDecode, use_own_attention
 from tui_app.engine.models import cache_kwarg
 
+pytestmark = pytest.mark.kernels
+
 
 @pytest.fixture(autouse=True, scope="module")
 def _kernel():

@@ -84,6 +84,7 @@ def covered(view, tensors) -> bool:
     return pos >= hi
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize("level", ["off", "int8", "int4"])
 def test_spans_read_only_the_weights_a_step_reads_and_nearly_all_of_them(plain, level):
     """Whatever the layout (per-tensor storages, the pools, the fp model moved onto huge pages by an

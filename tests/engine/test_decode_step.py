@@ -9,6 +9,8 @@ from tui_app.engine import native
 from tui_app.engine.lean import LeanDecode
 from tui_app.engine.models import cache_kwarg
 
+pytestmark = pytest.mark.kernels
+
 PROMPT = torch.tensor([[1, 504, 3, 88, 1200, 77, 9, 451, 2, 33]])
 STEPS = 16
 

@@ -86,6 +86,7 @@ def test_kv_bytes_of_every_step_equal_the_formula(plain, collect):
     assert all(s.kv_bytes == 0 for s in steps)
 
 
+@pytest.mark.kernels
 @pytest.mark.slow
 @pytest.mark.parametrize("level", ["int8", "int4"])
 def test_compile_with_quantized_weights_keeps_their_greedy_output(plain, collect, level):
@@ -143,6 +144,7 @@ def test_compile_static_cache_greedy_equals_generate_and_reports_allocated_vs_us
     assert phases or ("off", 1, 256) in plain.control.warm
 
 
+@pytest.mark.kernels
 def test_int8_is_coherent_deterministic_and_reports_its_quality(plain, collect, ref_short):
     run(plain, collect)  # a plain run of this prompt: the reference for first_diff
     assert apply_levers(plain, {"quant": "int8"}) == ""
@@ -158,6 +160,7 @@ def test_int8_is_coherent_deterministic_and_reports_its_quality(plain, collect, 
     assert sum(ch.isalpha() or ch.isspace() for ch in text) > 0.8 * len(text)
 
 
+@pytest.mark.kernels
 def test_int4_runs_and_reports_its_quality(plain, collect, ref_short):
     """The default model came from a Q4_1 GGUF (groups of 32, a scale and a min): our int4 has
     that layout, so its weights land back on their own grid and the text barely moves."""
@@ -170,6 +173,7 @@ def test_int4_runs_and_reports_its_quality(plain, collect, ref_short):
     assert fin.first_diff is None or fin.first_diff >= 4
 
 
+@pytest.mark.kernels
 @pytest.mark.slow
 def test_a_quantized_variants_perplexity_is_what_its_decode_computes(plain):
     """The perplexity shown beside a quantized run is checked against one computed independently,
@@ -209,6 +213,7 @@ def test_a_lever_switched_mid_run_continues_the_text(plain, collect, ref_long):
     assert first_after_on.kind == "reprefill" and first_after_on.kv_bytes > 0
 
 
+@pytest.mark.kernels
 def test_quant_switched_mid_run_reprefills_and_continues(plain, collect, ref_short):
     sent = []
 
@@ -324,6 +329,7 @@ def _transformers_perplexity(model, ids: torch.Tensor) -> float:
 PPL_BOUND = {"off": 1e-9, "int8": 0.01, "int4": 0.01}
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize("level", ["off", "int8", "int4"])
 def test_every_variants_perplexity_is_transformers_loss_on_the_same_tokens(plain, level):
     """The shown perplexity against transformers' loss: on the variant itself (the same forward, so

@@ -104,6 +104,7 @@ class Session:
     ready: EngineReady | None = None
     levers: Levers = field(default_factory=Levers)
     phase: Phase | None = None
+    prepared: dict = field(default_factory=dict)  # a finished phase's name → its last detail (what quantize says it built)
     timer: RunTimer = field(default_factory=RunTimer)
     leak: LeakDetector = field(default_factory=LeakDetector)
     device_leaks: dict = field(default_factory=lambda: {name: LeakDetector() for name, _ in DEVICE_BASELINES})
@@ -211,6 +212,7 @@ class Session:
                 self.verdict = None
                 self.device_verdicts.clear()
             if ev.done:
+                self.prepared[ev.name] = ev.detail
                 self.say(f"{ev.name}: {ev.detail} ({ev.seconds:.1f} s)")
         elif isinstance(ev, EngineReady):
             self.ready = ev

@@ -270,6 +270,13 @@ def ratio(a: float, b: float) -> float:
     return a / b if b and not math.isnan(a) and not math.isnan(b) else math.nan
 
 
+def speedups(levers: Levers, base: Levers) -> list[str]:
+    """The levers `levers` turns on that `base` has off, each of which promises a faster decode."""
+    on = [("cache", levers.cache and not base.cache), ("compile", levers.compile and not base.compile)]
+    on += [(levers.quant, levers.quant != "off" and levers.quant != base.quant), (f"spec:{levers.spec}", levers.spec != "off" and base.spec == "off")]
+    return [name for name, turned_on in on if turned_on]
+
+
 @dataclass
 class StepResult:
     step: TourStep
@@ -277,6 +284,8 @@ class StepResult:
     refused: list[str]
     figures: Figures | None
     base: Figures | None  # the compared step's
+    base_levers: Levers | None = None
+    note: str = ""  # what the engine said it prepared for this step's levers (a kernel it had to do without)
 
     def effect(self) -> str:
         """The measured effect in one line, e.g. 'int4: 2.6× plain tok/s (48.1 vs 18.3), ppl 24.57 vs 24.60'."""
@@ -286,9 +295,19 @@ class StepResult:
         if f is None:
             return f"{s.label}: no finished run to measure"
         parts = [_statement(w, f, b) for w in s.watch]
+        if self.pays() is False:
+            parts.append(f"{' + '.join(speedups(s.levers, self.base_levers))} does not pay on this machine" + (f" ({self.note})" if self.note else ""))
         if b is not None and f.quant != b.quant and f.perplexity is not None and b.perplexity is not None:
             parts.append(f"ppl {f.perplexity:.2f} vs {b.perplexity:.2f}")
         return f"{s.label}: " + ", ".join(parts)
+
+    def pays(self) -> bool | None:
+        """Whether the levers this step turns on made decode faster than its compared step did:
+        None where it turns none on, or either step has no figure."""
+        f, b = self.figures, self.base
+        if f is None or b is None or self.base_levers is None or not speedups(self.step.levers, self.base_levers):
+            return None
+        return bool(f.tok_s > b.tok_s)
 
 
 def _statement(watch: str, f: Figures, b: Figures | None) -> str:
@@ -315,7 +334,12 @@ class TourLog:
         ids = set(run_ids)
         rows = [r for r in session.rows() if r.run_id in ids]
         base = self.results.get(step.compare) if step.compare else None
-        result = StepResult(step, list(run_ids), list(refused), Figures.of(step.label, rows), base.figures if base else None)
+        # The quantize phase's word on the level in use: plain "int8", or what ran instead of its kernel.
+        note = session.prepared.get("quantize", "")
+        note = note if step.levers.quant != "off" and note.startswith(step.levers.quant) and note != step.levers.quant else ""
+        result = StepResult(
+            step, list(run_ids), list(refused), Figures.of(step.label, rows), base.figures if base else None, base.step.levers if base else None, note
+        )
         self.results[step.label] = result
         return result
 

@@ -24,7 +24,8 @@ from tui_app.folders import cache_root
 
 SOURCES = Path(__file__).parent / "kernels"
 MODES = ("best", "portable", "generic")
-COMMON = ["-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++20", "-w"]
+# Apple's clang has no -fopenmp: there ATen's parallel_for runs the kernels on one thread.
+COMMON = ["-O3", *([] if platform.system() == "Darwin" else ["-fopenmp"]), "-shared", "-fPIC", "-std=c++20", "-w"]
 X86 = ("x86_64", "amd64")
 ARM = ("aarch64", "arm64")
 
