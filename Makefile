@@ -136,8 +136,8 @@ gpu-check:
 clean:
 	rm -rf $(VENV) $(VENV)-latest $(VENV)-oldest
 
-# The kernels on ARM, under emulation (docs/cpus.md): Debian's arm64 python3 unpacked by debootstrap
-# (its first stage: nothing of it runs here), the aarch64 wheels of requirements/aarch64.txt in a
+# The kernels on ARM, under emulation (docs/cpus.md): Debian's arm64 python3 and its headers (for
+# inductor's code) unpacked by debootstrap (its first stage: nothing of it runs here), the aarch64 wheels of requirements/aarch64.txt in a
 # folder beside it, and the kernels' tests run by qemu-aarch64-static, the kernels built by the cross
 # compiler as native.py builds them on an ARM machine, for the CPU ARM_CPU names. Needs root and
 # apt-get for the three Debian packages; about 750 MB in ARM_ROOT.
@@ -146,18 +146,25 @@ ARM_CPU ?= neoverse-v1
 $(ARM_ROOT)/.installed: requirements/aarch64.txt
 	command -v debootstrap && command -v qemu-aarch64-static && command -v aarch64-linux-gnu-g++ || { apt-get update -q \
 		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap qemu-user-static g++-aarch64-linux-gnu; }
-	test -x $(ARM_ROOT)/root/usr/bin/python3.11 || { debootstrap --foreign --arch=arm64 --variant=minbase --include=python3 bookworm $(ARM_ROOT)/root http://deb.debian.org/debian \
+	test -f $(ARM_ROOT)/root/usr/include/python3.11/Python.h || { debootstrap --foreign --arch=arm64 --variant=minbase --include=python3,libpython3.11-dev bookworm $(ARM_ROOT)/root http://deb.debian.org/debian \
 		&& for deb in $(ARM_ROOT)/root/var/cache/apt/archives/*.deb; do dpkg-deb -x $$deb $(ARM_ROOT)/root; done; }
 	# The OpenMP runtime an ARM machine's g++ brings along, which the kernels link.
 	cp -a /usr/aarch64-linux-gnu/lib/libgomp.so.1* $(ARM_ROOT)/root/usr/lib/aarch64-linux-gnu/
 	$(PIP) install --target $(ARM_ROOT)/site --upgrade --no-deps --require-hashes --only-binary=:all: \
 		--platform manylinux_2_28_aarch64 --python-version 3.11 -r requirements/aarch64.txt
+	# The pinned torch's aarch64 headers and libraries (its CUDA build: only built against, never imported).
+	$(PIP) download --dest $(ARM_ROOT)/wheels --no-deps --require-hashes --only-binary=:all: \
+		--platform manylinux_2_28_aarch64 --python-version 3.11 -r requirements/aarch64-build.txt
+	rm -rf $(ARM_ROOT)/torch && cd $(ARM_ROOT) && python3 -m zipfile -e wheels/torch-2.13.0-*.whl unpacked \
+		&& mv unpacked/torch torch && rm -rf unpacked
 	touch $@
 
-# torch 2.9's pad refuses the zero-size tensors of the zero-column tests (2.13's takes them): deselected.
+# First every kernel built and linked against the pinned torch's aarch64 libraries, then the tests run
+# on torch 2.9 (whose pad refuses the zero-size tensors of the zero-column tests: deselected).
 test-aarch64: $(ARM_ROOT)/.installed
-	CXX=$(CURDIR)/tests/helpers/cross-cxx ARM_CPU=$(ARM_CPU) TOKENTOP_CACHE=$(ARM_ROOT)/cache PYTHONPATH=$(ARM_ROOT)/site:$(CURDIR) \
-		qemu-aarch64-static -L $(ARM_ROOT)/root $(ARM_ROOT)/root/usr/bin/python3.11 -m pytest -q -p no:cacheprovider --no-model \
+	ARM_CPU=$(ARM_CPU) $(PY) -m tui_app.engine.native --compiler tests/helpers/cross-cxx --machine aarch64 --torch $(ARM_ROOT)/torch --out $(ARM_ROOT)/built
+	CXX=$(CURDIR)/tests/helpers/cross-cxx ARM_CPU=$(ARM_CPU) ARM_ROOT=$(ARM_ROOT) TOKENTOP_CACHE=$(ARM_ROOT)/cache-$(ARM_CPU) PYTHONPATH=$(ARM_ROOT)/site:$(CURDIR) \
+		qemu-aarch64-static -L $(ARM_ROOT)/root $(ARM_ROOT)/root/usr/bin/python3.11 -m pytest -rs -p no:cacheprovider --no-model \
 		-k "not zero_columns" tests/engine/test_quant.py tests/engine/test_attention.py
 
 # Refresh the locks on purpose, to the newest releases pyproject.toml allows, then run the whole
@@ -174,6 +181,7 @@ lock: $(VENV)/.tested
 	$(LOCK) --no-deps requirements/model.in -o requirements/model.txt
 	$(LOCK) $(LOCK_HERE) $(foreach p,torchvision torchaudio torchcodec,--no-emit-package $(p)) requirements/vllm.in -o requirements/vllm.txt
 	$(LOCK) --python-version 3.11 --python-platform aarch64-manylinux_2_28 requirements/aarch64.in -o requirements/aarch64.txt
+	$(LOCK) --no-deps --python-version 3.11 --python-platform aarch64-manylinux_2_28 requirements/aarch64-build.in -o requirements/aarch64-build.txt
 	$(MAKE) test
 
 # Both ends of each range in pyproject.toml, each in a venv of its own, the suite without the vLLM

@@ -7,7 +7,7 @@ int4 alone, the recompile that the full window needs is a phase of its own, neve
 import pytest
 
 from monitors.events import Phase, Step
-from tui_app.commands.bench import apply_levers
+from tui_app.commands.bench import apply_levers, prompt_of_length
 from tui_app.engine.generation import Engine, EngineConfig
 from tui_app.requests import RunRequest
 
@@ -25,15 +25,17 @@ def gemma(tmp_path_factory):
 
 
 def test_int4_compile_runs_past_the_sliding_window_with_int4s_text(gemma):
+    """The prompt fills most of the window, so decode crosses it within a few tokens: 500 prompt
+    tokens prefill in one pass, where 520 new ones took 520 steps twice (eager and compiled)."""
     engine, events = gemma
     assert engine.ready.model == "gemma-3-270m-q4_k_m" and engine.model.config.sliding_window == 512
-    req = RunRequest(preset="short", max_new_tokens=520, ignore_eos=True)
+    req = RunRequest(prompt_ids=prompt_of_length(engine.tok, 500), max_new_tokens=24, ignore_eos=True)
     texts = {}
     for name, levers in (("int4", {"quant": "int4"}), ("int4+compile", {"quant": "int4", "compile": True})):
         assert apply_levers(engine, levers) == ""
         events.clear()
         fin = engine.run(req)
-        assert fin.stop_reason == "max tokens" and fin.n_tokens == 520, (name, fin.stop_reason)
+        assert fin.stop_reason == "max tokens" and fin.n_tokens == 24, (name, fin.stop_reason)
         texts[name] = fin.text
     assert texts["int4+compile"] == texts["int4"]
     phases = [e.detail for e in events if isinstance(e, Phase) and e.done and e.name == "compile"]

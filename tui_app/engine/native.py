@@ -38,9 +38,9 @@ def mode() -> str:
     return os.environ.get("TOKENTOP_CPU_KERNELS", "").strip().lower() or "best"
 
 
-def flags(kernel_mode: str | None = None) -> list[str]:
-    """The compiler's flags for this machine's CPU in `kernel_mode` (by default mode())."""
-    machine = platform.machine().lower()
+def flags(kernel_mode: str | None = None, machine: str | None = None) -> list[str]:
+    """The compiler's flags for this machine's CPU (or `machine`'s own) in `kernel_mode` (by default mode())."""
+    machine = (machine or platform.machine()).lower()
     target = ["-march=native"] if machine in X86 else ["-mcpu=native"] if machine in ARM else []
     chosen = kernel_mode or mode()
     if chosen in ("portable", "generic"):
@@ -77,33 +77,26 @@ def _cpu_flags() -> str:
         return f"{platform.machine()} {platform.processor()}"
 
 
+def command(name: str, out: Path, compiler: str, includes: list[str], libs: list[str], abi: int, machine: str | None = None) -> list[str]:
+    """The compile and link of kernel `name` into `out`, against a torch's headers and libraries."""
+    source = [*(f"-I{p}" for p in includes), str(SOURCES / f"{name}.cpp"), "-o", str(out)]
+    libraries = [*(f"-L{p}" for p in libs), *(f"-Wl,-rpath,{p}" for p in libs), "-lc10", "-ltorch_cpu"]
+    return [compiler, *flags(machine=machine), f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *source, *libraries]
+
+
 def _build(name: str) -> Path:
     from torch.utils import cpp_extension
 
-    source = SOURCES / f"{name}.cpp"
     compiler = os.environ.get("CXX", "g++")
-    abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
-    texts = [p.read_text() for p in [source, *sorted(SOURCES.glob("*.h"))]]
-    key = hashlib.sha256("\0".join([*texts, torch.__version__, compiler, abi, *flags(), _cpu_flags()]).encode()).hexdigest()[:16]
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    texts = [p.read_text() for p in [SOURCES / f"{name}.cpp", *sorted(SOURCES.glob("*.h"))]]
+    key = hashlib.sha256("\0".join([*texts, torch.__version__, compiler, str(abi), *flags(), _cpu_flags()]).encode()).hexdigest()[:16]
     target = cache_root() / "kernels" / f"{name}-{mode()}-{key}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(f".{os.getpid()}.tmp")
-    libs = cpp_extension.library_paths()
-    cmd = [
-        compiler,
-        *flags(),
-        abi,
-        *(f"-I{p}" for p in cpp_extension.include_paths()),
-        str(source),
-        "-o",
-        str(tmp),
-        *(f"-L{p}" for p in libs),
-        *(f"-Wl,-rpath,{p}" for p in libs),
-        "-lc10",
-        "-ltorch_cpu",
-    ]
+    cmd = command(name, tmp, compiler, cpp_extension.include_paths(), cpp_extension.library_paths(), abi)
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -158,3 +151,33 @@ def load(name: str) -> str | None:
                 torch.library.register_fake(op)(fake)
             _loaded[name] = None
     return _loaded[name]
+
+
+def cross_build(argv: list[str] | None = None) -> int:
+    """Every kernel built for another machine against its own torch, a wheel unpacked in a folder
+    (make test-aarch64: for aarch64, against that wheel's headers and libtorch_cpu, with the cross
+    compiler); one line each, and 1 if any failed."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m tui_app.engine.native", description=cross_build.__doc__)
+    ap.add_argument("--compiler", required=True)
+    ap.add_argument("--machine", required=True, help="as platform.machine() names it there, e.g. aarch64")
+    ap.add_argument("--torch", required=True, help="the unpacked wheel's torch/ folder")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--abi", type=int, default=1, help="_GLIBCXX_USE_CXX11_ABI of that torch (PyPI's wheels: 1)")
+    args = ap.parse_args(argv)
+    root, out = Path(args.torch), Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    includes = [str(root / "include"), str(root / "include" / "torch" / "csrc" / "api" / "include")]
+    failed = 0
+    for name in (p.stem for p in sorted(SOURCES.glob("*.cpp"))):
+        # --no-undefined: every symbol found in that torch's libraries, as a load there would need
+        cmd = [*command(name, out / f"{name}.so", args.compiler, includes, [str(root / "lib")], args.abi, args.machine), "-Wl,--no-undefined"]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        failed += done.returncode != 0
+        print(f"{name}: " + ("built" if done.returncode == 0 else f"failed: {(done.stderr.strip().splitlines() or ['?'])[-1][:300]}"), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(cross_build())
