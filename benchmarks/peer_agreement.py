@@ -33,6 +33,10 @@ work is not on its load generator's cores; `--shared-cpus` shares them.
 
 `--self` puts tokentop in the peer's turns too: its ratios are the agreement's noise floor, how far
 one tool's pooled figures move between turns when nothing but the moment differs.
+
+`--standin MS` puts the tools before a server of fixed pace instead (tests/helpers/sse_standin.py: a
+chunk every MS ms, no model), so what differs is the tools alone, not a one-CPU server's wander;
+`--busy` runs a busy loop on the tools' CPU meanwhile, as a slower core leaves a client less of it.
 """
 
 from __future__ import annotations
@@ -114,6 +118,11 @@ def pin(pid: int, cpus: set[int]) -> None:
     """Every thread of a running process (a new thread takes its creator's CPUs)."""
     for tid in os.listdir(f"/proc/{pid}/task"):
         os.sched_setaffinity(int(tid), cpus)
+
+
+def busy_loop(cpus: set[int]) -> subprocess.Popen:
+    """A process spinning on `cpus` until killed: a client sharing its core gets about half of it."""
+    return subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {sorted(cpus)})\nwhile True: pass"])
 
 
 def _on(cpus: set[int] | None):
@@ -257,10 +266,14 @@ def compare(
     log=print,
     cpus: set[int] | None = None,
     peer: str = "vllm",
+    keep_alive: bool = False,
+    own_ttfts=None,
 ) -> dict:
     """Every cell, the tools taking turns round by round, each on `cpus` when given;
     {cell: {tool: figures}}. `peer="self"`: tokentop in the peer's turns too, so the ratios show
-    how far the same tool wanders from one turn to the next (the noise floor of an agreement)."""
+    how far the same tool wanders from one turn to the next (the noise floor of an agreement).
+    `own_ttfts`: where the server times its own first chunks (the stand-in), a call that returns
+    and forgets them (s); their p50 over the cell is {cell: {"server": {"ttft_p50": …}}}."""
     with tempfile.TemporaryDirectory(prefix="tokentop-peers-") as tmp:
         work = Path(tmp)
         vllm = VllmBench(vllm_python, work, cpus) if peer == "vllm" else None
@@ -271,19 +284,25 @@ def compare(
             base = random.SystemRandom().randrange(1, 1_000_000)
             for cell in cells:
                 pools = {peer: Pooled(), "tokentop": Pooled(), **({"aiperf": Pooled()} if aiperf else {})}
+                server_ttfts: list[float] = []
+                if own_ttfts is not None:
+                    own_ttfts()  # what came before this cell
                 for k in range(rounds):
                     seed = base + 1000 * len(out) + k
                     warm = 1 if k == 0 else 0
                     order = (peer, "tokentop") if k % 2 == 0 else ("tokentop", peer)
                     for tool in order:
                         if vllm is not None and tool == "vllm":
-                            add_vllm(pools["vllm"], vllm.run(url, tokenizer, cell, p_len, new, seed))
+                            add_vllm(pools["vllm"], vllm.run(url, tokenizer, cell, p_len, new, seed, keep_alive))
                         else:
                             add_tokentop(pools[tool], tokentop_run(url, cell, p_len, new, work, warm, cpus))
                     if aiperf:  # after both: its start-up (~20 s) is not inside either's round
                         add_aiperf(pools["aiperf"], aiperf_run(aiperf, url, tokenizer, cell, p_len, new, work, seed, cpus))
                     log(f"{cell.name}: round {k + 1}/{rounds} done")
+                    server_ttfts += own_ttfts() if own_ttfts is not None else []
                 out[cell.name] = {tool: {**p.figures(), "failed": p.failed, "requests": len(p.ttft)} for tool, p in pools.items()}
+                if server_ttfts:
+                    out[cell.name]["server"] = {"ttft_p50": percentile(server_ttfts, 50), "requests": len(server_ttfts)}
             return out
         finally:
             if vllm is not None:
@@ -291,7 +310,7 @@ def compare(
 
 
 def table(results: dict) -> str:
-    peers = sorted({t for tools in results.values() for t in tools if t != "tokentop"}, key=lambda t: t != "vllm")
+    peers = sorted({t for tools in results.values() for t in tools if t not in ("tokentop", "server")}, key=lambda t: t != "vllm")
     lines = []
     for peer in peers:
         name = {"vllm": "vllm bench serve", "aiperf": "AIPerf", "self": "itself, in the peer's turns"}[peer]
@@ -310,6 +329,14 @@ def table(results: dict) -> str:
                 ours = b["itl_p50"]
                 lines.append(f"| {cell} | ITL p50, every chunk (vLLM's own) | {chunks * 1000:.2f} ms | {ours * 1000:.2f} ms | {ours / chunks:.3f} |")
         lines.append("")
+    own = [(cell, tools) for cell, tools in results.items() if "server" in tools]
+    if own:
+        lines += ["TTFT p50 against the server's own (its arrival to its first chunk's write), ms:", ""]
+        lines += ["| cell | server | " + " | ".join(t for t in own[0][1] if t != "server") + " |", "|---|---|" + "---|" * (len(own[0][1]) - 1)]
+        for cell, tools in own:
+            tools_ms = " | ".join(f"{f['ttft_p50'] * 1000:.2f}" for t, f in tools.items() if t != "server")
+            lines.append(f"| {cell} | {tools['server']['ttft_p50'] * 1000:.2f} | {tools_ms} |")
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -325,30 +352,53 @@ def main() -> None:
     p.add_argument("--json", default=None, help="also write the figures here")
     p.add_argument("--shared-cpus", action="store_true", help="the server it starts and the tools share every CPU (default: split)")
     p.add_argument("--self", action="store_true", help="tokentop beside itself (A/A): the noise floor of the agreement")
+    p.add_argument("--standin", type=float, default=None, metavar="MS", help="a server of fixed pace, a chunk every MS ms, in place of llama.cpp")
+    p.add_argument("--busy", action="store_true", help="a busy loop on the tools' CPU throughout")
     args = p.parse_args()
     from tui_app.engine.models import converted_default
 
     p_len, new = (int(x) for x in args.lengths.split(":"))
     tokenizer = str(converted_default())
     cells = [Cell("c1", 1, None, max(args.requests // 2, 2)), Cell("c8", 8, None, args.requests), Cell(f"r{args.rate:g}/s", None, args.rate, args.requests)]
-    server, split = None, None
+    server, split, hog = None, None, None
     if args.url is None:
         from tests.helpers.llama_server import LlamaServer
+        from tests.helpers.sse_standin import SseStandIn
 
-        server = LlamaServer(*AGREEMENT_SERVER)
+        server = SseStandIn(args.standin) if args.standin else LlamaServer(*AGREEMENT_SERVER)
         split = None if args.shared_cpus else split_cpus()
         if split is not None:
             pin(server.proc.pid, split[0])
     url = args.url or server.url
     try:
+        if args.busy:
+            hog = busy_loop(split[1] if split else set(os.sched_getaffinity(0)))
         log = lambda s: print(s, file=sys.stderr)  # noqa: E731
         peer = "self" if args.self else "vllm"
-        results = compare(url, tokenizer, cells, p_len, new, args.rounds, args.vllm_python, args.aiperf, log=log, cpus=split and split[1], peer=peer)
+        results = compare(
+            url,
+            tokenizer,
+            cells,
+            p_len,
+            new,
+            args.rounds,
+            args.vllm_python,
+            args.aiperf,
+            log=log,
+            cpus=split and split[1],
+            peer=peer,
+            keep_alive=bool(args.standin),
+            own_ttfts=server.take_ttfts if args.standin else None,
+        )
     finally:
+        if hog is not None:
+            hog.kill()
         if server is not None:
             server.close()
     where = f"; the server on CPU {sorted(split[0])}, the tools on {sorted(split[1])}" if split else ""
-    print(f"llama.cpp at {url}, {p_len} prompt tokens, {new} out (ignore-eos), {args.rounds} rounds interleaved{where}\n")
+    what = f"a stand-in sending a chunk every {args.standin:g} ms" if args.standin else "llama.cpp"
+    where += "; a busy loop beside the tools" if hog else ""
+    print(f"{what} at {url}, {p_len} prompt tokens, {new} out (ignore-eos), {args.rounds} rounds interleaved{where}\n")
     print(table(results))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -3,7 +3,8 @@ pace cannot run on this machine, and a real server on a CPU is far slower than t
 would measure): /v1/completions streams `max_tokens` one-word chunks, --gap-ms apart, then a usage
 chunk and [DONE]; /v1/models names one model. It notes when each request arrived (CLOCK_MONOTONIC,
 which every process on the host shares), so a generator's send times can be checked from outside
-it: GET /arrivals lists them (ns), POST /reset forgets them.
+it: GET /arrivals lists them (ns), GET /ttfts each request's arrival to its first chunk's write (ns,
+its own TTFT, to check a generator's against), POST /reset forgets both.
 
     python -m tests.helpers.sse_standin [--port N] [--gap-ms 1]   # prints its URL; serves until stdin closes
 
@@ -27,9 +28,11 @@ def app(gap_s: float):
     from aiohttp import web
 
     arrivals: list[int] = []
+    ttfts: list[int] = []  # a request's arrival to its first chunk's write, ns: the server's own TTFT
 
     async def completions(request: web.Request) -> web.StreamResponse:
-        arrivals.append(time.monotonic_ns())
+        arrived = time.monotonic_ns()
+        arrivals.append(arrived)
         body = await request.json()
         n = int(body.get("max_tokens") or 16)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
@@ -42,6 +45,8 @@ def app(gap_s: float):
             if i == n - 1:
                 chunk["choices"][0]["finish_reason"] = "length"
             await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            if i == 0:
+                ttfts.append(time.monotonic_ns() - arrived)
         counts = {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n}
         usage = {"id": "cmpl-standin", "object": "text_completion", "model": model, "choices": [], "usage": counts}
         await resp.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
@@ -54,12 +59,17 @@ def app(gap_s: float):
     async def get_arrivals(request: web.Request) -> web.Response:
         return web.json_response(arrivals)
 
+    async def get_ttfts(request: web.Request) -> web.Response:
+        return web.json_response(ttfts)
+
     async def reset(request: web.Request) -> web.Response:
         arrivals.clear()
+        ttfts.clear()
         return web.json_response({"ok": True})
 
     a = web.Application()
-    a.add_routes([web.post("/v1/completions", completions), web.get("/v1/models", models), web.get("/arrivals", get_arrivals), web.post("/reset", reset)])
+    a.add_routes([web.post("/v1/completions", completions), web.get("/v1/models", models)])
+    a.add_routes([web.get("/arrivals", get_arrivals), web.get("/ttfts", get_ttfts), web.post("/reset", reset)])
     return a
 
 
@@ -101,6 +111,14 @@ class SseStandIn:
         import httpx
 
         return httpx.get(self.url + "/arrivals", timeout=10).json()
+
+    def take_ttfts(self) -> list[float]:
+        """Its own TTFTs (s) since the last call, forgotten with the arrivals."""
+        import httpx
+
+        got = [ns / 1e9 for ns in httpx.get(self.url + "/ttfts", timeout=10).json()]
+        self.reset()
+        return got
 
     def reset(self) -> None:
         import httpx

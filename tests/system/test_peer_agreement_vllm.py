@@ -10,6 +10,8 @@ of the peer's from one run to the next with either tool ahead), and at concurren
 and TPOT, which follow how tightly each tool's eight first requests leave: llama.cpp batches the
 prompts that have arrived when it starts a prefill, so a send burst a few milliseconds wider puts
 the first request in a batch of its own (TTFT 130 ms rather than 364 ms for all eight).
+Within 5 %, not 3: tokentop beside itself moves up to 5 % on this one-CPU server (docs/performance.md);
+before a server of fixed pace the tools are held within 3 % (the second test).
 """
 
 from __future__ import annotations
@@ -57,4 +59,40 @@ def test_tokentop_and_vllm_bench_serve_agree_within_5_percent():
             ratio = ours[key] / peer[key]
             if abs(ratio - 1) > TOLERANCE:
                 off.append(f"{cell} {title}: tokentop {ours[key]:.4g} ÷ vllm {peer[key]:.4g} = {ratio:.3f}")
+    assert not off, "; ".join(off)
+
+
+def test_before_a_server_of_fixed_pace_the_tools_agree_within_3_percent_and_tokentops_ttft_is_the_nearer():
+    """Before the stand-in (tests/helpers/sse_standin.py: a chunk every 16 ms, no model, on one CPU,
+    the tools on the other), what differs is the tools alone, not a one-CPU server's pace, which
+    moves 3-5 % between turns with one tool on both sides (docs/performance.md). Held within 3 %
+    of the peer in every cell: TPOT, ITL p50 and output tok/s. TTFT is held against the server's
+    own (its arrival to its first chunk's write): tokentop's p50 lies above it, by the request's
+    way there and back, and no further above it than the peer's (3 % slack): the peer's path is
+    the longer one (measured: tokentop 0.9 ms over the server's own at concurrency 1, 2 ms at 8;
+    `vllm bench serve` 1.7-2.1 and 4-5.4 ms)."""
+    if not VLLM_PYTHON:
+        pytest.skip(SKIP)
+    from tests.helpers.sse_standin import SseStandIn
+    from tui_app.engine.models import converted_default
+
+    split = split_cpus()
+    if split is None:
+        pytest.skip("one CPU: the server and the tools cannot be kept apart")
+    server = SseStandIn(gap_ms=16)
+    try:
+        pin(server.proc.pid, split[0])
+        cells = [Cell("c1", 1, None, 12), Cell("c8", 8, None, 32), Cell("r20/s", None, 20.0, 32)]
+        results = compare(server.url, str(converted_default()), cells, 64, 32, 3, VLLM_PYTHON, cpus=split[1], keep_alive=True, own_ttfts=server.take_ttfts)
+    finally:
+        server.close()
+    off = []
+    for cell, tools in results.items():
+        peer, ours, own = tools["vllm"], tools["tokentop"], tools["server"]["ttft_p50"]
+        assert peer["failed"] == 0 and ours["failed"] == 0
+        for key in ("tpot_mean", "itl_p50", "output_tok_s"):
+            if abs(ours[key] / peer[key] - 1) > 0.03:
+                off.append(f"{cell} {key}: tokentop {ours[key]:.4g} ÷ vllm {peer[key]:.4g} = {ours[key] / peer[key]:.3f}")
+        if not own <= ours["ttft_p50"] <= own + 1.03 * (peer["ttft_p50"] - own):
+            off.append(f"{cell} TTFT p50: server {own * 1000:.2f} ms, tokentop {ours['ttft_p50'] * 1000:.2f}, vllm {peer['ttft_p50'] * 1000:.2f}")
     assert not off, "; ".join(off)
