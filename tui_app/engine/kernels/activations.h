@@ -22,14 +22,19 @@
 #include "isa.h"
 #include "scratch.h"
 
-// y [M, N] = the bias, or zeros: a product over zero inputs (x with no columns), as torch's linear gives.
-inline void empty_sum(int64_t M, int64_t N, const float* bias, float* y) {
+// True where y [M, N] needs no product: no tokens or no outputs, or no inputs (x with no columns,
+// K here in whatever unit the body counts: y is then the bias, or zeros, as torch's linear gives;
+// the bodies size their tasks by K and would divide by it).
+inline bool nothing_to_sum(int64_t M, int64_t N, int64_t K, const float* bias, float* y) {
+  if (M == 0 || N == 0) return true;
+  if (K > 0) return false;
   for (int64_t m = 0; m < M; ++m) {
     if (bias)
       std::copy(bias, bias + N, y + m * N);
     else
       std::fill(y + m * N, y + (m + 1) * N, 0.f);
   }
+  return true;
 }
 
 #if defined(TOKENTOP_VNNI)

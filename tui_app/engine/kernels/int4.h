@@ -91,11 +91,7 @@ constexpr TilesFn kTilesFor[kTokens + 1] = {nullptr, tiles<1>, tiles<2>, tiles<3
 // y [M, N] = x [M, K] @ w.T (+ bias) for the tiles at w ([ceil(N / 16), K / 32, 320] bytes).
 inline void matmul(const float* x, int64_t M, int64_t K, const uint8_t* w, int64_t N, const float* bias, float* y) {
   const int64_t groups = K / kGroup, n_tiles = (N + kRows - 1) / kRows;
-  if (M == 0 || N == 0) return;
-  if (groups == 0) {  // an empty sum: y is the bias (the tasks below are sized by the groups and would divide by them)
-    empty_sum(M, N, bias, y);
-    return;
-  }
+  if (nothing_to_sum(M, N, groups, bias, y)) return;
   thread_local std::vector<int8_t> hi_buf, lo_buf;
   thread_local std::vector<float> step_buf, sum_buf;
   int8_t* hi = scratch(hi_buf, M * K);
@@ -171,11 +167,7 @@ constexpr TilesFn kTilesFor[kTokens + 1] = {nullptr, tiles<1>, tiles<2>};
 
 inline void matmul(const float* x, int64_t M, int64_t K, const uint8_t* w, int64_t N, const float* bias, float* y) {
   const int64_t groups = K / kGroup, n_tiles = (N + kRows - 1) / kRows;
-  if (M == 0 || N == 0) return;
-  if (groups == 0) {
-    empty_sum(M, N, bias, y);
-    return;
-  }
+  if (nothing_to_sum(M, N, groups, bias, y)) return;
   thread_local std::vector<int16_t> q_buf;
   thread_local std::vector<float> step_buf, sum_buf;
   int16_t* q = scratch(q_buf, M * K);
@@ -248,11 +240,7 @@ constexpr TilesFn kTilesFor[kTokens + 1] = {nullptr, tiles<1>, tiles<2>, tiles<3
 
 inline void matmul(const float* x, int64_t M, int64_t K, const uint8_t* w, int64_t N, const float* bias, float* y) {
   const int64_t groups = K / kGroup, n_tiles = (N + kRows - 1) / kRows;
-  if (M == 0 || N == 0) return;
-  if (groups == 0) {
-    empty_sum(M, N, bias, y);
-    return;
-  }
+  if (nothing_to_sum(M, N, groups, bias, y)) return;
   thread_local std::vector<float> sum_buf;
   float* sum = scratch(sum_buf, M * groups);
   for (int64_t i = 0; i < M * groups; ++i) sum[i] = std::accumulate(x + i * kGroup, x + (i + 1) * kGroup, 0.f);

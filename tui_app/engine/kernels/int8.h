@@ -66,11 +66,7 @@ constexpr TilesFn kTilesFor[kTokens + 1] = {nullptr, tiles<1>, tiles<2>, tiles<3
 inline void matmul(const float* x, int64_t M, int64_t K, const uint8_t* w, const float* scale, int64_t N,
                    const float* bias, float* y) {
   const int64_t Kp = (K + kQuad - 1) / kQuad * kQuad, n_tiles = (N + kRows - 1) / kRows;
-  if (M == 0 || N == 0) return;
-  if (Kp == 0) {  // an empty sum: y is the bias (the tasks below are sized by Kp and would divide by it)
-    empty_sum(M, N, bias, y);
-    return;
-  }
+  if (nothing_to_sum(M, N, Kp, bias, y)) return;
   thread_local std::vector<int8_t> hi_buf, lo_buf;
   thread_local std::vector<float> step_buf;
   thread_local std::vector<int32_t> offset_buf;
@@ -142,11 +138,7 @@ constexpr TilesFn kTilesFor[kTokens + 1] = {nullptr, tiles<1>, tiles<2>};
 inline void matmul(const float* x, int64_t M, int64_t K, const uint8_t* w, const float* scale, int64_t N,
                    const float* bias, float* y) {
   const int64_t Kp = (K + kQuad - 1) / kQuad * kQuad, n_tiles = (N + kRows - 1) / kRows;
-  if (M == 0 || N == 0) return;
-  if (Kp == 0) {
-    empty_sum(M, N, bias, y);
-    return;
-  }
+  if (nothing_to_sum(M, N, Kp, bias, y)) return;
   thread_local std::vector<int16_t> q_buf;
   thread_local std::vector<float> step_buf, offset_buf;
   int16_t* q = scratch(q_buf, M * Kp);
@@ -207,11 +199,7 @@ constexpr TilesFn kTilesFor[kTokens + 1] = {nullptr, tiles<1>, tiles<2>, tiles<3
 inline void matmul(const float* x, int64_t M, int64_t K, const uint8_t* w, const float* scale, int64_t N,
                    const float* bias, float* y) {
   const int64_t Kp = (K + kQuad - 1) / kQuad * kQuad, n_tiles = (N + kRows - 1) / kRows;
-  if (M == 0 || N == 0) return;
-  if (Kp == 0) {
-    empty_sum(M, N, bias, y);
-    return;
-  }
+  if (nothing_to_sum(M, N, Kp, bias, y)) return;
   const float* xp = x;
   if (Kp != K) {  // rows padded to whole fours: the padding's weights are zeros, its activations must be numbers
     thread_local std::vector<float> pad_buf;
