@@ -6,7 +6,10 @@ came are kept, the numbers that do not depend on the network do not move, and th
 
 from __future__ import annotations
 
+import json
 import statistics
+import subprocess
+import sys
 import time
 
 import pytest
@@ -171,3 +174,14 @@ async def test_32_streams_each_stalling_at_a_different_moment():
                 assert errors == [] and fin.n_tokens == 32 * req.max_new_tokens
     finally:
         server.close()
+
+
+def test_the_serving_bench_says_why_a_request_failed_once_and_counts_it(proxy, tmp_path):
+    """A reset mid-stream in a bench: the table counts the failure and stderr names its reason, once."""
+    proxy.arm([Faults(reset_after=1500), Faults(reset_after=1500)], marker=b"POST /v1/")
+    cmd = [sys.executable, "-m", "tui_app", "bench", "--endpoint", proxy.url, "--lengths", "16:24", "--concurrency", "1"]
+    done = subprocess.run(cmd + ["--requests", "4", "--repeats", "1", "--warmup", "0", "-o", "json", "--out", str(tmp_path / "b")], capture_output=True, text=True, timeout=300)
+    (reqs,) = json.loads((tmp_path / "b.json").read_text())["requests"]
+    assert [r["ok"] for r in reqs] == [False, False, True, True] and done.returncode in (0, 1)
+    why = f"tokentop: 127.0.0.1:{proxy.port} closed the connection mid-stream (the server stopped, or the network dropped it)"
+    assert done.stderr.splitlines().count(why) == 1, done.stderr

@@ -22,6 +22,7 @@ import json
 import sys
 from dataclasses import dataclass, replace
 
+from monitors.events import EngineError
 from monitors.servers import MetricsWindow
 from tui_app.attach.tokenizer import Prompts
 from tui_app.commands import workloads as wl
@@ -269,11 +270,16 @@ async def run_endpoint_bench(args: Options, lengths: list[tuple[int, int]], emit
     plan = check(args)
     out = out or sys.stdout
     session = Session()
+    said: set[str] = set()
 
     def feed(ev) -> None:
         session.feed(ev)
         if emit is not None:
             emit(ev)
+        elif isinstance(ev, EngineError) and ev.message not in said and len(said) < 16:
+            # Why a request failed, each reason once: the tables count failures, they cannot say why.
+            said.add(ev.message)
+            print(f"tokentop: {ev.message}", file=sys.stderr, flush=True)
 
     servers = Servers(attach_configs(args), feed)
     try:
