@@ -1,6 +1,6 @@
 """Streams back to back on one kept connection, against the real llama.cpp server: it closes its
 connection after each streamed completion without saying so, and a request that leaves before that
-close has reached the client gets no response (tui_app/attach/pooled.py). Each is sent again once,
+close has reached the client gets no response (tui_app/attach/pooled.py). Each is sent again,
 so none is lost; a connection that stays open is kept for the next."""
 
 from __future__ import annotations

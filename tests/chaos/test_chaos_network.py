@@ -179,9 +179,18 @@ async def test_32_streams_each_stalling_at_a_different_moment():
 def test_the_serving_bench_says_why_a_request_failed_once_and_counts_it(proxy, tmp_path):
     """A reset mid-stream in a bench: the table counts the failure and stderr names its reason, once."""
     proxy.arm([Faults(reset_after=1500), Faults(reset_after=1500)], marker=b"POST /v1/")
-    cmd = [sys.executable, "-m", "tui_app", "bench", "--endpoint", proxy.url, "--lengths", "16:24", "--concurrency", "1"]
-    done = subprocess.run(cmd + ["--requests", "4", "--repeats", "1", "--warmup", "0", "-o", "json", "--out", str(tmp_path / "b")], capture_output=True, text=True, timeout=300)
+    cmd = [sys.executable, "-m", "tui_app", "bench", "--endpoint", proxy.url, "--lengths", "16:24", "--concurrency", "1", "--requests", "4"]
+    done = subprocess.run([*cmd, "--repeats", "1", "--warmup", "0", "-o", "json", "--out", str(tmp_path / "b")], capture_output=True, text=True, timeout=300)
     (reqs,) = json.loads((tmp_path / "b.json").read_text())["requests"]
     assert [r["ok"] for r in reqs] == [False, False, True, True] and done.returncode in (0, 1)
     why = f"tokentop: 127.0.0.1:{proxy.port} closed the connection mid-stream (the server stopped, or the network dropped it)"
     assert done.stderr.splitlines().count(why) == 1, done.stderr
+
+
+async def test_a_request_that_meets_dead_connections_in_a_row_is_sent_until_one_answers(proxy):
+    """Three connections in a row reset before any byte of a response (as a pool's dead ones are):
+    the request is sent on a fourth and ends whole, with no error said."""
+    async with Attached(proxy.url, timeout_s=10) as a:
+        proxy.arm([Faults(reset_after=0)] * 3, marker=b"POST /v1/")
+        fin, stats, errors = await a.run()
+        assert errors == [] and fin.stop_reason == "max tokens" and stats.n_tokens == REQ.max_new_tokens

@@ -269,8 +269,9 @@ class FaultProxy:
         if cuts:
             n = min(cuts)
         if way == "down":
-            for limit in (link.faults.reset_after, link.faults.hold_after):
-                if limit is not None and link.armed_at + limit > at:
+            for limit, zero in ((link.faults.reset_after, True), (link.faults.hold_after, False)):
+                # A reset at 0 lets not one byte pass; a hold resumes where it held, so it writes on.
+                if limit is not None and (link.armed_at + limit > at or (zero and link.armed_at + limit == at)):
                     n = min(n, link.armed_at + limit - at)
         return n
 

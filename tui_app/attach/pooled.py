@@ -13,7 +13,10 @@ without saying so: llama.cpp's (xllamacpp) does after every streamed completion,
 `Connection: close`, where vLLM's keeps it. A close that has not reached this side yet is missed:
 the request goes out on a dead connection and gets no response, or its body cannot be written
 (back-to-back streams on one connection to llama.cpp: 3 of 10 did; an open loop at 40 req/s: 1 or
-2 in 200). No byte of a response came, so it is sent again, once, on a new connection.
+2 in 200). No byte of a response came, so it is sent again, on another connection: up to SENDS
+times, since the pool may hand it another that the server has closed (at concurrency 8, eight
+streams end near together and each leaves a dead connection in the pool: the peer-agreement test
+lost one request of 480 so with one resend).
 
 The events are parsed here, by the format's rules (the WHATWG HTML standard, "Interpreting an event
 stream"), from the bytes as they come: no aiohttp client for SSE is kept up, and the rules that
@@ -121,15 +124,19 @@ def env_proxy(url: str) -> str | None:
     return urllib.request.getproxies_environment().get(parts.scheme)
 
 
+SENDS = 10  # a dead pooled connection is dropped as it fails: a few sends reach a live or new one
+
+
 @contextlib.asynccontextmanager
 async def sse_post(session: aiohttp.ClientSession, url: str, body: dict, headers: dict, proxy: str | None = None) -> AsyncIterator[aiohttp.ClientResponse]:
-    """A POST's response, sent again on a new connection where the server sent no response at all
-    (a pooled connection it had closed). An error once the response has begun is the caller's."""
+    """A POST's response, sent again on another connection where the server sent no response at
+    all (a pooled connection it had closed). An error once the response has begun is the caller's."""
     async with contextlib.AsyncExitStack() as stack:
-        try:
-            resp = await stack.enter_async_context(session.post(url, json=body, headers=headers, proxy=proxy))
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            if isinstance(exc, aiohttp.ClientConnectorError):
-                raise  # no connection was made: nothing to send again
-            resp = await stack.enter_async_context(session.post(url, json=body, headers=headers, proxy=proxy))
+        for send in range(SENDS):
+            try:
+                resp = await stack.enter_async_context(session.post(url, json=body, headers=headers, proxy=proxy))
+                break
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                if isinstance(exc, aiohttp.ClientConnectorError) or send == SENDS - 1:
+                    raise  # no connection was made, or none answered: nothing more to send it on
         yield resp
