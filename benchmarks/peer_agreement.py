@@ -85,6 +85,17 @@ class Pooled:
     tokens: int = 0
     wall_s: float = 0.0
     failed: int = 0
+    errors: list[str] = field(default_factory=list)  # why, where the tool said
+
+    def absorb(self, other: Pooled) -> None:
+        self.ttft += other.ttft
+        self.itl += other.itl
+        self.itl_chunks += other.itl_chunks
+        self.tpot += other.tpot
+        self.tokens += other.tokens
+        self.wall_s += other.wall_s
+        self.failed += other.failed
+        self.errors += other.errors
 
     def figures(self) -> dict[str, float]:
         return {
@@ -179,6 +190,7 @@ def add_vllm(pool: Pooled, data: dict) -> None:
     for ttft, itls, latency, n, err in zip(data["ttfts"], data["itls"], data["latencies"], data["output_lens"], data["errors"], strict=True):
         if err or not n:
             pool.failed += 1
+            pool.errors.append(err or "no tokens")
             continue
         pool.ttft.append(ttft)
         pool.itl_chunks.extend(itls)
@@ -197,7 +209,8 @@ def tokentop_run(url: str, cell: Cell, p_len: int, new: int, workdir: Path, warm
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, preexec_fn=_on(cpus))
     if done.returncode not in (0, 1):
         raise RuntimeError(f"tokentop bench exited {done.returncode}: {done.stderr[-2000:]}")
-    return json.loads(out.with_suffix(".json").read_text())
+    said = [line for line in done.stderr.splitlines() if line.startswith("tokentop:")]
+    return {**json.loads(out.with_suffix(".json").read_text()), "said": said}
 
 
 def add_tokentop(pool: Pooled, data: dict) -> None:
@@ -205,6 +218,7 @@ def add_tokentop(pool: Pooled, data: dict) -> None:
     for r in reqs:
         if not r["ok"]:
             pool.failed += 1
+            pool.errors.append(f"{r['stop_reason']} after {r['tokens']} tokens; " + " / ".join(data.get("said") or []))
             continue
         pool.ttft.append(r["ttft_s"])
         pool.itl.extend(r["itl_s"])
@@ -268,12 +282,15 @@ def compare(
     peer: str = "vllm",
     keep_alive: bool = False,
     own_ttfts=None,
+    carry: dict | None = None,
 ) -> dict:
     """Every cell, the tools taking turns round by round, each on `cpus` when given;
     {cell: {tool: figures}}. `peer="self"`: tokentop in the peer's turns too, so the ratios show
     how far the same tool wanders from one turn to the next (the noise floor of an agreement).
     `own_ttfts`: where the server times its own first chunks (the stand-in), a call that returns
-    and forgets them (s); their p50 over the cell is {cell: {"server": {"ttft_p50": …}}}."""
+    and forgets them (s); their p50 over the cell is {cell: {"server": {"ttft_p50": …}}}.
+    `carry`: each cell's requests so far, by name, kept across calls: a second call's rounds add
+    to the first's, so a figure in doubt can be read over more rounds."""
     with tempfile.TemporaryDirectory(prefix="tokentop-peers-") as tmp:
         work = Path(tmp)
         vllm = VllmBench(vllm_python, work, cpus) if peer == "vllm" else None
@@ -283,7 +300,8 @@ def compare(
             # answer the peers' from its prefix cache (tokentop's start anew by themselves).
             base = random.SystemRandom().randrange(1, 1_000_000)
             for cell in cells:
-                pools = {peer: Pooled(), "tokentop": Pooled(), **({"aiperf": Pooled()} if aiperf else {})}
+                fresh = {peer: Pooled(), "tokentop": Pooled(), **({"aiperf": Pooled()} if aiperf else {})}
+                pools, per_round = (carry if carry is not None else {}).setdefault(cell.name, (fresh, {tool: [] for tool in fresh}))
                 server_ttfts: list[float] = []
                 if own_ttfts is not None:
                     own_ttfts()  # what came before this cell
@@ -291,16 +309,22 @@ def compare(
                     seed = base + 1000 * len(out) + k
                     warm = 1 if k == 0 else 0
                     order = (peer, "tokentop") if k % 2 == 0 else ("tokentop", peer)
-                    for tool in order:
-                        if vllm is not None and tool == "vllm":
-                            add_vllm(pools["vllm"], vllm.run(url, tokenizer, cell, p_len, new, seed, keep_alive))
+                    for tool in order + (("aiperf",) if aiperf else ()):  # AIPerf after both: its start-up (~20 s) is inside neither's round
+                        turn = Pooled()
+                        if tool == "aiperf":
+                            add_aiperf(turn, aiperf_run(aiperf, url, tokenizer, cell, p_len, new, work, seed, cpus))
+                        elif vllm is not None and tool == "vllm":
+                            add_vllm(turn, vllm.run(url, tokenizer, cell, p_len, new, seed, keep_alive))
                         else:
-                            add_tokentop(pools[tool], tokentop_run(url, cell, p_len, new, work, warm, cpus))
-                    if aiperf:  # after both: its start-up (~20 s) is not inside either's round
-                        add_aiperf(pools["aiperf"], aiperf_run(aiperf, url, tokenizer, cell, p_len, new, work, seed, cpus))
+                            add_tokentop(turn, tokentop_run(url, cell, p_len, new, work, warm, cpus))
+                        pools[tool].absorb(turn)
+                        per_round[tool].append(turn.figures())
                     log(f"{cell.name}: round {k + 1}/{rounds} done")
                     server_ttfts += own_ttfts() if own_ttfts is not None else []
-                out[cell.name] = {tool: {**p.figures(), "failed": p.failed, "requests": len(p.ttft)} for tool, p in pools.items()}
+                out[cell.name] = {
+                    tool: {**p.figures(), "failed": p.failed, "errors": p.errors, "requests": len(p.ttft), "rounds": per_round[tool]}
+                    for tool, p in pools.items()
+                }
                 if server_ttfts:
                     out[cell.name]["server"] = {"ttft_p50": percentile(server_ttfts, 50), "requests": len(server_ttfts)}
             return out

