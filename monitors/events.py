@@ -88,6 +88,7 @@ class EngineReady:
     server: dict | None = None
     t_ns: int = field(default_factory=now_ns)
     placement: dict | None = None  # --device-map: weight bytes per device ("cuda:0", "cpu", "disk")
+    demo_leak: str = ""  # --demo-leak: what the engine keeps a run on purpose, said on screen while on
 
 
 @dataclass(kw_only=True)

@@ -95,6 +95,11 @@ class LeakDetector:
         self.min_mb_per_run = min_mb_per_run
         self.seen = 0
         self.baselines: deque[float] = deque(maxlen=window)
+        # What the leak view draws: every baseline with its place in the whole series (a reset
+        # does not restart it) and whether it was a warm-up run; and where the series restarted.
+        self.count = 0
+        self.history: deque[tuple[int, float, bool]] = deque(maxlen=window + warmup)
+        self.resets: deque[int] = deque(maxlen=window + warmup)
 
     @property
     def runs_needed(self) -> int:
@@ -106,9 +111,13 @@ class LeakDetector:
         the baseline rises for a legitimate reason, and only runs after it compare."""
         self.seen = 0
         self.baselines.clear()
+        if self.count and (not self.resets or self.resets[-1] != self.count):
+            self.resets.append(self.count)  # after this many baselines
 
     def add(self, baseline_bytes: int) -> LeakVerdict:
         self.seen += 1
+        self.count += 1
+        self.history.append((self.count, baseline_bytes / MB, self.seen <= self.warmup))
         if self.seen > self.warmup:
             self.baselines.append(baseline_bytes / MB)
         return self.verdict()

@@ -140,7 +140,7 @@ def lever_check(bench: Bench, combo: dict, req) -> tuple[str, str]:
 
 def check_device_leak(bench: Bench, combo: dict, req, runs: int, leak_mb: float = 0.0) -> tuple[str, str]:
     """The app's leak detector on the device's memory (Session.device_leaks) over `runs` runs with
-    `combo` set: quiet on clean runs; with `leak_mb` kept on the device each run (--debug-leak-mb),
+    `combo` set: quiet on clean runs; with `leak_mb` kept on the device each run (--demo-leak),
     suspected within `runs`."""
     from monitors.events import Phase, RunFinished
     from tui_app.commands.bench import apply_levers
@@ -148,14 +148,14 @@ def check_device_leak(bench: Bench, combo: dict, req, runs: int, leak_mb: float 
 
     apply_levers(bench.engine, combo)
     session = Session()
-    bench.engine.cfg.debug_leak_mb = leak_mb
+    bench.engine.cfg.demo_leak_mb = leak_mb
     try:
         for _ in range(runs):
             for ev in bench.run(req)[1]:
                 if isinstance(ev, RunFinished | Phase):
                     session.feed(ev)
     finally:
-        bench.engine.cfg.debug_leak_mb = 0.0
+        bench.engine.cfg.demo_leak_mb = 0.0
         bench.engine._leak.clear()
         apply_levers(bench.engine, {})
     verdicts = session.device_verdicts

@@ -204,7 +204,7 @@ def test_the_device_leak_check_runs_the_apps_detector_and_off_cuda_has_no_device
     req = RunRequest(preset="short", max_new_tokens=2, ignore_eos=True)
     check = run_check("leak", lambda: check_device_leak(small_bench, {"batch": 2}, req, 3, leak_mb=1.0))
     assert check.status == "FAIL" and check.reason == "no baseline from torch allocated, torch reserved, NVML process", check.line()
-    assert small_bench.engine.levers == Levers() and small_bench.engine.cfg.debug_leak_mb == 0 and small_bench.engine._leak == []
+    assert small_bench.engine.levers == Levers() and small_bench.engine.cfg.demo_leak_mb == 0 and small_bench.engine._leak == []
 
 
 def test_the_tui_check_drives_the_app_and_saves_its_screen(small_folder, tmp_path):

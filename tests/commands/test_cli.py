@@ -1,5 +1,6 @@
 """The command line, as a user runs it: clear one-line errors with exit code 2, never a traceback."""
 
+import json
 import os
 import subprocess
 import sys
@@ -127,11 +128,36 @@ def test_bench_end_to_end_writes_table_and_files(tmp_path):
 
 
 def test_leakcheck_exits_1_on_a_leak_and_0_without(tmp_path):
-    leaky = tokentop("leakcheck", "--runs", "14", "--max-new-tokens", "2", "--debug-leak-mb", "2")
+    leaky = tokentop("leakcheck", "--runs", "14", "--max-new-tokens", "2", "--demo-leak", "1")  # docs/leaks.md
     assert leaky.returncode == 1, leaky.stdout + leaky.stderr
     assert "suspected" in leaky.stdout and "MiB" in leaky.stdout and "┤" in leaky.stdout  # verdict and the plot
     clean = tokentop("leakcheck", "--runs", "14", "--max-new-tokens", "2")
-    assert clean.returncode == 0 and "leak: none" in clean.stdout, clean.stdout
+    assert clean.returncode == 0 and "leak: none" in clean.stdout and "where" not in clean.stdout, clean.stdout
+
+
+def _demo_leak_line(kind: str) -> str:
+    """generation.py's own line that keeps `kind`'s memory, found in its source (not a number kept here)."""
+    import inspect
+
+    from tui_app.engine import generation
+
+    lines, first = inspect.getsourcelines(generation._demo_leak)
+    mark = "bytearray(1024)" if kind == "python" else "torch.ones("
+    return f"{generation.__file__}:{first + next(i for i, line in enumerate(lines) if mark in line)}"
+
+
+@pytest.mark.parametrize("kind,heap", [("tensor", "torch"), ("python", "python")])
+def test_leakcheck_names_the_line_that_keeps_the_memory_and_its_mb_a_run(kind, heap):
+    """--demo-leak 1:KIND keeps 1 MB a run on purpose; leakcheck's JSON names that line first, at
+    about 1 MB a run (a KiB bytearray is two blocks: 1025 bytes and its 56-byte object, and the list keeps 8 bytes for it), in the heap it lives in."""
+    r = tokentop("leakcheck", "--runs", "14", "--max-new-tokens", "2", "--demo-leak", f"1:{kind}", "-o", "json")
+    assert r.returncode == 1, r.stdout + r.stderr
+    out = json.loads(r.stdout)
+    assert out["suspected"] and out["verdicts"]["engine RSS"]["status"] == "suspected"
+    top = out["sites"][0]
+    assert f"{top['file']}:{top['line']}" == _demo_leak_line(kind) and top["heap"] == heap, out["sites"]
+    assert 1.0 <= top["mb_per_run"] <= 1.07 and (top["blocks_per_run"] == 1 if kind == "tensor" else top["blocks_per_run"] >= 1024)
+    assert out["sites_runs"] == [4, 14] and len(out["baselines_mib"]["engine RSS"]) == 14
 
 
 def test_serve_binds_to_localhost_and_serves_the_page():

@@ -58,15 +58,15 @@ def _baselines(engine, runs):
     return verdicts
 
 
-def test_real_model_debug_leak_of_1_mb_per_run_is_caught_within_20_runs(plain):
+def test_real_model_demo_leak_of_1_mb_per_run_is_caught_within_20_runs(plain):
     # Free 200 MB of heap first: without trimming, the leak would reuse those resident pages and hide.
     junk = [bytearray(b"x" * MB) for _ in range(200)]
     del junk
-    plain.cfg.debug_leak_mb = 1.0
+    plain.cfg.demo_leak_mb = 1.0
     try:
         verdicts = _baselines(plain, 20)
     finally:
-        plain.cfg.debug_leak_mb = 0.0
+        plain.cfg.demo_leak_mb = 0.0
         plain._leak.clear()
     assert verdicts[-1].status == "suspected", verdicts[-1]
     assert 0.5 < verdicts[-1].mb_per_run < 1.5

@@ -225,3 +225,60 @@ async def test_the_memory_pane_says_where_device_map_placed_the_weights():
         await pilot.pause()
         chart.redraw(force=True)
         assert "weights cuda:0 3.0 GiB + cpu 512.0 MiB" in str(chart.border_subtitle)
+
+
+def _point_rows(canvas) -> list[tuple[int, int]]:
+    """(column, row) of each cell the leak view drew a fitted baseline in, left to right."""
+    from tui_app.core.leak_view import POINT
+
+    return sorted((c, r) for r, row in enumerate(canvas.rows()) for c, (_, owner) in enumerate(row) if owner == POINT)
+
+
+def test_the_leak_view_draws_rising_baselines_rising_and_flat_ones_flat():
+    """The baselines on an axis of their own: 1 MiB a run on a 1.2 GB engine climbs the whole
+    canvas (on memory over time, from 0, it is a flat line); noise of 0.1 MiB stays in a band a
+    few rows high (the axis never zooms below 1 MiB). The warm-up runs are drawn apart."""
+    from monitors.leaks import MB, LeakDetector
+    from tui_app.core.braille import Canvas
+    from tui_app.core.leak_view import WARM, draw
+
+    for rise, noise in ((1.0, 0.0), (0.0, 0.1)):
+        leak, rng = LeakDetector(), random.Random(5)
+        for run in range(20):
+            verdict = leak.add(int((1200 + rise * run + rng.uniform(-noise, noise)) * MB))
+        canvas = Canvas(60, 10)
+        lo, hi, legend = draw(canvas, leak, verdict)
+        points = _point_rows(canvas)
+        assert lo <= 1200 + 3 * rise and hi >= 1200 + 19 * rise and hi - lo >= 1.0
+        assert [name for name, _ in legend] == ["baseline after a run", "warm-up run", "fit", "95% of its slope"]
+        assert any(owner == WARM for row in canvas.rows() for _, owner in row[:10])
+        if rise:
+            assert verdict.status == "suspected" and points[0][1] - points[-1][1] >= 6 and points[-1][1] <= 1, points
+        else:
+            assert verdict.status == "none" and max(r for _, r in points) - min(r for _, r in points) <= 2, points
+
+
+async def test_the_leak_view_is_one_key_away_in_the_memory_pane_and_the_demo_leak_is_said():
+    from dataclasses import replace
+
+    from monitors.events import EngineReady
+    from tui_app.ui.widgets.memory_chart import MemoryChart
+
+    events = session_events(runs=14, tokens=4)  # baselines 1 MiB a run apart
+    ready = next(e for e in events if isinstance(e, EngineReady))
+    events[events.index(ready)] = replace(ready, demo_leak="+1 MB/run (tensor)")
+    chart = MemoryChart(Session.from_events(events))
+
+    def shown() -> list[str]:
+        chart.dirty = True
+        chart.redraw(force=True)
+        return [strip.text for strip in chart._strips]
+
+    async with One(chart).run_test(size=(80, 12)) as pilot:
+        await pilot.pause()
+        assert shown()[-2].lstrip().startswith("0MiB┤")  # memory over time: from 0
+        chart.leak_view = True
+        lines = shown()
+        assert str(chart.border_title).startswith("DEMO LEAK +1 MB/run (tensor)  memory — leak: suspected")
+        assert "leak view" in str(chart.border_subtitle) and "■ baseline after a run" in lines[-1]
+        assert "9" in lines[0] and "MiB┤" in lines[0] and not lines[-2].lstrip().startswith("0")  # the baselines' own axis

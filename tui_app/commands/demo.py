@@ -32,7 +32,9 @@ class Options(EngineOptions, UiOptions):
 
 def add_args(p: argparse.ArgumentParser) -> None:
     add_model(p)  # the tour sets the levers and prompts itself: greedy, from plain
-    p.set_defaults(temperature=0.0, top_p=1.0, seed=0, no_cache=False, compile=False, quant="off", spec="off", batch=1, debug_leak_mb=0.0, verbose=False)
+    p.set_defaults(
+        temperature=0.0, top_p=1.0, seed=0, no_cache=False, compile=False, quant="off", spec="off", batch=1, demo_leak=(0.0, "tensor"), verbose=False
+    )
     add_ui(p)
     p.add_argument("script", nargs="?", default=None, help="a tour script (TOML, [[step]] tables; see docs/demo.md); default: the built-in tour")
     p.add_argument("--no-tui", action="store_true", help="print each step's caption and measured effect instead of drawing the TUI")

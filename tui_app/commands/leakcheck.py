@@ -1,17 +1,21 @@
 """`tokentop leakcheck`: repeated runs of the engine in this process, the memory baseline trend
-and a verdict; exit 1 on a suspected leak (for CI)."""
+and a verdict, and on a suspected leak the lines that allocate it (monitors/leak_sites.py: it
+traces every allocation, which slows the runs; a check's speed is not its point); exit 1 on a
+suspected leak (for CI)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass
 
 from monitors.events import RunFinished
+from monitors.leak_sites import LeakSites
 from monitors.text import plural
 from tui_app.commands.options import COUNT, add_engine, check_engine
 from tui_app.commands.run import load_engine
-from tui_app.core import readings
+from tui_app.core import fmt, readings
 from tui_app.core.braille import text_plot
 from tui_app.core.options import EXIT_USAGE, EngineOptions, PromptOptions, run_request
 from tui_app.core.session import DEVICE_BASELINES, Session
@@ -23,11 +27,13 @@ PARSER = {"help": "repeated runs, the memory baseline trend and a verdict (exit 
 @dataclass(kw_only=True)
 class Options(EngineOptions, PromptOptions):
     runs: int
+    output: str
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
     add_engine(p)
     p.add_argument("--runs", type=COUNT, default=30)
+    p.add_argument("-o", "--output", choices=("text", "json"), default="text", help="json: one object on stdout (verdicts, baselines, sites), for CI")
     p.set_defaults(max_new_tokens=16)
 
 
@@ -52,11 +58,14 @@ def leakcheck(args: Options) -> int:
         return EXIT_USAGE
     req = run_request(args)
     baselines: dict[str, list[float]] = {"engine RSS": []}  # and on CUDA each device source (session.DEVICE_BASELINES)
+    sites = LeakSites(warmup=session.leak.warmup)
+    sites.start()  # after the load: the weights are no run's allocation
     for i in range(args.runs):
         fin = engine.run(req)
         if not isinstance(fin, RunFinished):
             print("tokentop: run failed", file=sys.stderr)
             return EXIT_USAGE
+        sites.baseline()
         baselines["engine RSS"].append(fin.baseline_rss / MB)
         for name, attr in DEVICE_BASELINES:
             if getattr(fin, attr) is not None:
@@ -65,11 +74,37 @@ def leakcheck(args: Options) -> int:
         line = f"run {i + 1}/{args.runs}  baseline {baselines['engine RSS'][-1]:.1f} MiB  {session.verdict.text()}{device}"
         print(f"\r{line}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
+    suspected = session.verdict.status == "suspected"
+    device = readings.device_leak(session) if session.device_verdicts else None
+    suspected |= device is not None and device[1].status == "suspected"
+    grown = sites.grown() if suspected else []
+    sites.stop()
+    if args.output == "json":
+        verdicts = {"engine RSS": session.verdict, **({device[0]: device[1]} if device else {})}
+        out = {
+            "suspected": suspected,
+            "verdicts": {name: {**vars(v), "text": v.text()} for name, v in verdicts.items()},
+            "baselines_mib": baselines,
+            "sites": [s.as_dict() for s in grown],
+            "sites_runs": [sites.first.run, sites.last.run] if grown else None,
+        }
+        print(json.dumps(fmt.strict_json(out), allow_nan=False))
+        return 1 if suspected else 0
     for name, ys in baselines.items():
         print(text_plot(ys, width=min(60, max(10, len(ys))), height=8, title=f"{name} baseline after each run (MiB)"))
     print(session.verdict.text())
-    suspected = session.verdict.status == "suspected"
-    if session.device_verdicts:
+    if device is not None:
         print(readings.device_leak_text(session))
-        suspected |= readings.device_leak(session)[1].status == "suspected"
+    if suspected:
+        print(sites_text(sites, grown))
     return 1 if suspected else 0
+
+
+def sites_text(sites: LeakSites, grown: list) -> str:
+    if not grown:
+        return (
+            "where: no Python allocation or tensor grew 0.01 MB a run or more; the growth is in memory "
+            "that tracemalloc and torch's tensors do not see (a C library's own heap, or the allocator's)"
+        )
+    head = f"where it grew, runs {sites.first.run}-{sites.last.run} (Python's heap by tracemalloc; tensors by the line that made them):"
+    return "\n".join([head, *(f"  {s.text()}" for s in grown)])

@@ -8,7 +8,7 @@ import os
 import sys
 
 from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES
-from tui_app.core.options import bounded, require_extra
+from tui_app.core.options import bounded, demo_leak, require_extra
 from tui_app.engine.config import DEVICE_MAPS
 from tui_app.prompts import PRESETS
 
@@ -92,7 +92,13 @@ def add_engine(p: argparse.ArgumentParser, generation: bool = True) -> None:
     g.add_argument("--spec", choices=SPEC_MODES, default="off")
     g.add_argument("--batch", type=int, choices=BATCH_SIZES, default=1)
     g.add_argument("--verbose", action="store_true", help="show the libraries' own warnings and progress bars")
-    g.add_argument("--debug-leak-mb", type=bounded(float, 0), default=0.0, help=argparse.SUPPRESS)
+    g.add_argument(
+        "--demo-leak",
+        type=demo_leak,
+        default=(0.0, "tensor"),
+        metavar="MB[:python|tensor]",
+        help="for a demo of the leak view: keep MB a run on purpose, a tensor on the engine's device (default) or Python objects",
+    )
 
 
 def add_record(p: argparse.ArgumentParser) -> None:

@@ -126,7 +126,23 @@ class LeverOptions:
     spec: str
     batch: int
     verbose: bool  # the libraries' own warnings and progress bars
-    debug_leak_mb: float
+    demo_leak: tuple[float, str]  # MB kept a run on purpose, and as what (DEMO_LEAK_KINDS)
+
+
+DEMO_LEAK_KINDS = ("tensor", "python")
+
+
+def demo_leak(text: str) -> tuple[float, str]:
+    """--demo-leak MB[:KIND]: a leak made on purpose, for a demo of the leak view."""
+    mb_text, _, kind = text.partition(":")
+    kind = kind or DEMO_LEAK_KINDS[0]
+    if kind not in DEMO_LEAK_KINDS:
+        raise argparse.ArgumentTypeError(f"the kind is one of {', '.join(DEMO_LEAK_KINDS)}, got {kind!r}")
+    return _DEMO_LEAK_MB(mb_text), kind
+
+
+_DEMO_LEAK_MB = bounded(float, 0, 1024, lo_open=True, why="the megabytes kept a run")
+demo_leak.bounds = _DEMO_LEAK_MB.bounds  # type: ignore[attr-defined]  # read by the bounds test
 
 
 @dataclass(kw_only=True)
@@ -158,7 +174,8 @@ def engine_config(args: EngineOptions):
         top_p=args.top_p,
         seed=args.seed,
         levers=levers_from(args),
-        debug_leak_mb=args.debug_leak_mb,
+        demo_leak_mb=args.demo_leak[0],
+        demo_leak_kind=args.demo_leak[1],
         device_map=args.device_map,
         max_memory=args.max_memory,
     )

@@ -24,6 +24,7 @@ class EngineConfig:
     seed: int = 0
     levers: Levers = field(default_factory=Levers)
     first_run_id: int = 1  # a restarted engine continues the session's numbering
-    debug_leak_mb: float = 0.0  # debug only: keep this much memory per run, to prove the leak detector
+    demo_leak_mb: float = 0.0  # --demo-leak: keep this much memory per run on purpose, for the leak view's demo
+    demo_leak_kind: str = "tensor"  # on the engine's device, or "python": Python objects
     device_map: str | None = None  # accelerate's placement over the GPUs, CPU and disk (DEVICE_MAPS)
     max_memory: dict | None = None  # its per-device limits, accelerate's form: {0: "20GiB", "cpu": "64GiB"}

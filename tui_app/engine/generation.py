@@ -107,7 +107,7 @@ class Engine:
         self.emit = emit
         self.phases = Phases(self._emit)
         self.pending: list[Command] = []  # taken mid-run, for after it (a new run, a shutdown)
-        self._leak: list = []  # --debug-leak-mb's blocks, never freed
+        self._leak: list = []  # --demo-leak's blocks, never freed
         self._run_id = config.first_run_id - 1  # a restarted engine continues the session's numbering
 
     def _emit(self, ev) -> None:
@@ -165,6 +165,7 @@ class Engine:
             threads=self.threads,
             quant_impl=lv.quant_impl(self.device, self.dtype),
             placement=self.placement if cfg.device_map else None,
+            demo_leak=f"+{cfg.demo_leak_mb:g} MB/run ({cfg.demo_leak_kind})" if cfg.demo_leak_mb > 0 else "",
         )
         freeze()
         if cfg.levers.quant == "off":  # the weights a first run reads: measured before the engine says it is ready (and idle)
@@ -377,8 +378,8 @@ class Engine:
         lev = self.levers
         # A run whose levers changed midway is compared, but never becomes the reference.
         plain = lev.is_plain() and not run.segment and run.stop_reason in ("max tokens", "eos")
-        if self.cfg.debug_leak_mb > 0:
-            self._leak.append(_debug_leak(self.device, int(self.cfg.debug_leak_mb * MB)))
+        if self.cfg.demo_leak_mb > 0:
+            self._leak.append(_demo_leak(self.device, int(self.cfg.demo_leak_mb * MB), self.cfg.demo_leak_kind))
         gc.collect()
         trim_heap()
         torch_peak, gpu_base, gpu_reserved, gpu_proc = run.memory.after_run()
@@ -402,11 +403,12 @@ class Engine:
         return ev
 
 
-def _debug_leak(device: str, nbytes: int):
-    """Memory kept on the engine's device, where a real leak of this engine would be."""
-    if device.startswith("cuda"):
-        return torch.ones(nbytes, dtype=torch.uint8, device=device)
-    return bytearray(b"\x01" * nbytes)
+def _demo_leak(device: str, nbytes: int, kind: str):
+    """Memory kept on purpose: a tensor on the engine's device, where a real leak of this engine
+    would be, or Python objects of a KiB."""
+    if kind == "python":
+        return [bytearray(1024) for _ in range(nbytes // 1024)]  # zeroed: its pages are resident
+    return torch.ones(nbytes, dtype=torch.uint8, device=device)
 
 
 @functools.cache

@@ -312,6 +312,10 @@ class TokentopApp(PacedApp):
         if why_not := self.monitor.next_view():
             self.notify(why_not)
 
+    def action_leak_view(self) -> None:
+        self.monitor.leak_view()
+        self.monitor.redraw(self.running, force=True)
+
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 

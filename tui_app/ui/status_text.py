@@ -48,7 +48,8 @@ def subtitle(ready: EngineReady) -> str:
     """The title bar's second part: the model and where it runs."""
     if ready.server:
         return f"{ready.model} · {ready.device} · {ready.server['url']}"
-    return f"{ready.model} · {fmt.where(ready)} · {ready.dtype}"
+    leak = f" · DEMO LEAK {ready.demo_leak}" if ready.demo_leak else ""
+    return f"{ready.model} · {fmt.where(ready)} · {ready.dtype}{leak}"
 
 
 def for_next_run(lever: str, value) -> str:

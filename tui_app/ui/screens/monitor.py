@@ -160,6 +160,15 @@ class MonitorScreen(Screen):
             chart.display = (not single) or i == self.view
             chart.dirty = True
 
+    def leak_view(self) -> None:
+        """The memory pane between memory over time and the leak view; shown if one chart shows at a time."""
+        chart = self.panes["memory"]
+        chart.leak_view = not chart.leak_view
+        if self.mode != "wide":
+            self.view = CHARTS.index("memory")
+            self.show_view()
+        chart.dirty = True
+
     def next_view(self) -> str | None:
         """The next chart where one shows at a time; otherwise why `v` does nothing here."""
         if self.mode == "wide":

@@ -1,6 +1,7 @@
 """Memory over time: engine and UI RSS, GPU memory (process and device), torch allocated/reserved,
 run ends marked; the leak detector's verdict in the title. One sample a point, paged (core/axes.py);
-torch's figures and the run ends at the sample of their time."""
+torch's figures and the run ends at the sample of their time. `L` switches the pane to the leak
+view (core/leak_view.py): the baselines the verdict is fitted to, on an axis of their own."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from bisect import bisect_left
 
 from rich.text import Text
 
-from tui_app.core import fmt, readings
+from tui_app.core import fmt, leak_view, readings
 from tui_app.core.braille import Canvas, plot
 from tui_app.ui.widgets.chart import Chart, gpu_unread
 
@@ -17,17 +18,22 @@ MIB = 2**20
 
 class MemoryChart(Chart):
     MAX_HZ = Chart.SAMPLED_HZ
+    leak_view = False  # L: the baselines and their fit instead of the memory over time
 
     def draw_chart(self, width: int, height: int) -> list | Text:
         s = self.session
         canvas = Canvas(width, height - 1)
-        samples = self.sample_page(canvas.px_w)
         verdict = s.verdict.text() if s.verdict else "leak: collecting (0 runs)"
         title = [((f"memory — {verdict}", f"memory — {verdict.split(' (')[0]}", "memory"), 0)]
+        if s.ready is not None and s.ready.demo_leak:  # first, so that the narrowest pane keeps it
+            title.insert(0, ((f"DEMO LEAK {s.ready.demo_leak}", "DEMO LEAK"), 0))
         device = readings.device_leak_text(s)
         if device is not None:
             title.append(((device, device.split(" (")[0]), 1))
         self.set_titles(title)
+        if self.leak_view:
+            return self._leak(canvas, title)
+        samples = self.sample_page(canvas.px_w)
         if not samples:
             return Text("waiting for samples…", style="dim")
         t0 = samples[0].t_ns
@@ -65,6 +71,16 @@ class MemoryChart(Chart):
             [((f"{watched.split()[0]} {_mib(last.engine_rss)}",), 0), ((f"UI {_mib(last.app_rss)}",), 1), *gpu],
         )
         return self.compose_text(canvas, lo, hi, lambda v: f"{v:.0f}MiB", [(n, i) for i, (n, _) in enumerate(names)] + [("run end", 5)])
+
+    def _leak(self, canvas: Canvas, title) -> list | Text:
+        s = self.session
+        watched = "server" if s.ready is not None and s.ready.server else "engine"
+        drawn = leak_view.draw(canvas, s.leak, s.verdict)
+        self.set_titles(title, [((f"leak view: the {watched}'s RSS after each run, on its own scale · L: memory over time", "leak view · L: back"), 0)])
+        if drawn is None:
+            return Text(f"leak view: no run has ended yet; each run's end adds its {watched}'s baseline here (L: memory over time)", style="dim")
+        lo, hi, legend = drawn
+        return self.compose_text(canvas, lo, hi, lambda v: f"{v:.1f}MiB" if hi - lo < 20 else f"{v:.0f}MiB", legend)
 
 
 def _mib(n: int | None) -> str:
