@@ -5,6 +5,7 @@ The session shown: a run of the short prompt, int8 switched on mid-run, then a r
 lookup on the long (summarize-this) prompt, so every pane has something to show; the same at
 160×45 with --ascii and in a 16-colour terminal's colours. The attach
 picture: the real llama.cpp server (xllamacpp) on the bundled GGUF, one stream, then four. The
+leak pictures: the leak view catching `--demo-leak 1` at 160×45 and 80×24. The
 demo picture: `tokentop demo`'s caption over three steps of the default tour. The fleet picture:
 a real Prometheus (Debian's) scraping three real llama.cpp servers every second, tokentop's own
 runs on the first, two streams of other traffic on the second, the third stopped (a replica down).
@@ -76,6 +77,20 @@ async def shoot(size: tuple[int, int], look: str = "") -> str:
         await pilot.pause(1.0)
         name = f"tokentop-{look + '-' if look else ''}{size[0]}x{size[1]}"
         svg = app.save_screenshot(filename=name + ".svg", path=HERE)
+        await pilot.press("q")
+    return to_png(svg, size)
+
+
+async def shoot_leak(size: tuple[int, int]) -> str:
+    """The leak view (L) catching `--demo-leak 1`: short runs on auto-repeat until the verdict says suspected."""
+    app = TokentopApp(engine_source(EngineConfig(demo_leak_mb=1.0)), RunRequest(max_new_tokens=8, ignore_eos=True), sampler=Sampler(hz=4), fps=8)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: len(app.session.finished_ids) >= 1)
+        await pilot.press("a")
+        await until(pilot, lambda: app.session.verdict is not None and app.session.verdict.status == "suspected" and app.session.verdict.n >= 16, 400)
+        await pilot.press("a", "L")
+        await pilot.pause(1.0)
+        svg = app.save_screenshot(filename=f"tokentop-leak-{size[0]}x{size[1]}.svg", path=HERE)
         await pilot.press("q")
     return to_png(svg, size)
 
@@ -274,6 +289,10 @@ def main() -> int:
     if sys.argv[1:] == ["fleet"]:  # this picture alone: it needs no model run, browser or report
         print("wrote", asyncio.run(shoot_fleet((160, 45))))
         return 0
+    if sys.argv[1:] == ["leak"]:  # these alone: the model's runs, no browser
+        for size in SIZES:
+            print("wrote", asyncio.run(shoot_leak(size)))
+        return 0
     if sys.argv[1:] == ["headroom"]:  # this one alone: a sweep of a few minutes, no browser
         print("wrote", headroom())
         return 0
@@ -285,6 +304,8 @@ def main() -> int:
     for look in ("ascii", "16-colours"):
         print("wrote", asyncio.run(shoot((160, 45), look)))
     print("wrote", asyncio.run(shoot_attach((160, 45))))
+    for size in SIZES:
+        print("wrote", asyncio.run(shoot_leak(size)))
     print("wrote", asyncio.run(shoot_demo((160, 45))))
     print("wrote", asyncio.run(shoot_fleet((160, 45))))
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,8 +1,8 @@
 """The leak view: the leak detector's evidence drawn on a braille canvas, no Textual (the memory
-pane and `leakcheck` both draw it). The baselines after each run as points on an axis zoomed to
-their own range, the warm-up runs apart, the fitted line and the fan of its slope's 95 % interval
-through the fit's centre (the interval the verdict reads), and a dotted mark where a lever's
-preparation restarted the series."""
+pane draws it on `L`). The baselines after each run as points on an axis zoomed to their own
+range, the warm-up runs apart, the fitted line and the fan of its slope's 95 % interval through
+the fit's centre (the interval the verdict reads) with the slope written over it, and a dotted
+mark where a lever's preparation restarted the series."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def draw(canvas: Canvas, leak: LeakDetector, verdict: LeakVerdict | None) -> tup
     def px(x: float) -> int:
         return round((x - x_lo) / (x_hi - x_lo) * (canvas.px_w - 1))
 
-    for series, line in fit:
+    for series, line in sorted(fit, key=lambda f: f[0] == FIT):  # the fit last: over its interval
         (x0, y0), (x1, y1) = line
         a, b = px(x0), px(x1)
         for x in range(a, b + 1):
@@ -47,6 +47,8 @@ def draw(canvas: Canvas, leak: LeakDetector, verdict: LeakVerdict | None) -> tup
         for dx in (0, 1):
             for dy in (0, 1):
                 canvas.dot(cx - dx, cy - dy if cy > 0 else cy + dy, WARM if warm else POINT)
+    if fit and verdict is not None:  # the slope where the eye is, not only in a title a narrow pane cuts
+        canvas.label(0, 0, f"{verdict.mb_per_run:+.2f} MB/run [{verdict.low:+.2f}, {verdict.high:+.2f}]", FIT)
     drawn = {POINT} | ({WARM} if any(w for _, _, w in points) else set()) | {series for series, _ in fit} | ({RESET} if resets else set())
     return lo, hi, [(name, k) for k, name in LEGEND if k in drawn]
 

@@ -25,8 +25,8 @@ class MemoryChart(Chart):
         canvas = Canvas(width, height - 1)
         verdict = s.verdict.text() if s.verdict else "leak: collecting (0 runs)"
         title = [((f"memory — {verdict}", f"memory — {verdict.split(' (')[0]}", "memory"), 0)]
-        if s.ready is not None and s.ready.demo_leak:  # first, so that the narrowest pane keeps it
-            title.insert(0, ((f"DEMO LEAK {s.ready.demo_leak}", "DEMO LEAK"), 0))
+        if s.ready is not None and s.ready.demo_leak:  # after the verdict: it shortens first, and stays
+            title.append(((f"DEMO LEAK {s.ready.demo_leak}", "DEMO LEAK"), 0))
         device = readings.device_leak_text(s)
         if device is not None:
             title.append(((device, device.split(" (")[0]), 1))
