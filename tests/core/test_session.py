@@ -499,3 +499,32 @@ def test_the_comparison_is_each_server_over_the_first_from_its_finished_runs():
             )
         )
     assert readings.comparison(s) == ["B ÷ A: TTFT 3.00, ITL p50 2.00, tok/s 0.50 (2 ÷ 2 runs)"]
+
+
+def test_the_memory_budget_splits_the_engines_memory_into_parts_that_sum_to_it():
+    """CPU: RSS = weights in use + KV (while a run is in flight) + the rest. GPU: NVML's count of the
+    process = weights + KV + activations + the allocator's cache + outside torch (the torch and
+    NVML figures here are given, as a GPU's would be: there is none on this machine)."""
+    from dataclasses import replace
+
+    from monitors.events import TorchMemory
+
+    events = session_events(runs=1, tokens=8)
+    s = Session.from_events(events)
+    assert readings.memory_budget(s) is None or readings.memory_budget(s)[0] == "engine"
+    s.feed(Sampled(t_ns=10**12, engine_rss=900 * 2**20))
+    name, whole, parts = readings.memory_budget(s)
+    assert name == "engine" and whole == 900 * 2**20 and sum(n for _, n in parts) == whole
+    assert dict(parts)["weights"] == s.bandwidth.weight_bytes and dict(parts)["KV"] == 0  # the run has ended: its cache is freed
+    started = next(e for e in events if isinstance(e, RunStarted))
+    s.feed(replace(started, run_id=2))
+    s.feed(next(e for e in events if isinstance(e, Step) and e.kv_bytes))
+    kv = dict(readings.memory_budget(s)[2])["KV"]
+    assert kv == (s.kv[-1].alloc or s.kv[-1].measured) > 0
+    assert readings.budget_text(readings.memory_budget(s)).startswith("engine 900 MiB (weights 513 + KV ")
+    s.feed(TorchMemory(device="cuda:0", allocated=3 * 2**30, reserved=4 * 2**30, peak=4 * 2**30))
+    s.feed(Sampled(t_ns=2 * 10**12, engine_rss=900 * 2**20, gpu_proc_mem=5 * 2**30))
+    name, whole, parts = readings.memory_budget(s)
+    assert name == "GPU engine" and whole == 5 * 2**30 and sum(n for _, n in parts) == whole
+    assert dict(parts)["cache"] == 2**30 and dict(parts)["outside torch"] == 2**30
+    assert dict(parts)["activations"] == 3 * 2**30 - s.bandwidth.weight_bytes - kv

@@ -172,6 +172,8 @@ def test_fit_shortens_then_drops_the_least_important_whole_items():
     assert fit(items, 55, sep=" ") == ["k:cache", "compile: building the decode step", None, "18.8 tok/s"]
     assert fit(items, 41, sep=" ") == ["k:cache", "compile: building the…", None, "18.8 tok/s"]
     assert fit(items, 5, sep=" ") == ["k:cache", None, None, "18.8 tok/s"]  # priority 0 stays, even over width
+    # A small item that left first comes back where a larger one's leaving made room.
+    assert fit([(("engine 900 MiB",), 0), (("(weights 513 + KV 2 + rest 385)",), 1), (("GPU: n/a",), 2)], 30) == ["engine 900 MiB", None, "GPU: n/a"]
 
 
 async def test_every_gpu_of_the_machine_is_listed_with_its_figures():

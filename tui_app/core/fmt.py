@@ -75,7 +75,9 @@ def fit(items: list[tuple[tuple[str, ...], int]], width: int, sep: str = "  ") -
     """What a line of items shows in `width` cells: for each item (its variants, longest first, and
     a priority, 0 the most important), the variant shown, or None where it is left out. The least
     important item shown (the later one on a tie) steps to its next shorter variant, or leaves,
-    until the line fits: every item shown is whole, never cut mid-word. Priority-0 items always stay."""
+    until the line fits; then an item left out comes back, most important first, where it fits in
+    the room a later step left. Every item shown is whole, never cut mid-word. Priority-0 items
+    always stay."""
     chosen = [0] * len(items)
     shown = [True] * len(items)
 
@@ -90,6 +92,14 @@ def fit(items: list[tuple[tuple[str, ...], int]], width: int, sep: str = "  ") -
         i = max(candidates, key=lambda k: (items[k][1], k))
         if chosen[i] + 1 < len(items[i][0]):
             chosen[i] += 1
+        else:
+            shown[i] = False
+    # An item left out on the way may fit in what a later one left: back, most important first.
+    for i in sorted((k for k in range(len(items)) if not shown[k]), key=lambda k: (items[k][1], k)):
+        shown[i] = True
+        for chosen[i] in range(len(items[i][0])):
+            if length() <= width:
+                break
         else:
             shown[i] = False
     return [items[i][0][chosen[i]] if shown[i] else None for i in range(len(items))]

@@ -37,6 +37,44 @@ def joules_per_token(session) -> float | None:
     return (e1 - e0) / 1000 / (n1 - n0) if n1 > n0 else None
 
 
+def memory_budget(session) -> tuple[str, int, list[tuple[str, int]]] | None:
+    """Where the engine's memory is, live: (whole's name, its bytes, its parts). On a GPU the
+    device's, from NVML's count of the process: the weights in use (their bytes, as the engine
+    reads them), the KV cache (its tensors' bytes, measured), activations and workspace (torch
+    allocated − both), the allocator's cache (reserved − allocated) and outside torch (NVML −
+    reserved: the CUDA context, graphs' pools). On a CPU the process's RSS: weights in use, KV,
+    and the rest (other copies of the weights, Python, libraries, activations, free heap). None
+    before the engine's first sample, or for a server (its memory is not ours to split)."""
+    r, samples = session.ready, session.samples
+    if r is None or r.server or not samples:
+        return None
+    last = samples[-1]
+    weights = session.bandwidth.weight_bytes if session.bandwidth is not None else r.weight_bytes
+    running = session.current is not None and session.current.finished is None
+    kv = (session.kv[-1].alloc or session.kv[-1].measured) if running and session.kv else 0  # freed at a run's end
+    torch_mem = session.torch_mem[-1] if session.torch_mem else None
+    if torch_mem is not None and last.gpu_proc_mem is not None:
+        parts = [
+            ("weights", weights),
+            ("KV", kv),
+            ("activations", torch_mem.allocated - weights - kv),
+            ("cache", torch_mem.reserved - torch_mem.allocated),
+            ("outside torch", last.gpu_proc_mem - torch_mem.reserved),
+        ]
+        return "GPU engine", last.gpu_proc_mem, parts
+    if last.engine_rss is None:
+        return None
+    return "engine", last.engine_rss, [("weights", weights), ("KV", kv), ("rest", last.engine_rss - weights - kv)]
+
+
+def budget_text(budget: tuple[str, int, list[tuple[str, int]]], whole: bool = True) -> str:
+    """ "engine 983 MiB (weights 514 + KV 2 + rest 467)", or the parts alone; MiB. A part below 0
+    (figures read moments apart) shows as it is."""
+    name, total, parts = budget
+    split = "(" + " + ".join(f"{part} {n / 2**20:.0f}" for part, n in parts) + ")"
+    return f"{name} {total / 2**20:.0f} MiB {split}" if whole else split
+
+
 def device_leak(session) -> tuple[str, LeakVerdict] | None:
     """The device-memory source nearest a leak: a suspected one first, else the highest lower
     bound of a slope. None off CUDA (no run reported device memory)."""

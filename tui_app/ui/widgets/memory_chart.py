@@ -66,10 +66,10 @@ class MemoryChart(Chart):
             gpu = [((f"GPU: {last.gpu_reason}", "GPU: n/a"), 2)] if last.gpu_mem_used is None else []
         if s.ready is not None and s.ready.placement:  # --device-map: where the weights are
             gpu.insert(0, ((f"weights {fmt.where(s.ready)}", "weights placed"), 1))
-        self.set_titles(
-            title,
-            [((f"{watched.split()[0]} {_mib(last.engine_rss)}",), 0), ((f"UI {_mib(last.app_rss)}",), 1), *gpu],
-        )
+        # Where the memory is (readings.memory_budget): it stays longer than the GPU items, not the UI's figure.
+        budget = readings.memory_budget(s)
+        split = [] if budget is None else [((readings.budget_text(budget, whole=budget[0] != "engine"),), 1)]
+        self.set_titles(title, [((f"{watched.split()[0]} {_mib(last.engine_rss)}",), 0), ((f"UI {_mib(last.app_rss)}",), 1), *split, *gpu])
         return self.compose_text(canvas, lo, hi, lambda v: f"{v:.0f}MiB", [(n, i) for i, (n, _) in enumerate(names)] + [("run end", 5)])
 
     def _leak(self, canvas: Canvas, title) -> list | Text:
