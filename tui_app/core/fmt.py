@@ -95,13 +95,13 @@ def fit(items: list[tuple[tuple[str, ...], int]], width: int, sep: str = "  ") -
         else:
             shown[i] = False
     # An item left out on the way may fit in what a later one left: back, most important first.
-    for i in sorted((k for k in range(len(items)) if not shown[k]), key=lambda k: (items[k][1], k)):
-        shown[i] = True
-        for chosen[i] in range(len(items[i][0])):
+    for k in sorted((j for j in range(len(items)) if not shown[j]), key=lambda j: (items[j][1], j)):
+        shown[k] = True
+        for chosen[k] in range(len(items[k][0])):
             if length() <= width:
                 break
         else:
-            shown[i] = False
+            shown[k] = False
     return [items[i][0][chosen[i]] if shown[i] else None for i in range(len(items))]
 
 

@@ -51,7 +51,8 @@ after each run; on a GPU also of torch's and NVML's device memory). Under it, wh
 the engine's RSS as the weights in use (their bytes), the KV cache (measured, while a run is in
 flight) and the rest; on a GPU, NVML's count of the process as weights, KV, activations (torch
 allocated − both), the allocator's cache (reserved − allocated) and outside torch (NVML − reserved).
-`L`: the leak view (the baselines on their own axis, their fit and its interval). *runs*: one row per run and lever segment; *output* says whether the text equals
+`L`: the leak view (the baselines on their own axis, their fit and its interval).
+*runs*: one row per run and lever segment; *output* says whether the text equals
 plain greedy decoding, and *ppl* is the perplexity of a fixed reference text under the current
 weights: a speedup that breaks the model shows there.
 *fleet* (`attach --prometheus`): a row per replica from the Prometheus that scrapes them — up or
