@@ -96,12 +96,10 @@ def fit(items: list[tuple[tuple[str, ...], int]], width: int, sep: str = "  ") -
             shown[i] = False
     # An item left out on the way may fit in what a later one left: back, most important first.
     for k in sorted((j for j in range(len(items)) if not shown[j]), key=lambda j: (items[j][1], j)):
-        shown[k] = True
-        for chosen[k] in range(len(items[k][0])):
-            if length() <= width:
-                break
-        else:
-            shown[k] = False
+        shown[k], chosen[k] = True, 0
+        while length() > width and chosen[k] + 1 < len(items[k][0]):
+            chosen[k] += 1
+        shown[k] = length() <= width
     return [items[i][0][chosen[i]] if shown[i] else None for i in range(len(items))]
 
 
