@@ -21,6 +21,8 @@ import sys
 import tracemalloc
 from collections import Counter
 from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
 
 MB = 1024 * 1024
 FRAMES = 8  # enough to see past a library's own frames to the caller that holds the leak
@@ -75,8 +77,9 @@ class LeakSites:
             self.started_here = True
         torch = sys.modules.get("torch")  # never imported here: monitors stay free of torch
         if torch is not None and self.mode is None:
-            self.mode = _marker(torch, self.frames)
-            self.mode.__enter__()
+            mode = _marker(torch, self.frames)
+            mode.__enter__()
+            self.mode = mode
 
     def stop(self) -> None:
         if self.started_here:
@@ -120,7 +123,7 @@ def _site(frames, heap: str, bytes_per_run: float, blocks_per_run: float) -> Sit
     return Site(file, int(line), heap, bytes_per_run / MB, blocks_per_run, stack)
 
 
-def _marker(torch, frames: int):
+def _marker(torch: Any, frames: int) -> Any:
     """A TorchFunctionMode that marks each tensor a torch call returns, once, with the lines that
     called it from outside torch (innermost first)."""
     inside = os.path.dirname(torch.__file__)
@@ -129,10 +132,10 @@ def _marker(torch, frames: int):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             if isinstance(out, torch.Tensor) and MARK not in out.__dict__:
-                f = sys._getframe(1)
+                f: FrameType | None = sys._getframe(1)
                 while f is not None and f.f_code.co_filename.startswith(inside):
                     f = f.f_back
-                stack = []
+                stack: list[tuple[str, int]] = []
                 while f is not None and len(stack) < frames:
                     stack.append((f.f_code.co_filename, f.f_lineno))
                     f = f.f_back
