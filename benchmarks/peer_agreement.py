@@ -36,7 +36,10 @@ one tool's pooled figures move between turns when nothing but the moment differs
 
 `--standin MS` puts the tools before a server of fixed pace instead (tests/helpers/sse_standin.py: a
 chunk every MS ms, no model), so what differs is the tools alone, not a one-CPU server's wander;
-`--busy` runs a busy loop on the tools' CPU meanwhile, as a slower core leaves a client less of it.
+`--busy` runs a busy loop on the tools' CPU meanwhile, as a slower core leaves a client less of it;
+`--bursty N` runs N loops on every CPU that come and go (0.3 s busy, 0.2 s idle), as other work on a
+shared machine: the server's pace then moves between turns, and the table's last column divides
+each turn's out by the server's own clock (server_clock.py).
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import peer_aiperf, server_clock
+from benchmarks.server_clock import Pace
 from monitors.timing import mean, percentile
 
 VLLM_VENV = Path.home() / ".cache" / "tokentop" / "vllm-venv"
@@ -97,6 +102,12 @@ class Pooled:
         self.failed += other.failed
         self.errors += other.errors
 
+    def on_server_clock(self, pace: Pace) -> Pooled:
+        """The same requests with the server's own pace of their turn divided out: TTFT in its
+        prompt tokens' time, gaps and TPOT in its generated tokens' (server_clock.py)."""
+        per_decode = [[x / pace.decode_s for x in xs] for xs in (self.itl, self.itl_chunks, self.tpot)]
+        return Pooled([x / pace.prefill_s for x in self.ttft], *per_decode, self.tokens, self.wall_s / pace.decode_s, self.failed)
+
     def figures(self) -> dict[str, float]:
         return {
             "ttft_p50": percentile(self.ttft, 50),
@@ -131,9 +142,11 @@ def pin(pid: int, cpus: set[int]) -> None:
         os.sched_setaffinity(int(tid), cpus)
 
 
-def busy_loop(cpus: set[int]) -> subprocess.Popen:
-    """A process spinning on `cpus` until killed: a client sharing its core gets about half of it."""
-    return subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {sorted(cpus)})\nwhile True: pass"])
+def busy_loop(cpus: set[int], bursty: bool = False) -> subprocess.Popen:
+    """A process spinning on `cpus` until killed: a client sharing its core gets about half of it.
+    `bursty`: 0.3 s busy then 0.2 s idle, over and over, as other work on a shared machine."""
+    spin = "\n    t = time.monotonic()\n    while time.monotonic() - t < 0.3: pass\n    time.sleep(0.2)" if bursty else " pass"
+    return subprocess.Popen([sys.executable, "-c", f"import os, time\nos.sched_setaffinity(0, {sorted(cpus)})\nwhile True:{spin}"])
 
 
 def _on(cpus: set[int] | None):
@@ -229,45 +242,6 @@ def add_tokentop(pool: Pooled, data: dict) -> None:
     pool.wall_s += row["wall_s"]
 
 
-def aiperf_run(
-    aiperf: str, url: str, tokenizer: str, cell: Cell, p_len: int, new: int, workdir: Path, seed: int, cpus: set[int] | None = None
-) -> tuple[list[dict], float]:
-    """AIPerf's profile of the same cell: its per-request records and its benchmark duration (s).
-    `--use-legacy-max-tokens`: llama.cpp's completions read max_tokens, not max_completion_tokens."""
-    out = workdir / f"aiperf-{cell.name.replace('/', '')}-{seed}"
-    cmd = [aiperf, "profile", "--model", "smollm2", "--url", url, "--endpoint-type", "completions", "--streaming", "--tokenizer", tokenizer, "--ui", "none"]
-    cmd += ["--synthetic-input-tokens-mean", str(p_len), "--synthetic-input-tokens-stddev", "0"]
-    cmd += ["--output-tokens-mean", str(new), "--output-tokens-stddev", "0", "--use-legacy-max-tokens"]
-    cmd += ["--extra-inputs", "ignore_eos:true", "--request-count", str(cell.requests), "--random-seed", str(seed), "--artifact-dir", str(out)]
-    cmd += ["--concurrency", str(cell.concurrency)] if cell.concurrency else ["--request-rate", str(cell.rate), "--arrival-pattern", "constant"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=workdir, preexec_fn=_on(cpus))
-    if done.returncode != 0:
-        raise RuntimeError(f"aiperf exited {done.returncode}: {done.stderr[-2000:] or done.stdout[-2000:]}")
-    records = [json.loads(line) for line in (out / "profile_export.jsonl").read_text().splitlines() if line.strip()]
-    duration = json.loads((out / "profile_export_aiperf.json").read_text())["benchmark_duration"]["avg"]
-    return records, duration
-
-
-def add_aiperf(pool: Pooled, run: tuple[list[dict], float]) -> None:
-    """AIPerf's records (ms): TTFT, a gap a chunk after the first (its inter_chunk_latency: the
-    final, empty chunk is not among them, so a gap a token here), the request's latency."""
-    records, duration = run
-    for rec in records:
-        m = rec.get("metrics") or {}
-        if rec.get("error") or "time_to_first_token" not in m:
-            pool.failed += 1
-            continue
-        ttft, latency, n = m["time_to_first_token"]["value"] / 1000, m["request_latency"]["value"] / 1000, int(m["output_sequence_length"]["value"])
-        gaps = [x / 1000 for x in (m.get("inter_chunk_latency") or {}).get("value") or []]
-        pool.ttft.append(ttft)
-        pool.itl.extend(gaps)
-        pool.itl_chunks.extend(gaps)
-        if n > 1:
-            pool.tpot.append((latency - ttft) / (n - 1))
-        pool.tokens += n
-    pool.wall_s += duration
-
-
 def compare(
     url: str,
     tokenizer: str,
@@ -300,8 +274,9 @@ def compare(
             # answer the peers' from its prefix cache (tokentop's start anew by themselves).
             base = random.SystemRandom().randrange(1, 1_000_000)
             for cell in cells:
-                fresh = {peer: Pooled(), "tokentop": Pooled(), **({"aiperf": Pooled()} if aiperf else {})}
-                pools, per_round = (carry if carry is not None else {}).setdefault(cell.name, (fresh, {tool: [] for tool in fresh}))
+                tools = (peer, "tokentop", *(("aiperf",) if aiperf else ()))
+                kept = (carry if carry is not None else {}).setdefault(cell.name, tuple({t: f() for t in tools} for f in (Pooled, Pooled, list)))
+                pools, paced, per_round = kept
                 server_ttfts: list[float] = []
                 if own_ttfts is not None:
                     own_ttfts()  # what came before this cell
@@ -310,19 +285,24 @@ def compare(
                     warm = 1 if k == 0 else 0
                     order = (peer, "tokentop") if k % 2 == 0 else ("tokentop", peer)
                     for tool in order + (("aiperf",) if aiperf else ()):  # AIPerf after both: its start-up (~20 s) is inside neither's round
-                        turn = Pooled()
+                        turn, before = Pooled(), server_clock.read(url)
                         if tool == "aiperf":
-                            add_aiperf(turn, aiperf_run(aiperf, url, tokenizer, cell, p_len, new, work, seed, cpus))
+                            peer_aiperf.add(turn, peer_aiperf.run(aiperf, url, tokenizer, cell, p_len, new, work, seed, _on(cpus)))
                         elif vllm is not None and tool == "vllm":
                             add_vllm(turn, vllm.run(url, tokenizer, cell, p_len, new, seed, keep_alive))
                         else:
                             add_tokentop(turn, tokentop_run(url, cell, p_len, new, work, warm, cpus))
                         pools[tool].absorb(turn)
                         per_round[tool].append(turn.figures())
+                        pace = server_clock.between(before, server_clock.read(url))
+                        if pace is not None:
+                            paced[tool].absorb(clocked := turn.on_server_clock(pace))
+                            per_round[tool][-1]["server_clock"] = clocked.figures()
                     log(f"{cell.name}: round {k + 1}/{rounds} done")
                     server_ttfts += own_ttfts() if own_ttfts is not None else []
                 out[cell.name] = {
                     tool: {**p.figures(), "failed": p.failed, "errors": p.errors, "requests": len(p.ttft), "rounds": per_round[tool]}
+                    | ({"server_clock": paced[tool].figures()} if len(paced[tool].ttft) == len(p.ttft) else {})
                     for tool, p in pools.items()
                 }
                 if server_ttfts:
@@ -338,7 +318,8 @@ def table(results: dict) -> str:
     lines = []
     for peer in peers:
         name = {"vllm": "vllm bench serve", "aiperf": "AIPerf", "self": "itself, in the peer's turns"}[peer]
-        lines += [f"tokentop beside {name} (ratio tokentop ÷ peer):", "", "| cell | figure | peer | tokentop | ratio |", "|---|---|---|---|---|"]
+        lines += [f"tokentop beside {name} (ratio tokentop ÷ peer; then with each turn's server pace divided out):", ""]
+        lines += ["| cell | figure | peer | tokentop | ratio | on the server's clock |", "|---|---|---|---|---|---|"]
         for cell, tools in results.items():
             if peer not in tools:
                 continue
@@ -347,11 +328,12 @@ def table(results: dict) -> str:
                 if a.get(key) != a.get(key):  # NaN: the peer has no such figure
                     continue
                 show = (lambda x: f"{x * 1000:.2f} ms") if is_ms else (lambda x: f"{x:.1f}")
-                lines.append(f"| {cell} | {title} | {show(a[key])} | {show(b[key])} | {b[key] / a[key]:.3f} |")
+                clock = f"{b['server_clock'][key] / a['server_clock'][key]:.3f}" if "server_clock" in a and "server_clock" in b else "-"
+                lines.append(f"| {cell} | {title} | {show(a[key])} | {show(b[key])} | {b[key] / a[key]:.3f} | {clock} |")
             if peer == "vllm":
                 chunks = a["itl_p50_chunks"]
                 ours = b["itl_p50"]
-                lines.append(f"| {cell} | ITL p50, every chunk (vLLM's own) | {chunks * 1000:.2f} ms | {ours * 1000:.2f} ms | {ours / chunks:.3f} |")
+                lines.append(f"| {cell} | ITL p50, every chunk (vLLM's own) | {chunks * 1000:.2f} ms | {ours * 1000:.2f} ms | {ours / chunks:.3f} | - |")
         lines.append("")
     own = [(cell, tools) for cell, tools in results.items() if "server" in tools]
     if own:
@@ -378,13 +360,14 @@ def main() -> None:
     p.add_argument("--self", action="store_true", help="tokentop beside itself (A/A): the noise floor of the agreement")
     p.add_argument("--standin", type=float, default=None, metavar="MS", help="a server of fixed pace, a chunk every MS ms, in place of llama.cpp")
     p.add_argument("--busy", action="store_true", help="a busy loop on the tools' CPU throughout")
+    p.add_argument("--bursty", type=int, default=0, metavar="N", help="N loops on every CPU, 0.3 s busy then 0.2 s idle, throughout")
     args = p.parse_args()
     from tui_app.engine.models import converted_default
 
     p_len, new = (int(x) for x in args.lengths.split(":"))
     tokenizer = str(converted_default())
     cells = [Cell("c1", 1, None, max(args.requests // 2, 2)), Cell("c8", 8, None, args.requests), Cell(f"r{args.rate:g}/s", None, args.rate, args.requests)]
-    server, split, hog = None, None, None
+    server, split, hogs = None, None, []
     if args.url is None:
         from tests.helpers.llama_server import LlamaServer
         from tests.helpers.sse_standin import SseStandIn
@@ -396,7 +379,8 @@ def main() -> None:
     url = args.url or server.url
     try:
         if args.busy:
-            hog = busy_loop(split[1] if split else set(os.sched_getaffinity(0)))
+            hogs.append(busy_loop(split[1] if split else set(os.sched_getaffinity(0))))
+        hogs += [busy_loop(set(os.sched_getaffinity(0)), bursty=True) for _ in range(args.bursty)]
         log = lambda s: print(s, file=sys.stderr)  # noqa: E731
         peer = "self" if args.self else "vllm"
         results = compare(
@@ -415,13 +399,14 @@ def main() -> None:
             own_ttfts=server.take_ttfts if args.standin else None,
         )
     finally:
-        if hog is not None:
+        for hog in hogs:
             hog.kill()
         if server is not None:
             server.close()
     where = f"; the server on CPU {sorted(split[0])}, the tools on {sorted(split[1])}" if split else ""
     what = f"a stand-in sending a chunk every {args.standin:g} ms" if args.standin else "llama.cpp"
-    where += "; a busy loop beside the tools" if hog else ""
+    where += "; a busy loop beside the tools" if args.busy else ""
+    where += f"; {args.bursty} bursty loops on every CPU" if args.bursty else ""
     print(f"{what} at {url}, {p_len} prompt tokens, {new} out (ignore-eos), {args.rounds} rounds interleaved{where}\n")
     print(table(results))
     if args.json:
