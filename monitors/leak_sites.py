@@ -89,6 +89,13 @@ class LeakSites:
             self.mode.__exit__(None, None, None)
             self.mode = None
 
+    def __enter__(self) -> LeakSites:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def baseline(self) -> None:
         """A reading at the baseline just taken (after the run's end and its gc.collect)."""
         self.runs += 1

@@ -290,3 +290,18 @@ def test_headless_output_has_no_library_noise_unless_verbose():
     assert r.returncode == 0 and r.stderr.strip() == "", r.stderr
     loud = tokentop("run", "--no-tui", "--no-record", "--quant", "int8", "--max-new-tokens", "2", "--verbose", env={"TRANSFORMERS_VERBOSITY": "info"})
     assert loud.returncode == 0 and loud.stderr.strip() != ""
+
+
+def test_a_leakcheck_whose_run_fails_says_why_and_leaves_nothing_traced(capsys):
+    """In this process, as a notebook or a CI script would call it: a failed run ends the check
+    with the engine's reason, and tracemalloc and the torch marker are off again."""
+    import tracemalloc
+
+    import torch
+
+    from tui_app import cli
+
+    module, opts = cli.parse(["leakcheck", "--runs", "14", "--max-new-tokens", "100000"])
+    assert module.leakcheck(opts) == 2
+    assert "tokentop: run 1 failed: max new tokens 100000 does not fit the model's context" in capsys.readouterr().err
+    assert not tracemalloc.is_tracing() and torch.overrides._get_current_function_mode_stack() == []

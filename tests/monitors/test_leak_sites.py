@@ -31,13 +31,10 @@ def _tensor_block():
 
 def test_a_growing_python_allocation_and_a_growing_tensor_are_named_by_their_lines_and_rates():
     for make, heap, text, mb in ((_python_block, "python", "bytearray(2 * MB)", 2.0), (_tensor_block, "torch", "torch.zeros(", 1.0)):
-        sites, keep = LeakSites(warmup=2), []
-        sites.start()
-        try:
+        keep: list = []
+        with LeakSites(warmup=2) as sites:
             _runs(sites, keep, make)
             grown = sites.grown()
-        finally:
-            sites.stop()
         top = grown[0]
         assert (top.file, top.line, top.heap) == (__file__, _line_of(make, text), heap), grown
         assert abs(top.mb_per_run - mb) < 0.01 and top.blocks_per_run == (2 if heap == "python" else 1)
@@ -46,14 +43,11 @@ def test_a_growing_python_allocation_and_a_growing_tensor_are_named_by_their_lin
 
 
 def test_no_growth_names_nothing_and_one_reading_is_no_trend():
-    sites, keep = LeakSites(warmup=2), []
-    sites.start()
-    try:
+    keep: list = []
+    with LeakSites(warmup=2) as sites:
         _runs(sites, keep, lambda: None)
         assert sites.grown() == []
         fresh = LeakSites(warmup=0)
         fresh.baseline()
         assert fresh.grown() == []
-    finally:
-        sites.stop()
     assert sites.mode is None and not sites.started_here

@@ -10,7 +10,7 @@ import json
 import sys
 from dataclasses import dataclass
 
-from monitors.events import RunFinished
+from monitors.events import EngineError, RunFinished
 from monitors.leak_sites import LeakSites
 from monitors.text import plural
 from tui_app.commands.options import COUNT, add_engine, check_engine
@@ -57,28 +57,30 @@ def leakcheck(args: Options) -> int:
     if engine is None:
         return EXIT_USAGE
     req = run_request(args)
+    said: list[str] = []  # the engine's reason, where a run fails
+    session.listeners.append(lambda ev: said.append(ev.message) if isinstance(ev, EngineError) else None)
     baselines: dict[str, list[float]] = {"engine RSS": []}  # and on CUDA each device source (session.DEVICE_BASELINES)
-    sites = LeakSites(warmup=session.leak.warmup)
-    sites.start()  # after the load: the weights are no run's allocation
-    for i in range(args.runs):
-        fin = engine.run(req)
-        if not isinstance(fin, RunFinished):
-            print("tokentop: run failed", file=sys.stderr)
-            return EXIT_USAGE
-        sites.baseline()
-        baselines["engine RSS"].append(fin.baseline_rss / MB)
-        for name, attr in DEVICE_BASELINES:
-            if getattr(fin, attr) is not None:
-                baselines.setdefault(name, []).append(getattr(fin, attr) / MB)
-        device = f"  {readings.device_leak_text(session)}" if session.device_verdicts else ""
-        line = f"run {i + 1}/{args.runs}  baseline {baselines['engine RSS'][-1]:.1f} MiB  {session.verdict.text()}{device}"
-        print(f"\r{line}", end="", file=sys.stderr, flush=True)
-    print(file=sys.stderr)
-    suspected = session.verdict.status == "suspected"
-    device = readings.device_leak(session) if session.device_verdicts else None
-    suspected |= device is not None and device[1].status == "suspected"
-    grown = sites.grown() if suspected else []
-    sites.stop()
+    # From after the load (the weights are no run's allocation) to the verdict, and no further:
+    # a run that fails or a Ctrl-C leaves the process untraced.
+    with LeakSites(warmup=session.leak.warmup) as sites:
+        for i in range(args.runs):
+            fin = engine.run(req)
+            if not isinstance(fin, RunFinished):
+                print(f"\ntokentop: run {i + 1} failed: {said[-1] if said else 'the engine gave no reason'}", file=sys.stderr)
+                return EXIT_USAGE
+            sites.baseline()
+            baselines["engine RSS"].append(fin.baseline_rss / MB)
+            for name, attr in DEVICE_BASELINES:
+                if getattr(fin, attr) is not None:
+                    baselines.setdefault(name, []).append(getattr(fin, attr) / MB)
+            device = f"  {readings.device_leak_text(session)}" if session.device_verdicts else ""
+            line = f"run {i + 1}/{args.runs}  baseline {baselines['engine RSS'][-1]:.1f} MiB  {session.verdict.text()}{device}"
+            print(f"\r{line}", end="", file=sys.stderr, flush=True)
+        print(file=sys.stderr)
+        suspected = session.verdict.status == "suspected"
+        device = readings.device_leak(session) if session.device_verdicts else None
+        suspected |= device is not None and device[1].status == "suspected"
+        grown = sites.grown() if suspected else []
     if args.output == "json":
         verdicts = {"engine RSS": session.verdict, **({device[0]: device[1]} if device else {})}
         out = {
