@@ -86,6 +86,14 @@ def fit_slope(ys: list[float]) -> tuple[float, float]:
     return slope, se
 
 
+def fit_fan(ys: list[float], verdict: LeakVerdict) -> list[tuple[float, float]]:
+    """The fitted line, then its slope's 95 % interval (low, high), each as its value at the first
+    and at the last of the fitted baselines `ys`, all through their centre: the evidence as the
+    memory pane's leak view and the report draw it."""
+    mid, ym = (len(ys) - 1) / 2, sum(ys) / len(ys)
+    return [(ym - slope * mid, ym + slope * mid) for slope in (verdict.mb_per_run, verdict.low, verdict.high)]
+
+
 class LeakDetector:
     MIN_MB_PER_RUN = 0.25
 

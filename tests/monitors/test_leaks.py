@@ -3,7 +3,7 @@ import random
 import numpy as np
 import pytest
 
-from monitors.leaks import LeakDetector, fit_slope, t_quantile_975
+from monitors.leaks import LeakDetector, fit_fan, fit_slope, t_quantile_975
 
 MB = 1024 * 1024
 
@@ -84,3 +84,16 @@ def test_runs_needed_is_exactly_when_the_first_verdict_comes():
     det = LeakDetector()
     verdicts = [det.add(100 * 2**20).status for _ in range(det.runs_needed)]
     assert verdicts[-2] == "collecting" and verdicts[-1] == "none"
+
+
+def test_the_drawn_fit_is_numpys_least_squares_line_and_its_band_turns_about_the_same_centre():
+    rng = random.Random(3)
+    det = LeakDetector(warmup=0)
+    for i in range(20):
+        det.add(int((1200 + 0.8 * i + rng.gauss(0, 0.5)) * 1024 * 1024))
+    ys, verdict = list(det.baselines), det.verdict()
+    (f0, f1), (l0, l1), (h0, h1) = fit_fan(ys, verdict)
+    slope, intercept = np.polyfit(np.arange(len(ys)), ys, 1)
+    assert (f0, f1) == pytest.approx((intercept, intercept + slope * (len(ys) - 1)), rel=1e-9)
+    assert (l1 - l0, h1 - h0) == pytest.approx(((len(ys) - 1) * verdict.low, (len(ys) - 1) * verdict.high))
+    assert (l0 + l1) / 2 == pytest.approx((h0 + h1) / 2) == pytest.approx(np.mean(ys))

@@ -6,7 +6,7 @@ mark where a lever's preparation restarted the series."""
 
 from __future__ import annotations
 
-from monitors.leaks import LeakDetector, LeakVerdict
+from monitors.leaks import LeakDetector, LeakVerdict, fit_fan
 from tui_app.core.braille import Canvas, y_to_px
 
 # Series indices: the legend's order and the chart's colours.
@@ -60,6 +60,5 @@ def _fit_lines(leak: LeakDetector, verdict: LeakVerdict | None) -> list[tuple[in
     if verdict is None or verdict.status == "collecting" or len(base) < 2:
         return []
     last = leak.history[-1][0]
-    first, mid, ym = last - len(base) + 1, (len(base) - 1) / 2, sum(base) / len(base)
-    slopes = ((FIT, verdict.mb_per_run), (BAND, verdict.low), (BAND, verdict.high))
-    return [(series, ((first, ym - slope * mid), (last, ym + slope * mid))) for series, slope in slopes]
+    first = last - len(base) + 1
+    return [(series, ((first, y0), (last, y1))) for series, (y0, y1) in zip((FIT, BAND, BAND), fit_fan(base, verdict), strict=True)]

@@ -7,6 +7,7 @@ import html
 import math
 from pathlib import Path
 
+from monitors.leaks import fit_fan
 from tui_app.commands.report.page import LABELLED_RUNS, LEVER, MIB, PALETTE, REPREFILL, Figure, Report, ReportError
 from tui_app.commands.report.xray import xray_figure
 from tui_app.core import fmt, readings
@@ -246,10 +247,9 @@ def memory_figure(session, phases=()) -> Figure:
     base = list(session.leak.baselines)
     if verdict is not None and verdict.status != "collecting" and len(base) >= 2:
         # The leak detector's own fit: its baselines are the last len(base) finished runs, one x step per run.
-        xs = [f.run_id for f in finished[-len(base) :]]
-        mid, ym = (len(base) - 1) / 2, sum(base) / len(base)
-        for slope, style, label in ((verdict.mb_per_run, "-", "leak trend"), (verdict.low, ":", "95% interval of its slope"), (verdict.high, ":", None)):
-            trend_ax.plot(xs, [ym + slope * (i - mid) for i in range(len(base))], style, color=REPREFILL, lw=1.4, label=label)
+        xs = (finished[-len(base)].run_id, finished[-1].run_id)
+        for ys, style, label in zip(fit_fan(base, verdict), ("-", ":", ":"), ("leak trend", "95% interval of its slope", None), strict=True):
+            trend_ax.plot(xs, ys, style, color=REPREFILL, lw=1.4, label=label)
     trend_ax.set_xlabel("run")
     trend_ax.set_ylabel("baseline MiB")
     trend_ax.grid(alpha=0.3)
