@@ -64,6 +64,7 @@ VLLM_VENV = Path.home() / ".cache" / "tokentop" / "vllm-venv"
 DRIVER = Path(__file__).with_name("vllm_bench_serve.py")
 FIGURES = (
     ("TTFT p50", "ttft_p50", True),
+    ("TTFT mean", "ttft_mean", True),
     ("TTFT p99", "ttft_p99", True),
     ("TPOT mean", "tpot_mean", True),
     ("ITL p50", "itl_p50", True),
@@ -111,6 +112,7 @@ class Pooled:
     def figures(self) -> dict[str, float]:
         return {
             "ttft_p50": percentile(self.ttft, 50),
+            "ttft_mean": mean(self.ttft),
             "ttft_p99": percentile(self.ttft, 99),
             "tpot_mean": mean(self.tpot),
             "itl_p50": percentile(self.itl, 50),

@@ -37,9 +37,10 @@ pytestmark = [pytest.mark.vllm, pytest.mark.agreement]
 TOLERANCE = 0.05
 ROUNDS = 5
 MORE = 2  # times a cell with a figure off gets five rounds more, read over all its rounds
-HELD = {"c1": ("ttft_p50", "tpot_mean", "itl_p50", "output_tok_s"), "c8": ("output_tok_s",), "r2/s": ("output_tok_s",)}
+HELD = {"c1": ("ttft_mean", "tpot_mean", "output_tok_s"), "c8": ("output_tok_s",), "r2/s": ("output_tok_s",)}
 # Where one request runs at a time, the server's counters over a turn are its requests' own time:
-# each turn's figures are read on the server's clock (benchmarks/server_clock.py).
+# each turn's figures are read on the server's clock (benchmarks/server_clock.py). Means, as the
+# counters are sums: a p50 divided by a mean pace moved 4-5 % beside itself under load.
 ON_SERVER_CLOCK = {"c1"}
 
 
