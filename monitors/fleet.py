@@ -26,6 +26,7 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from monitors.prometheus import QUERY, Prometheus, PrometheusError, Vector
 from monitors.servers import ENGINES, EngineTable, Figure
@@ -199,6 +200,7 @@ class Fleet:
     known: dict = field(default_factory=dict)  # row key → family, of every replica seen exporting an engine's metrics
     errors: dict = field(default_factory=dict)  # query name → the error said for it (once)
     others: list = field(default_factory=list)  # jobs the selector matched that export no engine's metrics
+    sentinel: Any = None  # monitors.fleet_leaks.Sentinel: each replica's memory trend, where asked for
 
     def __post_init__(self) -> None:
         w = duration_text(self.window_s)
@@ -265,6 +267,8 @@ class Fleet:
         rows = self._rows(current, results)
         fleet = fold_fleet(results["fleet"])
         self._mark(rows, fleet)
+        if self.sentinel is not None:
+            notes += await self.sentinel.apply(rows, ts)
         return ts, rows, fleet, notes
 
     async def _transitions(self, current: dict, ts: float) -> list[str]:

@@ -73,17 +73,25 @@ class LeakVerdict:
         return f"leak: {self.status} ({sign}{self.mb_per_run:.2f} MB/run, 95% [{self.low:.2f}, {self.high:.2f}], {plural(self.n, 'run')})"
 
 
-def fit_slope(ys: list[float]) -> tuple[float, float]:
-    """Least-squares slope of ys against 0..n-1 and its standard error."""
+def fit_slope(ys: list[float], xs: list[float] | None = None) -> tuple[float, float]:
+    """Least-squares slope of ys against xs (default 0..n-1) and its standard error."""
     n = len(ys)
-    xm = (n - 1) / 2
+    xs = list(range(n)) if xs is None else xs
+    xm = sum(xs) / n
     ym = sum(ys) / n
-    sxx = sum((i - xm) ** 2 for i in range(n))
-    slope = sum((i - xm) * (y - ym) for i, y in enumerate(ys)) / sxx
+    sxx = sum((x - xm) ** 2 for x in xs)
+    slope = sum((x - xm) * (y - ym) for x, y in zip(xs, ys, strict=True)) / sxx
     intercept = ym - slope * xm
-    resid = sum((y - (intercept + slope * i)) ** 2 for i, y in enumerate(ys))
+    resid = sum((y - (intercept + slope * x)) ** 2 for x, y in zip(xs, ys, strict=True))
     se = math.sqrt(resid / (n - 2) / sxx) if n > 2 else math.inf
     return slope, se
+
+
+def slope_interval(ys: list[float], xs: list[float] | None = None) -> tuple[float, float, float]:
+    """The slope and its 95 % interval (t with n − 2 degrees of freedom): (slope, low, high)."""
+    slope, se = fit_slope(ys, xs)
+    half = t_quantile_975(len(ys) - 2) * se
+    return slope, slope - half, slope + half
 
 
 def fit_fan(ys: list[float], verdict: LeakVerdict) -> list[tuple[float, float]]:
@@ -134,8 +142,6 @@ class LeakDetector:
         ys = list(self.baselines)
         if len(ys) < self.min_runs:
             return LeakVerdict("collecting", math.nan, math.nan, math.nan, self.seen)
-        slope, se = fit_slope(ys)
-        half = t_quantile_975(len(ys) - 2) * se
-        low, high = slope - half, slope + half
+        slope, low, high = slope_interval(ys)
         status = "suspected" if low > self.min_mb_per_run else "none"
         return LeakVerdict(status, slope, low, high, self.seen)

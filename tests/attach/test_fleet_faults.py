@@ -85,7 +85,7 @@ async def test_credentials_promql_errors_and_a_restart(guarded, tmp_path, monkey
         first = await watcher.refresh()
         assert first is not None and len(first.rows) == 2
         refused = [n for n in first.notes if "query processing would load too many samples" in n]
-        assert {n.split("(the query for ", 1)[1].split(":", 1)[0] for n in refused} >= {"gen_tps", "prompt_tps", "fleet"}
+        assert {n.split("(the query for ", 1)[1].split(":", 1)[0] for n in refused} >= {"gen_tps", "prompt_tps", "fleet", "the leak sentinel"}
         assert all("rate(" in n for n in refused)  # each with its query
         assert all(r["running"] == 0 for r in first.rows)  # the queries that fit go on
         second = await watcher.refresh()

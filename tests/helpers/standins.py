@@ -60,11 +60,23 @@ def router(backends: dict[str, tuple[int, int]]) -> str:
 
 
 def vllm_replica(
-    i: int, running: int = 2, waiting: int = 0, gen_tps: float = 100.0, ttft_s: float = 0.05, every_s: float = 1.0, kv: float | None = None, engines: int = 1
+    i: int,
+    running: int = 2,
+    waiting: int = 0,
+    gen_tps: float = 100.0,
+    ttft_s: float = 0.05,
+    every_s: float = 1.0,
+    kv: float | None = None,
+    engines: int = 1,
+    rss_mb: float | None = None,
+    rss_mb_per_s: float = 0.0,
+    gen_tps_per_s: float = 0.0,
 ):
-    """A vLLM replica's text whose counters grow at fixed rates (gen_tps tokens/s, a request every
-    every_s seconds whose TTFT is ttft_s), for each of `engines` data-parallel engines (vLLM's
-    `engine` label): a function, read at each scrape."""
+    """A vLLM replica's text whose counters grow at fixed rates (gen_tps tokens/s, rising by
+    gen_tps_per_s each second; a request every every_s seconds whose TTFT is ttft_s), for each of
+    `engines` data-parallel engines (vLLM's `engine` label), and with rss_mb the process's
+    resident memory as prometheus_client writes it, rising by rss_mb_per_s: a function, read at
+    each scrape."""
     t0 = time.time()
     usage = 0.1 + (i % 9) / 10 if kv is None else kv
 
@@ -77,7 +89,7 @@ def vllm_replica(
             "vllm:num_requests_waiting": ("gauge", waiting),
             "vllm:kv_cache_usage_perc": ("gauge", round(usage, 2)),
             "vllm:prompt_tokens_total": ("counter", int(t * gen_tps / 4)),
-            "vllm:generation_tokens_total": ("counter", int(t * gen_tps)),
+            "vllm:generation_tokens_total": ("counter", int(t * gen_tps + gen_tps_per_s * t * t / 2)),
             "vllm:num_preemptions_total": ("counter", 0),
         }
         lines = []
@@ -93,6 +105,8 @@ def vllm_replica(
                 f"vllm:time_to_first_token_seconds_count{{{m}}} {requests}",
                 f"vllm:time_to_first_token_seconds_sum{{{m}}} {requests * ttft_s}",
             ]
+        if rss_mb is not None:
+            lines += ["# TYPE process_resident_memory_bytes gauge", f"process_resident_memory_bytes {(rss_mb + rss_mb_per_s * t) * 2**20:.1f}"]
         return "\n".join(lines) + "\n"
 
     return text

@@ -21,6 +21,7 @@ import httpx
 
 from monitors.events import EngineError, EngineReady, FleetReady, FleetSample, LeverRefused, now_ns
 from monitors.fleet import PREFIXES, Fleet, Selector
+from monitors.fleet_leaks import Sentinel
 from monitors.prometheus import Auth, Prometheus, PrometheusError
 from tui_app.attach.client import AttachConfig, server_ready
 from tui_app.attach.loop import Servers, _Batches, _get
@@ -53,7 +54,8 @@ class FleetWatcher:
         self.cfg = cfg
         self.emit = emit
         self.prom = Prometheus(cfg.prometheus, Auth(cfg.token_env, cfg.basic_env), insecure=cfg.insecure)
-        self.fleet = Fleet(self.prom, Selector(cfg.match), cfg.window_s)
+        selector = Selector(cfg.match)
+        self.fleet = Fleet(self.prom, selector, cfg.window_s, sentinel=Sentinel(self.prom, selector, cfg.window_s))
         self.error = ""
         self.rows: list[dict] = []  # the last refresh's
 
