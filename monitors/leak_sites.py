@@ -8,6 +8,9 @@ Two sources, because a leak lives in one of two heaps:
   marks each tensor a torch call returns with the calling lines outside torch; the live tensors
   (gc's view) are summed by that mark, weighed by their storage's bytes, and diffed the same way.
 
+Beside them, gc's count of live objects by type (one pass with the tensors'): a leak that keeps
+a dict or an instance a run shows as that type climbing.
+
 Both slow the engine (every allocation and every torch call pays): they run only where asked for
 (`leakcheck`, a check whose speed is not its point), in the thread that runs the engine, and a
 reading is taken at a baseline, never mid-run. Importable without torch.
@@ -28,7 +31,8 @@ MB = 1024 * 1024
 FRAMES = 8  # enough to see past a library's own frames to the caller that holds the leak
 # A site must grow at least this much a run to be named: a dict resizing once is not a leak.
 FLOOR_MB_PER_RUN = 0.01
-HIDE = (tracemalloc.__file__, "<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>", "<unknown>")
+# The readings' own memory (this file's) is kept between baselines, so it would read as growth.
+HIDE = (tracemalloc.__file__, __file__, "<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>", "<unknown>")
 MARK = "_tokentop_site"  # the attribute a tensor's calling lines are kept in
 
 
@@ -56,6 +60,7 @@ class _Reading:
     run: int
     python: tracemalloc.Snapshot
     tensors: dict[tuple, tuple[int, int]]  # traceback key → (bytes, tensors)
+    types: Counter  # gc's live objects by type (containers and instances: gc does not track bytes or numbers)
 
 
 class LeakSites:
@@ -101,7 +106,7 @@ class LeakSites:
         self.runs += 1
         if self.runs <= self.warmup or not tracemalloc.is_tracing():
             return
-        reading = _Reading(self.runs, tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, f) for f in HIDE]), _tensors())
+        reading = _Reading(self.runs, tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, f) for f in HIDE]), *_live())
         if self.first is None:
             self.first = reading
         self.last = reading
@@ -121,6 +126,16 @@ class LeakSites:
             if (nbytes - was_bytes) / runs / MB >= FLOOR_MB_PER_RUN:
                 sites.append(_site(key, "torch", (nbytes - was_bytes) / runs, (count - was_count) / runs))
         return sorted(sites, key=lambda s: -s.mb_per_run)[:top]
+
+    def grown_types(self, top: int = 5) -> list[tuple[str, float]]:
+        """The object types whose live count grew most a run, (type, objects a run), largest first;
+        a type must gain at least one object a run to be named."""
+        a, b = self.first, self.last
+        if a is None or b is None or b.run == a.run:
+            return []
+        runs = b.run - a.run
+        grown = [(name, (n - a.types.get(name, 0)) / runs) for name, n in b.types.items()]
+        return sorted([g for g in grown if g[1] >= 1], key=lambda g: -g[1])[:top]
 
 
 def _site(frames, heap: str, bytes_per_run: float, blocks_per_run: float) -> Site:
@@ -152,18 +167,20 @@ def _marker(torch: Any, frames: int) -> Any:
     return Marker()
 
 
-def _tensors() -> dict[tuple, tuple[int, int]]:
-    """Live tensors' storage bytes and count by their marks; a storage shared by views is counted
-    once, at the first tensor seen of it. Tensors made before the marking began (the weights) have
-    none: they are no run's allocation."""
+def _live() -> tuple[dict[tuple, tuple[int, int]], Counter]:
+    """One pass over gc's objects: live tensors' storage bytes and count by their marks, and every
+    object's type counted. A storage shared by views is counted once, at the first tensor seen of
+    it. Tensors made before the marking began (the weights) have no mark: no run's allocation."""
     torch = sys.modules.get("torch")
-    if torch is None:
-        return {}
+    tensor = torch.Tensor if torch is not None else ()
     seen: set[int] = set()
     out: Counter = Counter()
     counts: Counter = Counter()
+    types: Counter = Counter()
     for obj in gc.get_objects():
-        if not isinstance(obj, torch.Tensor) or obj.is_meta:
+        kind = type(obj)
+        types[kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"] += 1
+        if not issubclass(kind, tensor) or obj.is_meta:  # type(), not isinstance: no proxy's __class__ is asked
             continue
         key = obj.__dict__.get(MARK)
         if not key:
@@ -178,4 +195,4 @@ def _tensors() -> dict[tuple, tuple[int, int]]:
         seen.add(ptr)
         out[key] += storage.nbytes()
         counts[key] += 1
-    return {k: (out[k], counts[k]) for k in out}
+    return {k: (out[k], counts[k]) for k in out}, types

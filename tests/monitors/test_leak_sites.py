@@ -51,3 +51,15 @@ def test_no_growth_names_nothing_and_one_reading_is_no_trend():
         fresh.baseline()
         assert fresh.grown() == []
     assert sites.mode is None and not sites.started_here
+
+
+class _Kept:
+    """An object a leak keeps: gc counts it by its type."""
+
+
+def test_gc_names_the_type_of_the_objects_kept_and_how_many_a_run():
+    keep: list = []
+    with LeakSites(warmup=2) as sites:
+        _runs(sites, keep, lambda: [_Kept(), _Kept(), _Kept()])
+        grown = dict(sites.grown_types())
+    assert grown[f"{__name__}._Kept"] == 3.0 and grown["list"] >= 1.0

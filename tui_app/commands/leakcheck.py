@@ -81,6 +81,8 @@ def leakcheck(args: Options) -> int:
         device = readings.device_leak(session) if session.device_verdicts else None
         suspected |= device is not None and device[1].status == "suspected"
         grown = sites.grown() if suspected else []
+        # tokentop's own objects are its session's ring buffers filling, bounded: not the engine's.
+        types = [t for t in sites.grown_types(top=50) if not t[0].startswith(("tui_app.", "monitors."))][:5] if suspected else []
     if args.output == "json":
         verdicts = {"engine RSS": session.verdict, **({device[0]: device[1]} if device else {})}
         out = {
@@ -88,6 +90,7 @@ def leakcheck(args: Options) -> int:
             "verdicts": {name: {**vars(v), "text": v.text()} for name, v in verdicts.items()},
             "baselines_mib": baselines,
             "sites": [s.as_dict() for s in grown],
+            "object_types": [{"type": name, "per_run": n} for name, n in types],
             "sites_runs": [sites.first.run, sites.last.run] if grown else None,
         }
         print(json.dumps(fmt.strict_json(out), allow_nan=False))
@@ -99,6 +102,8 @@ def leakcheck(args: Options) -> int:
         print(readings.device_leak_text(session))
     if suspected:
         print(sites_text(sites, grown))
+        if types:
+            print("objects that grew, by type (gc's count; tokentop's own left out):\n" + "\n".join(f"  {name}  {n:+.1f}/run" for name, n in types))
     return 1 if suspected else 0
 
 
