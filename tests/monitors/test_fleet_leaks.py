@@ -7,7 +7,10 @@ made to have; one whose load climbs with it, one that holds steady, and the real
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -63,6 +66,16 @@ async def test_the_replica_whose_memory_climbs_at_a_flat_load_is_flagged(prometh
         assert len(llama) == 2 and not any("memory_trend" in r for r in llama)  # llama.cpp exports no process memory
         _, _, _, again = await fleet.refresh()
         assert not any(n.startswith("leak sentinel") for n in again)  # said once
+
+        # What a user runs: the headless fleet, its sentinel over a span of its own (and a rate window
+        # within the stand-ins' life: a longer one reads their first minute as a load that climbs).
+        cmd = [sys.executable, "-m", "tui_app", "attach", "--prometheus", prometheus.url, "--match", '{job="sentinel"}', "--window", "5s"]
+        out = subprocess.run([*cmd, "--leak-span", "20s", "--no-tui", "--once", "--no-record", "-o", "json"], capture_output=True, text=True, timeout=60)
+        (obj,) = [json.loads(line) for line in out.stdout.splitlines()]
+        marked = {r["instance"]: [m for m in r["marks"] if m.startswith("RSS")] for r in obj["rows"]}
+        assert marked["steady"] == marked["busier"] == [] and len(marked["leaky"]) == 1 and marked["leaky"][0].endswith("MB/h, load flat"), obj["rows"]
+        off = subprocess.run([*cmd, "--leak-span", "0", "--no-tui", "--once", "--no-record", "-o", "json"], capture_output=True, text=True, timeout=60)
+        assert not any("memory_trend" in r for r in json.loads(off.stdout)["rows"])
     finally:
         prometheus.set_targets("sentinel", [])
         await prom.aclose()

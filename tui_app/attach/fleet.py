@@ -41,6 +41,7 @@ class FleetConfig:
     window_s: float = 60.0
     every_s: float = 2.0
     backfill_s: float = 900.0
+    leak_span_s: float = 900.0  # the leak sentinel's span; 0: no sentinel
     watch: bool = False
     runs: list = field(default_factory=list)  # AttachConfig of each URL given for tokentop's own runs
     template: AttachConfig | None = None  # the options of a replica found in Prometheus, its URL aside
@@ -55,7 +56,10 @@ class FleetWatcher:
         self.emit = emit
         self.prom = Prometheus(cfg.prometheus, Auth(cfg.token_env, cfg.basic_env), insecure=cfg.insecure)
         selector = Selector(cfg.match)
-        self.fleet = Fleet(self.prom, selector, cfg.window_s, sentinel=Sentinel(self.prom, selector, cfg.window_s))
+        span = cfg.leak_span_s
+        # Sixty points a span, refitted at most every 30 s (sooner for a short span): one query_range each time.
+        sentinel = Sentinel(self.prom, selector, cfg.window_s, span_s=span, step_s=max(span / 60, 1.0), every_s=min(30.0, span / 10)) if span > 0 else None
+        self.fleet = Fleet(self.prom, selector, cfg.window_s, sentinel=sentinel)
         self.error = ""
         self.rows: list[dict] = []  # the last refresh's
 

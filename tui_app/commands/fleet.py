@@ -47,6 +47,7 @@ class FleetOptions:
     window: float
     every: float
     backfill: float
+    leak_span: float
     once: bool
     output: str
     watch: bool
@@ -73,6 +74,12 @@ def add_fleet_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--every", type=every, default=2.0, help="how often Prometheus is asked (default 2s)")
     past = duration(0, 7 * day, why="seconds of the past")
     g.add_argument("--backfill", type=past, default=900.0, help="the past shown at once, from query_range (default 15m; 0: none)")
+    g.add_argument(
+        "--leak-span",
+        type=duration(0, day, why="seconds of memory the leak sentinel fits"),
+        default=900.0,
+        help="the leak sentinel's span: each replica's memory over this long, fitted beside its load (default 15m; 0: off)",
+    )
     g.add_argument("--once", action="store_true", help="with --no-tui: print the fleet once and exit")
     g.add_argument("-o", "--output", choices=("table", "json"), default="table", help="with --no-tui: a table, or one JSON object a refresh")
     p.add_argument(
@@ -109,6 +116,7 @@ def fleet_config(args, runs: list) -> FleetConfig:
         window_s=args.window,
         every_s=args.every,
         backfill_s=args.backfill,
+        leak_span_s=args.leak_span,
         watch=args.watch,
         runs=runs,
     )
