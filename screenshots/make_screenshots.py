@@ -8,7 +8,9 @@ picture: the real llama.cpp server (xllamacpp) on the bundled GGUF, one stream, 
 leak pictures: the leak view catching `--demo-leak 1` at 160×45 and 80×24. The
 demo picture: `tokentop demo`'s caption over three steps of the default tour. The fleet picture:
 a real Prometheus (Debian's) scraping three real llama.cpp servers every second, tokentop's own
-runs on the first, two streams of other traffic on the second, the third stopped (a replica down).
+runs on the first, two streams of other traffic on the second, the third stopped (a replica down),
+and a stand-in vLLM replica (tests/helpers/standins.py, served to the same Prometheus) whose memory
+climbs 0.5 MB a second at a flat load: the leak sentinel's mark, over a 30 s span.
 
 Then `tokentop report` pages, rendered whole by headless Chromium: one of a recorded auto-repeat
 session (int8 switched on in the first run, enough runs after it for the leak detector's verdict)
@@ -119,7 +121,8 @@ async def shoot_fleet(size: tuple[int, int]) -> str:
 
     import httpx
 
-    from tests.helpers.prometheus import PrometheusServer, group
+    from tests.helpers.prometheus import PrometheusServer, StandIns, group
+    from tests.helpers.standins import vllm_replica
     from tui_app.attach.fleet import FleetConfig
     from tui_app.core.sources import FleetSource
 
@@ -130,21 +133,27 @@ async def shoot_fleet(size: tuple[int, int]) -> str:
         while not stop.is_set():
             httpx.post(url + "/v1/completions", json={"prompt": "Tell me about the sea.", "max_tokens": 24, "ignore_eos": True}, timeout=60)
 
+    standins = StandIns()
+    standins.texts["/leaky"] = vllm_replica(1, rss_mb=1800, rss_mb_per_s=0.5)
     with tempfile.TemporaryDirectory() as tmp:
         prom = PrometheusServer(tmp)
         others = [threading.Thread(target=traffic, args=(servers[1].url,)) for _ in range(2)]
         try:
             prom.set_targets("llama", [group("llama", f"127.0.0.1:{s.port}") for s in servers])
+            prom.set_targets("vllm", [group("vllm", standins.address, instance="vllm-standin:8000", path="/leaky")])
             prom.wait_up("llama", 3)
+            prom.wait_up("vllm", 1)
             for t in others:
                 t.start()
-            cfg = FleetConfig(prom.url, match='{job="llama"}', window_s=10, every_s=1, backfill_s=120, runs=[AttachConfig(url=servers[0].url, metrics_hz=1)])
+            own = [AttachConfig(url=servers[0].url, metrics_hz=1)]
+            cfg = FleetConfig(prom.url, match='{job=~"llama|vllm"}', window_s=10, every_s=1, backfill_s=120, leak_span_s=30, runs=own)
             app = TokentopApp(FleetSource(cfg), RunRequest(max_new_tokens=64), sampler=Sampler(hz=4), fps=8, auto=True)
             async with app.run_test(size=size) as pilot:
                 await until(pilot, lambda: len(app.session.finished_ids) >= 2)
                 servers[2].kill()
                 await until(pilot, lambda: app.session.fleet is not None and any(r.get("up") is False for r in app.session.fleet.rows))
                 await until(pilot, lambda: len(app.session.finished_ids) >= 5)
+                await until(pilot, lambda: any(m.startswith("RSS") for r in app.session.fleet.rows for m in r.get("marks") or ()))
                 await pilot.pause(2.0)
                 name = f"tokentop-fleet-{size[0]}x{size[1]}"
                 svg = app.save_screenshot(filename=name + ".svg", path=HERE)
@@ -155,6 +164,7 @@ async def shoot_fleet(size: tuple[int, int]) -> str:
                 if t.is_alive():
                     t.join()
             prom.close()
+            standins.close()
             for s in servers:
                 s.close()
     return to_png(svg, size)
