@@ -149,6 +149,24 @@ def test_demo_no_tui_prints_captions_effects_and_a_refusal(tmp_path, capsys):
     assert record.stat().st_size > 0
 
 
+def test_the_leak_scene_of_docs_demo_md_catches_the_leak_made_on_purpose(tmp_path, capsys):
+    """docs/demo.md's leak scene, its script as the page gives it: with --demo-leak 1 the step's
+    effect is the detector's verdict, suspected at about 1 MB a run; without it, none."""
+    import pathlib
+    import re
+
+    page = (pathlib.Path(__file__).parents[2] / "docs" / "demo.md").read_text()
+    (script,) = re.findall(r"## A leak scene.*?```toml\n(.*?)```", page, re.S)
+    path = tmp_path / "leak.toml"
+    path.write_text(script)
+    assert main(["demo", str(path), "--demo-leak", "1", "--no-tui", "--no-record"]) == 0
+    (effect,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("    → leak: ")]
+    assert effect.startswith("    → leak: leak: suspected (+1.0") and effect.endswith("14 runs)"), effect
+    assert main(["demo", str(path), "--no-tui", "--no-record"]) == 0
+    (effect,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("    → leak: ")]
+    assert effect.startswith("    → leak: leak: none"), effect
+
+
 def test_demo_report_is_the_tours_recording_as_a_report(tmp_path, capsys):
     path = tmp_path / "tour.toml"
     path.write_text('[[step]]\nlabel="a"\ncaption="plain"\ntokens=3\n[[step]]\nlabel="b"\ncaption="int8"\nlevers={quant="int8"}\ntokens=3\ncompare="a"\n')

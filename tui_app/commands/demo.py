@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from monitors.events import EngineError, LeverRefused
 from monitors.record import RecordError
 from tui_app.commands.bench import apply_levers
-from tui_app.commands.options import add_model, add_ui, check_engine
+from tui_app.commands.options import add_demo_leak, add_model, add_ui, check_engine
 from tui_app.commands.run import load_engine
 from tui_app.core.options import EXIT_USAGE, EngineOptions, UiOptions, UsageError, bounded, default_record_path, make_recorder
 from tui_app.core.session import Session
@@ -32,9 +32,8 @@ class Options(EngineOptions, UiOptions):
 
 def add_args(p: argparse.ArgumentParser) -> None:
     add_model(p)  # the tour sets the levers and prompts itself: greedy, from plain
-    p.set_defaults(
-        temperature=0.0, top_p=1.0, seed=0, no_cache=False, compile=False, quant="off", spec="off", batch=1, demo_leak=(0.0, "tensor"), verbose=False
-    )
+    p.set_defaults(temperature=0.0, top_p=1.0, seed=0, no_cache=False, compile=False, quant="off", spec="off", batch=1, verbose=False)
+    add_demo_leak(p)  # a leak scene's (docs/demo.md)
     add_ui(p)
     p.add_argument("script", nargs="?", default=None, help="a tour script (TOML, [[step]] tables; see docs/demo.md); default: the built-in tour")
     p.add_argument("--no-tui", action="store_true", help="print each step's caption and measured effect instead of drawing the TUI")

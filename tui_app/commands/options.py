@@ -92,6 +92,10 @@ def add_engine(p: argparse.ArgumentParser, generation: bool = True) -> None:
     g.add_argument("--spec", choices=SPEC_MODES, default="off")
     g.add_argument("--batch", type=int, choices=BATCH_SIZES, default=1)
     g.add_argument("--verbose", action="store_true", help="show the libraries' own warnings and progress bars")
+    add_demo_leak(g)
+
+
+def add_demo_leak(g) -> None:
     g.add_argument(
         "--demo-leak",
         type=demo_leak,

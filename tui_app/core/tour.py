@@ -26,8 +26,9 @@ LEVERS = ("cache", "compile", "quant", "spec", "batch")
 RESET_ORDER = (("spec", "off"), ("compile", False), ("batch", 1), ("cache", True), ("quant", "off"))
 APPLY_ORDER = ("quant", "batch", "cache", "compile", "spec")
 FINISHED = ("eos", "max tokens")  # a stopped or failed run is not a measurement of its step
-# What a step's effect can state: decode tok/s, ITL p50, time to first token, speculation's acceptance.
-WATCH = ("tok/s", "itl", "ttft", "accept")
+# What a step's effect can state: decode tok/s, ITL p50, time to first token, speculation's
+# acceptance, the leak detector's verdict on the session's baselines so far.
+WATCH = ("tok/s", "itl", "ttft", "accept", "leak")
 STEP_FIELDS = ("label", "caption", "levers", "preset", "prompt", "tokens", "runs", "seconds", "compare", "watch")
 DEFAULT_TOKENS = 64
 
@@ -286,6 +287,7 @@ class StepResult:
     base: Figures | None  # the compared step's
     base_levers: Levers | None = None
     note: str = ""  # what the engine said it prepared for this step's levers (a kernel it had to do without)
+    leak: str = ""  # the leak detector's verdict when the step ended
 
     def effect(self) -> str:
         """The measured effect in one line, e.g. 'int4: 2.6× plain tok/s (48.1 vs 18.3), ppl 24.57 vs 24.60'."""
@@ -294,7 +296,7 @@ class StepResult:
             return f"{s.label}: refused: {'; '.join(self.refused)}"
         if f is None:
             return f"{s.label}: no finished run to measure"
-        parts = [_statement(w, f, b) for w in s.watch]
+        parts = [self.leak if w == "leak" else _statement(w, f, b) for w in s.watch]
         if self.pays() is False:
             parts.append(f"{' + '.join(speedups(s.levers, self.base_levers))} does not pay on this machine" + (f" ({self.note})" if self.note else ""))
         if b is not None and f.quant != b.quant and f.perplexity is not None and b.perplexity is not None:
@@ -340,6 +342,8 @@ class TourLog:
         result = StepResult(
             step, list(run_ids), list(refused), Figures.of(step.label, rows), base.figures if base else None, base.step.levers if base else None, note
         )
+        if session.verdict is not None:
+            result.leak = session.verdict.text()
         self.results[step.label] = result
         return result
 
