@@ -168,6 +168,7 @@ class TorchMemory:
     allocated: int
     reserved: int
     peak: int
+    trouble: dict = field(default_factory=dict)  # the allocator's counters that mean trouble, where not 0 (torch_memory.TROUBLE)
     t_ns: int = field(default_factory=now_ns)
 
 

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from monitors.events import TorchMemory
 
+# memory_stats() counters that mean trouble: cudaMalloc failed and the cache was flushed to retry
+# (fragmentation's cost, each a sync), out-of-memory errors raised, and frees that waited on every
+# stream. Named as torch's documentation of torch.cuda.memory_stats names them.
+TROUBLE = {"num_alloc_retries": "alloc retries", "num_ooms": "OOMs", "num_sync_all_streams": "stream syncs"}
+
 
 def read_torch_memory(device: str, more: tuple[str, ...] = ()) -> TorchMemory | None:
     """None on CPU: torch has no caching allocator there whose numbers mean anything beyond RSS.
@@ -13,9 +18,19 @@ def read_torch_memory(device: str, more: tuple[str, ...] = ()) -> TorchMemory | 
     import torch
 
     devices = (device, *(d for d in more if d != device))
+    stats = [torch.cuda.memory_stats(d) for d in devices]
+    trouble = {key: n for key in TROUBLE if (n := sum(int(s.get(key, 0)) for s in stats))}
     return TorchMemory(
         device="+".join(devices),
         allocated=sum(int(torch.cuda.memory_allocated(d)) for d in devices),
         reserved=sum(int(torch.cuda.memory_reserved(d)) for d in devices),
         peak=sum(int(torch.cuda.max_memory_allocated(d)) for d in devices),
+        trouble=trouble,
     )
+
+
+def trouble_text(mem: TorchMemory | None) -> str:
+    """ "allocator: 3 alloc retries, 1 OOMs", or "" while none happened."""
+    if mem is None or not mem.trouble:
+        return ""
+    return "allocator: " + ", ".join(f"{n} {TROUBLE[key]}" for key, n in mem.trouble.items())

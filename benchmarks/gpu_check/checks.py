@@ -26,26 +26,6 @@ def smi(*args: str) -> list[list[str]]:
     return parse_csv(out)
 
 
-def check_torch_memory(device: str) -> tuple[str, str]:
-    import torch
-
-    from monitors.torch_memory import read_torch_memory
-
-    before = read_torch_memory(device)
-    x = torch.empty(64 * MiB, dtype=torch.uint8, device=device)
-    during = read_torch_memory(device)
-    stats = torch.cuda.memory_stats(device)
-    del x
-    if during is None or before is None:
-        raise Failed("read_torch_memory gave None on CUDA")
-    ref = (stats["allocated_bytes.all.current"], stats["reserved_bytes.all.current"])
-    if (during.allocated, during.reserved) != ref:
-        raise Failed("allocated/reserved differ from memory_stats", f"{during.allocated}/{during.reserved}", f"{ref[0]}/{ref[1]}")
-    agree(during.allocated - before.allocated, 64 * MiB, 0, what="a 64 MiB tensor's allocated bytes")
-    figure = f"allocated {during.allocated / MiB:.1f} MiB, reserved {during.reserved / MiB:.1f} MiB, +64.0 MiB for a 64 MiB tensor"
-    return figure, "torch.cuda.memory_stats, the tensor's size"
-
-
 def check_nvml_process(device: str) -> tuple[str, str]:
     import torch
 

@@ -25,10 +25,10 @@ from benchmarks.gpu_check.checks import (
     check_real_weights,
     check_syncs,
     check_timing,
-    check_torch_memory,
     check_tui,
     make_model,
 )
+from benchmarks.gpu_check.memory import check_cuda_snapshot, check_torch_memory
 from benchmarks.gpu_check.models import Bench, check_device_leak, lever_check, tokenizer_dir
 from benchmarks.gpu_check.report import Report, Skip, lever_cases, one_line
 from benchmarks.gpu_check.wheels import build_wheels
@@ -98,6 +98,7 @@ def run_all(report: Report, device: str, tok: Path, work: Path, small_overrides:
     for name, combo in (("plain", {}), ("compile", {"compile": True})):
         report.check(f"GPU leak: 100 clean runs, {name} (bf16)", lambda c=combo: check_device_leak(bench("bf16"), c, short, 100))
     report.check("GPU leak: 1 MB/run kept on the device, 20 runs (bf16)", lambda: check_device_leak(bench("bf16"), {}, short, 20, leak_mb=1.0))
+    report.check("leakcheck --cuda-snapshot: the demo leak in memory_viz's trace", lambda: check_cuda_snapshot(model("default-arch", small_overrides), device))
     report.check("bandwidth ~1B bf16 plain", lambda: check_bandwidth(model("llama-1b", BIG), device, {}))
     report.check("bandwidth ~1B bf16 compile", lambda: check_bandwidth(model("llama-1b", BIG), device, {"compile": True}))
     report.check("framework overhead on CUDA", lambda: check_framework_overhead(report, tok, min(240, report.left_s())))

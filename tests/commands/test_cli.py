@@ -31,6 +31,8 @@ def tokentop(*args, timeout=180, env=None):
         (["bench", "--lengths", "12x4"], "bad length pair"),
         (["bench", "--levers", "turbo"], "unknown lever preset 'turbo'"),
         (["leakcheck", "--runs", "5"], "use --runs 11 or more"),  # too few runs for a verdict: not a silent exit 0
+        (["leakcheck", "--runs", "14", "--cuda-snapshot", "/nonexistent/dir/s.pickle"], "--cuda-snapshot /nonexistent/dir/s.pickle: cannot write it"),
+        (["leakcheck", "--runs", "14", "--device", "cpu", "--cuda-snapshot", os.devnull], "--cuda-snapshot records CUDA's allocator; this engine runs on cpu"),
     ],
 )
 def test_command_line_misuse_exits_2_with_one_clear_line(args, needle):

@@ -229,6 +229,27 @@ async def test_the_memory_pane_says_where_device_map_placed_the_weights():
         assert "weights cuda:0 3.0 GiB + cpu 512.0 MiB" in str(chart.border_subtitle)
 
 
+async def test_the_memory_pane_says_the_allocators_trouble_once_there_is_any():
+    """torch's memory_stats counters that mean trouble (given here, as a GPU's would be: there is
+    none on this machine; gpu_check reads them on CUDA) stand in the pane's subtitle once not 0."""
+    from monitors.events import Sampled, TorchMemory
+    from tui_app.ui.widgets.memory_chart import MemoryChart
+
+    session = Session.from_events(session_events(runs=1, tokens=8))
+    session.feed(TorchMemory(device="cuda:0", allocated=2**30, reserved=2**31, peak=2**31))
+    session.feed(Sampled(t_ns=10**12, engine_rss=900 * 2**20, gpu_proc_mem=3 * 2**30))
+    chart = MemoryChart(session)
+    async with One(chart).run_test(size=(160, 14)) as pilot:
+        await pilot.pause()
+        chart.redraw(force=True)
+        assert "allocator" not in str(chart.border_subtitle)
+        session.feed(TorchMemory(device="cuda:0", allocated=2**30, reserved=2**31, peak=2**31, trouble={"num_alloc_retries": 3, "num_ooms": 1}))
+        session.feed(Sampled(t_ns=2 * 10**12, engine_rss=900 * 2**20, gpu_proc_mem=3 * 2**30))
+        chart.dirty = True  # as the app marks a pane on new data
+        chart.redraw(force=True)
+        assert "allocator: 3 alloc retries, 1 OOMs" in str(chart.border_subtitle)
+
+
 def _point_rows(canvas) -> list[tuple[int, int]]:
     """(column, row) of each cell the leak view drew a fitted baseline in, left to right."""
     from tui_app.core.leak_view import POINT

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import dataclass
 
@@ -28,12 +29,20 @@ PARSER = {"help": "repeated runs, the memory baseline trend and a verdict (exit 
 class Options(EngineOptions, PromptOptions):
     runs: int
     output: str
+    cuda_snapshot: str | None
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
     add_engine(p)
     p.add_argument("--runs", type=COUNT, default=30)
     p.add_argument("-o", "--output", choices=("text", "json"), default="text", help="json: one object on stdout (verdicts, baselines, sites), for CI")
+    p.add_argument(
+        "--cuda-snapshot",
+        metavar="FILE",
+        default=None,
+        help="on CUDA: record the allocator's history from after the warm-up to the verdict, saved as a snapshot "
+        "that PyTorch's memory viewer opens (https://pytorch.org/memory_viz); it slows the runs",
+    )
     p.set_defaults(max_new_tokens=16)
 
 
@@ -53,8 +62,13 @@ def leakcheck(args: Options) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    if args.cuda_snapshot and not writable(args.cuda_snapshot):
+        return EXIT_USAGE
     engine = load_engine(args, session)
     if engine is None:
+        return EXIT_USAGE
+    if args.cuda_snapshot and not engine.device.startswith("cuda"):
+        print(f"tokentop: --cuda-snapshot records CUDA's allocator; this engine runs on {engine.device}", file=sys.stderr)
         return EXIT_USAGE
     req = run_request(args)
     said: list[str] = []  # the engine's reason, where a run fails
@@ -62,8 +76,9 @@ def leakcheck(args: Options) -> int:
     baselines: dict[str, list[float]] = {"engine RSS": []}  # and on CUDA each device source (session.DEVICE_BASELINES)
     # From after the load (the weights are no run's allocation) to the verdict, and no further:
     # a run that fails or a Ctrl-C leaves the process untraced.
-    with LeakSites(warmup=session.leak.warmup) as sites:
+    with LeakSites(warmup=session.leak.warmup) as sites, CudaHistory(args.cuda_snapshot, session.leak.warmup) as history:
         for i in range(args.runs):
+            history.before(i)
             fin = engine.run(req)
             if not isinstance(fin, RunFinished):
                 print(f"\ntokentop: run {i + 1} failed: {said[-1] if said else 'the engine gave no reason'}", file=sys.stderr)
@@ -105,6 +120,47 @@ def leakcheck(args: Options) -> int:
         if types:
             print("objects that grew, by type (gc's count; tokentop's own left out):\n" + "\n".join(f"  {name}  {n:+.1f}/run" for name, n in types))
     return 1 if suspected else 0
+
+
+def writable(path: str) -> bool:
+    """Said before the model loads, so a check never runs without the file it was asked for."""
+    existed = os.path.exists(path)
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        print(f"tokentop: --cuda-snapshot {path}: cannot write it ({exc.strerror or exc})", file=sys.stderr)
+        return False
+    if not existed:
+        os.remove(path)
+    return True
+
+
+class CudaHistory:
+    """torch.cuda.memory._record_memory_history from the first run after the warm-up, dumped to
+    `path` (a pickle memory_viz reads) when the check ends, however it ends; nothing without a path."""
+
+    def __init__(self, path: str | None, warmup: int):
+        self.path, self.warmup, self.on = path, warmup, False
+
+    def __enter__(self) -> CudaHistory:
+        return self
+
+    def before(self, run: int) -> None:
+        if self.path and run == self.warmup:
+            import torch
+
+            torch.cuda.memory._record_memory_history(max_entries=200_000)
+            self.on = True
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.on:
+            return
+        import torch
+
+        torch.cuda.memory._dump_snapshot(self.path)
+        torch.cuda.memory._record_memory_history(enabled=None)
+        print(f"tokentop: CUDA allocator history from run {self.warmup + 1} on: {self.path} (open it at https://pytorch.org/memory_viz)", file=sys.stderr)
 
 
 def sites_text(sites: LeakSites, grown: list) -> str:

@@ -9,6 +9,7 @@ from bisect import bisect_left
 
 from rich.text import Text
 
+from monitors.torch_memory import trouble_text
 from tui_app.core import fmt, leak_view, readings
 from tui_app.core.braille import Canvas, plot
 from tui_app.ui.widgets.chart import Chart, gpu_unread
@@ -69,6 +70,9 @@ class MemoryChart(Chart):
         # Where the memory is (readings.memory_budget): it stays longer than the GPU items, not the UI's figure.
         budget = readings.memory_budget(s)
         split = [] if budget is None else [((readings.budget_text(budget, whole=budget[0] != "engine"),), 1)]
+        # The allocator's counters that mean trouble, once any is not 0: they outrank the figures.
+        trouble = trouble_text(s.torch_mem[-1] if s.torch_mem else None)
+        split += [((trouble,), 0)] if trouble else []
         self.set_titles(title, [((f"{watched.split()[0]} {_mib(last.engine_rss)}",), 0), ((f"UI {_mib(last.app_rss)}",), 1), *split, *gpu])
         return self.compose_text(canvas, lo, hi, lambda v: f"{v:.0f}MiB", [(n, i) for i, (n, _) in enumerate(names)] + [("run end", 5)])
 
