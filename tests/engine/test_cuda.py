@@ -4,7 +4,8 @@ tested on the CPU in test_gpu_check.py."""
 
 import pytest
 
-from benchmarks.gpu_check.checks import check_device_map, check_nvml_device, check_nvml_process, check_syncs, check_timing, check_torch_memory
+from benchmarks.gpu_check.checks import check_device_map, check_nvml_device, check_nvml_process, check_syncs, check_timing
+from benchmarks.gpu_check.memory import check_torch_memory
 from benchmarks.gpu_check.models import Bench, check_device_leak, lever_check, random_llama, tokenizer_dir
 from benchmarks.gpu_check.report import Check, run_check
 from tui_app.requests import RunRequest
