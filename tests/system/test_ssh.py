@@ -37,7 +37,9 @@ DELAY_S = 0.1  # each way
 SLOW_RATE = 8_000  # the slower link of the last phase, 64 kbit/s: less than the app's 10-14 KB/s at 4 fps
 FRAME_S = 0.25  # the default automatic frame rate's frame
 SLACK_S = 0.25  # the app, tmux, the capture and ssh itself on a loaded 2-core machine
-ARGS = ["--auto", "--max-new-tokens", "48"]
+# Runs long enough that a frame at 0.5 fps mostly shows one mid-run: at 48 tokens a 50 s slow
+# phase once placed only 9 of 244 captures (about one frame) in a fresh clone.
+ARGS = ["--auto", "--max-new-tokens", "96"]
 TTFT = re.compile(r"TTFT \d+ ms")
 
 
@@ -90,7 +92,7 @@ def over_ssh(tmp_path_factory, tmux_server) -> Watched:
             # At 0.5 fps or less a screen shows a run being generated in few captures (19 of 87 at
             # one capture in 0.4 s, 9 on a loaded CI machine): captures twice as often place twice as
             # many, and a longer phase more (35 s still placed fewer than 10 once in a fresh clone)
-            _sample(app, session.slow, 50, every=0.2)
+            _sample(app, session.slow, 70, every=0.2)
             for way in (proxy.up, proxy.down):
                 way.rate = RATE
         finally:
