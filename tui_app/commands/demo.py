@@ -14,7 +14,7 @@ from monitors.record import RecordError
 from tui_app.commands.bench import apply_levers
 from tui_app.commands.options import add_demo_leak, add_model, add_ui, check_engine
 from tui_app.commands.run import load_engine
-from tui_app.core.options import EXIT_USAGE, EngineOptions, UiOptions, UsageError, bounded, default_record_path, make_recorder
+from tui_app.core.options import EXIT_USAGE, EngineOptions, UiOptions, UsageError, bounded, default_record_path, make_recorder, require_writable
 from tui_app.core.session import Session
 from tui_app.core.tour import FINISHED, LEVERS, TourError, TourLog, TourStep, default_tour, load_tour
 
@@ -49,14 +49,7 @@ def main(args: Options) -> int:
     if args.report:
         if args.no_record:
             raise UsageError("--report is made from the tour's recording: leave out --no-record")
-        existed = os.path.exists(args.report)
-        try:
-            with open(args.report, "a"):
-                pass
-        except OSError as exc:
-            raise UsageError(f"--report {args.report}: cannot write it ({exc.strerror or exc})") from None
-        if not existed:
-            os.remove(args.report)
+        require_writable(args.report, "--report")
         args = replace(args, record=args.record or default_record_path())
     code = demo_main(args)
     if args.report and args.record and os.path.exists(args.record):

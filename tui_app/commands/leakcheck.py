@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import dataclass
 
@@ -18,7 +17,7 @@ from tui_app.commands.options import COUNT, add_engine, check_engine
 from tui_app.commands.run import load_engine
 from tui_app.core import fmt, readings
 from tui_app.core.braille import text_plot
-from tui_app.core.options import EXIT_USAGE, EngineOptions, PromptOptions, run_request
+from tui_app.core.options import EXIT_USAGE, EngineOptions, PromptOptions, require_writable, run_request
 from tui_app.core.session import DEVICE_BASELINES, Session
 
 MB = 1024 * 1024
@@ -62,8 +61,8 @@ def leakcheck(args: Options) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    if args.cuda_snapshot and not writable(args.cuda_snapshot):
-        return EXIT_USAGE
+    if args.cuda_snapshot:
+        require_writable(args.cuda_snapshot, "--cuda-snapshot")  # before the model loads: no check without its file
     engine = load_engine(args, session)
     if engine is None:
         return EXIT_USAGE
@@ -120,20 +119,6 @@ def leakcheck(args: Options) -> int:
         if types:
             print("objects that grew, by type (gc's count; tokentop's own left out):\n" + "\n".join(f"  {name}  {n:+.1f}/run" for name, n in types))
     return 1 if suspected else 0
-
-
-def writable(path: str) -> bool:
-    """Said before the model loads, so a check never runs without the file it was asked for."""
-    existed = os.path.exists(path)
-    try:
-        with open(path, "ab"):
-            pass
-    except OSError as exc:
-        print(f"tokentop: --cuda-snapshot {path}: cannot write it ({exc.strerror or exc})", file=sys.stderr)
-        return False
-    if not existed:
-        os.remove(path)
-    return True
 
 
 class CudaHistory:

@@ -26,6 +26,19 @@ class UsageError(Exception):
     pass
 
 
+def require_writable(path: str, flag: str) -> None:
+    """A file an option names, checked before the work that ends in it: UsageError naming the option
+    where it cannot be written (a file made to check it is removed again)."""
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot write it ({exc.strerror or exc})") from None
+    if not existed:
+        os.remove(path)
+
+
 ENGINE_MODULES = ("torch", "transformers", "accelerate", "gguf", "safetensors")
 
 
