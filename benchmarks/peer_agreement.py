@@ -282,12 +282,13 @@ def compare(
                 server_ttfts: list[float] = []
                 if own_ttfts is not None:
                     own_ttfts()  # what came before this cell
+                clock = server_clock.read(url)  # a turn's reading after is the next one's before
                 for k in range(rounds):
                     seed = base + 1000 * len(out) + k
                     warm = 1 if k == 0 else 0
                     order = (peer, "tokentop") if k % 2 == 0 else ("tokentop", peer)
                     for tool in order + (("aiperf",) if aiperf else ()):  # AIPerf after both: its start-up (~20 s) is inside neither's round
-                        turn, before = Pooled(), server_clock.read(url)
+                        turn, before = Pooled(), clock
                         if tool == "aiperf":
                             peer_aiperf.add(turn, peer_aiperf.run(aiperf, url, tokenizer, cell, p_len, new, work, seed, _on(cpus)))
                         elif vllm is not None and tool == "vllm":
@@ -296,7 +297,8 @@ def compare(
                             add_tokentop(turn, tokentop_run(url, cell, p_len, new, work, warm, cpus))
                         pools[tool].absorb(turn)
                         per_round[tool].append(turn.figures())
-                        pace = server_clock.between(before, server_clock.read(url))
+                        clock = server_clock.read(url)
+                        pace = server_clock.between(before, clock)
                         if pace is not None:
                             paced[tool].absorb(clocked := turn.on_server_clock(pace))
                             per_round[tool][-1]["server_clock"] = clocked.figures()

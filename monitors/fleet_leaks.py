@@ -16,11 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from monitors.fleet import Selector, _tag, duration_text, figure_query
-from monitors.leaks import slope_interval
+from monitors.leaks import MB, slope_interval
 from monitors.prometheus import QUERY, Prometheus, PrometheusError
 
 MEMORY = "process_resident_memory_bytes"
-MB = 1024 * 1024
 SPAN_S = 900.0  # a quarter of an hour of scrapes: a few MB an hour shows above a server's noise
 STEP_S = 15.0
 EVERY_S = 30.0  # refitted at most this often: the range query is the heaviest the fleet asks
