@@ -173,6 +173,20 @@ class TorchMemory:
 
 
 @dataclass(kw_only=True)
+class AllocatorHistory:
+    """The CUDA allocator's history over a window of `runs` runs from `first_run`: recording while
+    `left` > 0, then dumped to `path` (memory_viz's pickle) in `seconds`, or not, for `error`."""
+
+    path: str
+    runs: int
+    left: int
+    first_run: int
+    seconds: float = 0.0
+    error: str = ""
+    t_ns: int = field(default_factory=now_ns)
+
+
+@dataclass(kw_only=True)
 class RunFinished:
     run_id: int
     n_tokens: int
@@ -351,6 +365,7 @@ EVENT_TYPES = {
         LeverChanged,
         LeverRefused,
         TorchMemory,
+        AllocatorHistory,
         RunFinished,
         Sampled,
         ServerSample,
@@ -372,6 +387,7 @@ Event = (
     | LeverChanged
     | LeverRefused
     | TorchMemory
+    | AllocatorHistory
     | RunFinished
     | Sampled
     | ServerSample

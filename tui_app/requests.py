@@ -1,5 +1,6 @@
 """What a source's process is asked to do, as typed messages like the events that come back: a run
-of a request, a lever set, stop, pause, resume, a new measurement of the memory read rate, shut down.
+of a request, a lever set, stop, pause, resume, a new measurement of the memory read rate,
+the allocator's history over some runs, shut down.
 
 The app, the demo and the headless commands send them; the engine (`Engine.command`) and an
 attached server's client (`Servers.command`) each take them in one place. Plain picklable
@@ -60,8 +61,16 @@ class Probe:
 
 
 @dataclass(frozen=True)
+class History:
+    """Record the CUDA allocator's history from now for `runs` runs, then save it to `path`."""
+
+    path: str
+    runs: int = 3
+
+
+@dataclass(frozen=True)
 class Shutdown:
     """End the process (after the run in flight stops)."""
 
 
-Command = Run | SetLever | Stop | Pause | Resume | Probe | Shutdown
+Command = Run | SetLever | Stop | Pause | Resume | Probe | History | Shutdown

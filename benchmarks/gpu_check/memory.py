@@ -40,7 +40,8 @@ def check_torch_memory(device: str) -> tuple[str, str]:
 
 
 def check_cuda_snapshot(folder: Path, device: str) -> tuple[str, str]:
-    """`leakcheck --demo-leak 1 --cuda-snapshot FILE` on CUDA: exit 1 (suspected), and the file is
+    """`leakcheck --demo-leak 1 --cuda-snapshot FILE` on CUDA (the engine's History command, as the
+    app's H key sends it): exit 1 (suspected), the path said, and the file is
     the snapshot memory_viz reads, its trace holding the 1 MiB blocks the demo leak kept, one a run
     from the first run after the warm-up, allocated at the demo leak's line."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -50,6 +51,8 @@ def check_cuda_snapshot(folder: Path, device: str) -> tuple[str, str]:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
         if done.returncode != 1:
             raise Failed(f"leakcheck exited {done.returncode}: {one_line(done.stderr[-600:])}", "exit 1 (suspected)")
+        if f"CUDA allocator history of runs 4-14: {path}" not in done.stderr:  # the engine's window, as the app's H key records it
+            raise Failed("leakcheck did not say where the history went", one_line(done.stderr[-300:]), f"CUDA allocator history of runs 4-14: {path}")
         snap = pickle.loads(path.read_bytes())
     if not {"segments", "device_traces"} <= set(snap):
         raise Failed("the snapshot is not memory_viz's format", ", ".join(sorted(snap)), "segments, device_traces")
@@ -57,8 +60,8 @@ def check_cuda_snapshot(folder: Path, device: str) -> tuple[str, str]:
         e
         for trace in snap["device_traces"]
         for e in trace
-        if e.get("action") == "alloc" and e.get("size") == MiB and any("_demo_leak" in (f.get("name") or "") for f in e.get("frames") or ())
+        if e.get("action") == "alloc" and e.get("size") == MiB and any(f.get("name") == "demo_leak" for f in e.get("frames") or ())
     ]
     if len(kept) != 11:
-        raise Failed("the demo leak's allocations in the trace", f"{len(kept)} of 1 MiB at _demo_leak", "11 (runs 4-14)")
-    return f"{len(kept)} blocks of 1 MiB at _demo_leak in the trace, {len(snap['segments'])} segments", "the runs after the warm-up, the demo leak's size"
+        raise Failed("the demo leak's allocations in the trace", f"{len(kept)} of 1 MiB at demo_leak", "11 (runs 4-14)")
+    return f"{len(kept)} blocks of 1 MiB at demo_leak in the trace, {len(snap['segments'])} segments", "the runs after the warm-up, the demo leak's size"

@@ -138,14 +138,14 @@ def test_leakcheck_exits_1_on_a_leak_and_0_without(tmp_path):
 
 
 def _demo_leak_line(kind: str) -> str:
-    """generation.py's own line that keeps `kind`'s memory, found in its source (not a number kept here)."""
+    """engine/memory.py's own line that keeps `kind`'s memory, found in its source (not a number kept here)."""
     import inspect
 
-    from tui_app.engine import generation
+    from tui_app.engine import memory
 
-    lines, first = inspect.getsourcelines(generation._demo_leak)
+    lines, first = inspect.getsourcelines(memory.demo_leak)
     mark = "bytearray(1024)" if kind == "python" else "torch.ones("
-    return f"{generation.__file__}:{first + next(i for i, line in enumerate(lines) if mark in line)}"
+    return f"{memory.__file__}:{first + next(i for i, line in enumerate(lines) if mark in line)}"
 
 
 @pytest.mark.parametrize("kind,heap", [("tensor", "torch"), ("python", "python")])

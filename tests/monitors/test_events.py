@@ -48,6 +48,7 @@ SAMPLES = [
     E.LeverChanged(run_id=None, lever="cache", value=False, levers=Levers(cache=False)),
     E.LeverRefused(lever="quant", value="int4", reason="needs bf16"),
     E.TorchMemory(device="cuda:0", allocated=1, reserved=2, peak=3),
+    E.AllocatorHistory(path="/tmp/h.pickle", runs=3, left=0, first_run=4, seconds=0.5, error=""),
     E.RunFinished(
         run_id=1,
         n_tokens=10,

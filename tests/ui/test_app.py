@@ -116,6 +116,12 @@ async def test_every_key_on_the_live_engine(tmp_path):
         await pilot.press("ctrl+s")
         await until(pilot, lambda: list(Path(tmp_path).glob("tokentop-*-screenshot.svg")), what="screenshot")
 
+        await pilot.press("H")  # the allocator's history: recorded on CUDA, refused with the reason elsewhere
+        if app.session.ready.device.startswith("cuda"):
+            await until(pilot, lambda: app.session.allocator_history is not None, what="the allocator history recording")
+        else:
+            await until(pilot, lambda: any("allocator history is CUDA's" in n for n in notes(app)), what="history refused")
+
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         await pilot.press("escape")
@@ -167,6 +173,9 @@ async def test_replay_shows_the_recorded_runs_and_refuses_levers():
         await pilot.press("m")  # the memory read rate is measured by a live engine only
         await pilot.pause(0.1)
         assert any("memory read rate of its own engine only" in n for n in notes(app))
+        await pilot.press("H")
+        await pilot.pause(0.1)
+        assert any("not a replay's" in n for n in notes(app))
         # the recording's own measurement still draws the figure: the int8 run's last decode steps
         assert app.session.bandwidth.quant == "int8" and readings.read_rate(app.session) is not None
 

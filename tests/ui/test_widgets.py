@@ -250,6 +250,28 @@ async def test_the_memory_pane_says_the_allocators_trouble_once_there_is_any():
         assert "allocator: 3 alloc retries, 1 OOMs" in str(chart.border_subtitle)
 
 
+async def test_the_memory_pane_shows_the_allocator_history_recording_then_its_path():
+    """The H key's window as the engine reports it (AllocatorHistory events, as on a GPU: this
+    machine has none; gpu_check records one): the runs to go while recording, then the file."""
+    from monitors.events import AllocatorHistory, Sampled
+    from tui_app.ui.widgets.memory_chart import MemoryChart
+
+    session = Session.from_events(session_events(runs=1, tokens=8))
+    session.feed(AllocatorHistory(path="/data/tokentop-x-cuda-history.pickle", runs=3, left=3, first_run=2))
+    session.feed(Sampled(t_ns=10**12, engine_rss=900 * 2**20))
+    chart = MemoryChart(session)
+    async with One(chart).run_test(size=(160, 14)) as pilot:
+        await pilot.pause()
+        chart.redraw(force=True)
+        assert "CUDA allocator history: recording runs 2-4, 3 to go" in str(chart.border_subtitle)
+        session.feed(AllocatorHistory(path="/data/tokentop-x-cuda-history.pickle", runs=3, left=0, first_run=2, seconds=0.4))
+        chart.dirty = True
+        chart.redraw(force=True)
+        assert "/data/tokentop-x-cuda-history.pickle" in str(chart.border_subtitle)
+    said = [text for _, text in session.messages]
+    assert any("recording runs 2-4" in m for m in said) and any("memory_viz" in m for m in said), said
+
+
 def _point_rows(canvas) -> list[tuple[int, int]]:
     """(column, row) of each cell the leak view drew a fitted baseline in, left to right."""
     from tui_app.core.leak_view import POINT

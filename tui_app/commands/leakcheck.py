@@ -6,11 +6,12 @@ suspected leak (for CI)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from dataclasses import dataclass
 
-from monitors.events import EngineError, RunFinished
+from monitors.events import AllocatorHistory, EngineError, RunFinished
 from monitors.leak_sites import LeakSites
 from monitors.text import plural
 from tui_app.commands.options import COUNT, add_engine, check_engine
@@ -19,6 +20,7 @@ from tui_app.core import fmt, readings
 from tui_app.core.braille import text_plot
 from tui_app.core.options import EXIT_USAGE, EngineOptions, PromptOptions, require_writable, run_request
 from tui_app.core.session import DEVICE_BASELINES, Session
+from tui_app.requests import History
 
 MB = 1024 * 1024
 PARSER = {"help": "repeated runs, the memory baseline trend and a verdict (exit 1 on a suspected leak)"}
@@ -75,9 +77,13 @@ def leakcheck(args: Options) -> int:
     baselines: dict[str, list[float]] = {"engine RSS": []}  # and on CUDA each device source (session.DEVICE_BASELINES)
     # From after the load (the weights are no run's allocation) to the verdict, and no further:
     # a run that fails or a Ctrl-C leaves the process untraced.
-    with LeakSites(warmup=session.leak.warmup) as sites, CudaHistory(args.cuda_snapshot, session.leak.warmup) as history:
+    session.listeners.append(
+        lambda ev: print(f"\ntokentop: {readings.history_text(ev)[0]}", file=sys.stderr) if isinstance(ev, AllocatorHistory) and not ev.left else None
+    )
+    with LeakSites(warmup=session.leak.warmup) as sites, _saved_history(engine):
         for i in range(args.runs):
-            history.before(i)
+            if args.cuda_snapshot and i == session.leak.warmup:  # the engine's own window (the app's H key), the rest of the check
+                engine.command(History(args.cuda_snapshot, args.runs - i))
             fin = engine.run(req)
             if not isinstance(fin, RunFinished):
                 print(f"\ntokentop: run {i + 1} failed: {said[-1] if said else 'the engine gave no reason'}", file=sys.stderr)
@@ -121,31 +127,14 @@ def leakcheck(args: Options) -> int:
     return 1 if suspected else 0
 
 
-class CudaHistory:
-    """torch.cuda.memory._record_memory_history from the first run after the warm-up, dumped to
-    `path` (a pickle memory_viz reads) when the check ends, however it ends; nothing without a path."""
-
-    def __init__(self, path: str | None, warmup: int):
-        self.path, self.warmup, self.on = path, warmup, False
-
-    def __enter__(self) -> CudaHistory:
-        return self
-
-    def before(self, run: int) -> None:
-        if self.path and run == self.warmup:
-            import torch
-
-            torch.cuda.memory._record_memory_history(max_entries=200_000)
-            self.on = True
-
-    def __exit__(self, *exc: object) -> None:
-        if not self.on:
-            return
-        import torch
-
-        torch.cuda.memory._dump_snapshot(self.path)
-        torch.cuda.memory._record_memory_history(enabled=None)
-        print(f"tokentop: CUDA allocator history from run {self.warmup + 1} on: {self.path} (open it at https://pytorch.org/memory_viz)", file=sys.stderr)
+@contextlib.contextmanager
+def _saved_history(engine):
+    """A check that ends early (a failed run, Ctrl-C) still saves the allocator history it recorded."""
+    try:
+        yield
+    finally:
+        if engine.history is not None:
+            engine.history.dump()
 
 
 def sites_text(sites: LeakSites, grown: list) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from monitors.events import RunFinished, ServerSample
+from monitors.events import AllocatorHistory, RunFinished, ServerSample
 from monitors.leaks import LeakVerdict
 from monitors.timing import TimingStats, mean
 
@@ -141,3 +141,14 @@ def short_value(value) -> str:
     if value is False:
         return "off"
     return str(value)
+
+
+def history_text(ev: AllocatorHistory) -> tuple[str, str]:
+    """The allocator history's state, long and short: recording (runs left), saved (its path) or not."""
+    last = ev.first_run + ev.runs - 1
+    runs = f"run {ev.first_run}" if ev.runs == 1 else f"runs {ev.first_run}-{last}"
+    if ev.left > 0:
+        return f"CUDA allocator history: recording {runs}, {ev.left} to go", f"CUDA history: {ev.left} runs to go"
+    if ev.error:
+        return f"CUDA allocator history of {runs} not saved: {ev.error}", "CUDA history not saved"
+    return f"CUDA allocator history of {runs}: {ev.path} (PyTorch's memory viewer opens it: https://pytorch.org/memory_viz)", f"CUDA history: {ev.path}"

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 
 from monitors.events import (
+    AllocatorHistory,
     Bandwidth,
     EngineError,
     EngineReady,
@@ -31,7 +32,7 @@ from monitors.leaks import LeakDetector, LeakVerdict
 from monitors.record import Recorder
 from monitors.timing import DETAIL_VALUES, RunRecord, RunTimer, TimingStats
 from monitors.xray import XrayBook
-from tui_app.core.readings import end_note, read_rate, short_value, stall_note
+from tui_app.core.readings import end_note, history_text, read_rate, short_value, stall_note
 
 HISTORY = 4000
 STALL, STALL_MIN_S = 4.0, 0.02  # a server token this much later than its run's median is a stall
@@ -116,6 +117,7 @@ class Session:
     torch_mem: deque = field(init=False)
     samples: deque = field(init=False)
     server: deque = field(init=False)  # ServerSample: an attached server's own figures
+    allocator_history: AllocatorHistory | None = None  # the H key's window: recording, or where it was saved
     bandwidth: Bandwidth | None = None  # the current weights' bytes and the measured rate of reading them
     reads: deque = field(default_factory=lambda: deque(maxlen=READ_WINDOW))  # (bytes read, dt_ns, t_ns) of recent decode steps
     mem_read: deque = field(init=False)  # per sample: the read rate's fraction of the measured one, or None
@@ -224,6 +226,10 @@ class Session:
             self.reads.clear()
         elif isinstance(ev, TorchMemory):
             self.torch_mem.append(ev)
+        elif isinstance(ev, AllocatorHistory):
+            if ev.left in (0, ev.runs):  # its start and its end; the pane counts the runs between
+                self.say(history_text(ev)[0], error=bool(ev.error))
+            self.allocator_history = ev
         elif isinstance(ev, EngineError):
             if ev.fatal:
                 self.fatal = ev.message

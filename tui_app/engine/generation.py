@@ -14,7 +14,6 @@ steps is a `_Run`; the engine's commands (tui_app.requests) are taken in `Engine
 
 from __future__ import annotations
 
-import functools
 import gc
 import os
 import queue
@@ -24,18 +23,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-from monitors.events import EngineError, EngineReady, Levers, RunFinished, RunStarted, Step, now_ns
-from monitors.gpu import NvmlReader
+from monitors.events import EngineError, EngineReady, LeverRefused, Levers, RunFinished, RunStarted, Step, now_ns
 from monitors.kvcache import measure_cache
-from monitors.system import PeakRss, rss_bytes, trim_heap
-from monitors.torch_memory import read_torch_memory
+from monitors.system import rss_bytes, trim_heap
 from tui_app.engine import levers as lv
 from tui_app.engine.config import EngineConfig
 from tui_app.engine.decoding import Decoder, IncrementalDecoder, PromptError, extend_rows, prompt_tokens
 from tui_app.engine.lever_control import MB, LeverControl, Phases, draft_model, freeze
+from tui_app.engine.memory import CudaHistory, MemoryWatch, demo_leak, history_refusal
 from tui_app.engine.models import eos_ids, load_model, model_shape, placement, resolve_device, resolve_dtype, weight_counts
 from tui_app.engine.quality import Quality
-from tui_app.requests import Command, Pause, Probe, Resume, Run, RunRequest, SetLever, Shutdown, Stop
+from tui_app.requests import Command, History, Pause, Probe, Resume, Run, RunRequest, SetLever, Shutdown, Stop
 
 __all__ = ["Engine", "EngineConfig", "PromptError"]
 
@@ -53,7 +51,7 @@ class _Run:
     prompt_ids: list[int]
     tokens: list[list[int]]  # every sequence of the batch, its prompt included
     poll: Callable[[], Iterable[Command]]  # the commands sent since the last step
-    memory: _MemoryWatch
+    memory: MemoryWatch
     text: IncrementalDecoder
     last_emit: int  # when the last event of the run was emitted (its RunStarted, then each Step)
     phases_at: int  # Phases.ns then: the phases between two emissions are not a step's time
@@ -108,6 +106,7 @@ class Engine:
         self.phases = Phases(self._emit)
         self.pending: list[Command] = []  # taken mid-run, for after it (a new run, a shutdown)
         self._leak: list = []  # --demo-leak's blocks, never freed
+        self.history: CudaHistory | None = None  # the allocator's history being recorded (the H key)
         self._run_id = config.first_run_id - 1  # a restarted engine continues the session's numbering
 
     def _emit(self, ev) -> None:
@@ -221,6 +220,8 @@ class Engine:
                 self._lever_in_run(run, name, value)
             case Probe(), _:
                 self.control.request_probe()
+            case History(path=path, runs=runs), _:
+                self._record_history(path, runs, run)
             case Run(request=req), None:
                 self.run(req, poll)
             case Shutdown(), None:
@@ -311,7 +312,7 @@ class Engine:
         # A step's interval runs from the previous emission (RunStarted's for the first) to its own,
         # less the phases (pause, compile, quantize) between: everything the loop does per token
         # counts, as a reader of the events sees it, and TTFT + the intervals = end-to-end.
-        memory = _MemoryWatch(self.device, self.emit, self.gpus)
+        memory = MemoryWatch(self.device, self.emit, self.gpus)
         tokens = [list(ids) for _ in range(lev.batch)]
         return _Run(self._run_id, req, ids, tokens, poll, memory, IncrementalDecoder(self.tok), started.t_ns, self.phases.ns, finished_rows=[False] * lev.batch)
 
@@ -379,7 +380,7 @@ class Engine:
         # A run whose levers changed midway is compared, but never becomes the reference.
         plain = lev.is_plain() and not run.segment and run.stop_reason in ("max tokens", "eos")
         if self.cfg.demo_leak_mb > 0:
-            self._leak.append(_demo_leak(self.device, int(self.cfg.demo_leak_mb * MB), self.cfg.demo_leak_kind))
+            self._leak.append(demo_leak(self.device, int(self.cfg.demo_leak_mb * MB), self.cfg.demo_leak_kind))
         gc.collect()
         trim_heap()
         torch_peak, gpu_base, gpu_reserved, gpu_proc = run.memory.after_run()
@@ -400,49 +401,15 @@ class Engine:
             gpu_proc_mem=gpu_proc,
         )
         self.emit(ev)
+        if self.history is not None and self.history.after_run():
+            self.history = None
         return ev
 
-
-def _demo_leak(device: str, nbytes: int, kind: str):
-    """Memory kept on purpose: a tensor on the engine's device, where a real leak of this engine
-    would be, or Python objects of a KiB."""
-    if kind == "python":
-        return [bytearray(1024) for _ in range(nbytes // 1024)]  # zeroed: its pages are resident
-    return torch.ones(nbytes, dtype=torch.uint8, device=device)
-
-
-@functools.cache
-def _nvml() -> NvmlReader:
-    # The driver's count of this process's device memory: the CUDA context and every pool,
-    # CUDA graphs' private ones too, which the allocator's figures leave out.
-    return NvmlReader()
-
-
-class _MemoryWatch:
-    """A run's peak RSS (the kernel's high-water mark, restarted here: monitors.system.PeakRss), and
-    on CUDA torch's memory, emitted at 4 Hz, and the device memory the run left."""
-
-    def __init__(self, device: str, emit, gpus: tuple[str, ...] = ()):
-        self.device, self.emit, self.gpus = device, emit, gpus
-        self.cuda = device.startswith("cuda")
-        self._peak = PeakRss()
-        self._peak.reset()
-        self.last_mem = 0
-
-    @property
-    def peak_rss(self) -> int:
-        return self._peak.read()
-
-    def tick(self, now: int) -> None:
-        if self.cuda and now - self.last_mem > 250_000_000:
-            self.last_mem = now
-            mem = read_torch_memory(self.device, self.gpus)
-            if mem:
-                self.emit(mem)
-
-    def after_run(self) -> tuple[int | None, int | None, int | None, int | None]:
-        """(torch's peak, allocated, reserved, NVML's count of this process) once the run ended; Nones off CUDA."""
-        mem = read_torch_memory(self.device, self.gpus)
-        if mem is None:
-            return None, None, None, None
-        return mem.peak, mem.allocated, mem.reserved, _nvml().process_memory({os.getpid()})
+    def _record_history(self, path: str, runs: int, run: _Run | None) -> None:
+        """The allocator's history from now (the run in flight counts as the window's first) for `runs` runs."""
+        reason = history_refusal(self.device) or ("it is recording already" if self.history is not None else None)
+        if reason:
+            self.emit(LeverRefused(lever="history", value=f"{runs} runs", reason=reason))
+            return
+        self.history = CudaHistory(path, runs, self._emit, run.run_id if run is not None else self._run_id + 1)
+        self.history.start()

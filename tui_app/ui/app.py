@@ -39,7 +39,7 @@ from tui_app.core.export import export_session
 from tui_app.core.session import Session
 from tui_app.core.sources import EventSource
 from tui_app.process import yield_to_children
-from tui_app.requests import Pause, Probe, Run, SetLever, Stop
+from tui_app.requests import History, Pause, Probe, Run, SetLever, Stop
 from tui_app.ui import status_text
 from tui_app.ui.frames import FramePacer, PacedApp
 from tui_app.ui.palette import KEYS, KeyCommands
@@ -50,6 +50,7 @@ from tui_app.ui.screens.prompt import PromptScreen
 from tui_app.ui.screens.xray import XrayScreen
 from tui_app.ui.widgets.waterfall import Waterfall
 
+HISTORY_RUNS = 3  # the H key's window: enough for a leak's step to repeat, and a dump of seconds
 EXIT_GRACE_S = 10.0  # from SIGTERM or SIGHUP to leaving without Textual's shutdown: an engine stopping in a compile takes a few seconds
 
 
@@ -248,6 +249,21 @@ class TokentopApp(PacedApp):
             return
         self.source.send(Probe())
         self.state = "measuring the memory read rate" + (" at the next token" if self.running else "")
+
+    def action_history(self) -> None:
+        """The engine records the CUDA allocator's history for the next runs and saves it in the
+        output folder; the memory pane shows it recording, then the file's path."""
+        from tui_app.folders import FolderError, recordings_dir, require, stamped
+
+        if not self.source.live or (self.session.ready is not None and self.session.ready.server):
+            self.notify("the allocator history is tokentop's own engine's (not a replay's or a server's)", title="history refused", severity="warning")
+            return
+        try:
+            folder = require(Path(self.out_dir) if self.out_dir else recordings_dir(), "the allocator history", "--out-dir or TOKENTOP_DATA")
+        except FolderError as exc:
+            self.notify(str(exc), severity="error", timeout=15)
+            return
+        self.source.send(History(str(stamped(folder, "cuda-history", "pickle")), HISTORY_RUNS))
 
     def action_next_server(self) -> None:
         labels = list(self.session.servers)

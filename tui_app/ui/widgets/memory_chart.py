@@ -73,6 +73,7 @@ class MemoryChart(Chart):
         # The allocator's counters that mean trouble, once any is not 0: they outrank the figures.
         trouble = trouble_text(s.torch_mem[-1] if s.torch_mem else None)
         split += [((trouble,), 0)] if trouble else []
+        split += [(readings.history_text(s.allocator_history), 0)] if s.allocator_history else []  # recording, or where it was saved
         self.set_titles(title, [((f"{watched.split()[0]} {_mib(last.engine_rss)}",), 0), ((f"UI {_mib(last.app_rss)}",), 1), *split, *gpu])
         return self.compose_text(canvas, lo, hi, lambda v: f"{v:.0f}MiB", [(n, i) for i, (n, _) in enumerate(names)] + [("run end", 5)])
 
