@@ -9,6 +9,12 @@ span while its load, fitted the same way, rises by less than LOAD_FLAT of its me
 serving more explains is not a leak, memory that climbs at the same load is. The fit treats the
 scrapes as independent; they are not quite (memory moves in steps), which is why the rise must
 clear MIN_RISE_MB at the interval's low end rather than only be above zero.
+
+GPU memory, where a DCGM exporter reports it (`DCGM_FI_DEV_FB_USED`, MiB a GPU), is fitted the
+same way for the replica whose pod holds the GPU: dcgm-exporter's Kubernetes mapping labels each
+GPU with the pod using it (`pod`, or `exported_pod` once Prometheus keeps the target's own), and
+a replica scraped through Kubernetes' discovery carries its `pod`. Without that mapping a GPU
+cannot be told to be any replica's, and none is fitted.
 """
 
 from __future__ import annotations
@@ -20,13 +26,17 @@ from monitors.leaks import MB, slope_interval
 from monitors.prometheus import QUERY, Prometheus, PrometheusError
 
 MEMORY = "process_resident_memory_bytes"
+GPU_MEMORY = "DCGM_FI_DEV_FB_USED"  # MiB, each GPU's framebuffer in use
 SPAN_S = 900.0  # a quarter of an hour of scrapes: a few MB an hour shows above a server's noise
 STEP_S = 15.0
 EVERY_S = 30.0  # refitted at most this often: the range query is the heaviest the fleet asks
 MIN_POINTS = 8
 MIN_RISE_MB = 4.0
 LOAD_FLAT = 0.10
-FITTED = f"{MEMORY} fitted against time, beside generated tokens/s"
+FITTED = {
+    "RSS": f"{MEMORY} fitted against time, beside generated tokens/s",
+    "GPU mem": f"{GPU_MEMORY} of its pod's GPUs fitted against time, beside generated tokens/s",
+}
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,7 @@ class MemoryTrend:
     load_change: float | None
     points: int
     span_s: float
+    what: str = "RSS"  # or "GPU mem": FITTED's keys
 
     @property
     def flagged(self) -> bool:
@@ -48,17 +59,18 @@ class MemoryTrend:
         return rising and self.load_change is not None and self.load_change < LOAD_FLAT
 
     def mark(self) -> str:
-        return f"RSS +{self.mb_per_h:.0f} MB/h, load flat"
+        return f"{self.what} +{self.mb_per_h:.0f} MB/h, load flat"
 
     def text(self) -> str:
         load = f"its generated tokens/s {self.load_change:+.0%} over the same span" if self.load_change is not None else "no load series"
         return (
-            f"memory {self.mb_per_h:+.1f} MB/h (95 % {self.low:+.1f} to {self.high:+.1f}) to {self.last_mb:.0f} MB "
+            f"{'GPU memory' if self.what == 'GPU mem' else 'memory'} {self.mb_per_h:+.1f} MB/h "
+            f"(95 % {self.low:+.1f} to {self.high:+.1f}) to {self.last_mb:.0f} MB "
             f"over the last {duration_text(self.span_s)} ({self.points} points), {load}"
         )
 
 
-def trend(memory: list[tuple[float, float]], load: list[tuple[float, float]] | None, span_s: float) -> MemoryTrend | None:
+def trend(memory: list[tuple[float, float]], load: list[tuple[float, float]] | None, span_s: float, what: str = "RSS") -> MemoryTrend | None:
     """The fit of one replica's (unix s, bytes) points and its load's (unix s, tokens/s); None with
     too few points for an interval."""
     if len(memory) < MIN_POINTS:
@@ -71,7 +83,7 @@ def trend(memory: list[tuple[float, float]], load: list[tuple[float, float]] | N
         load_slope, _, _ = slope_interval([v for _, v in load], [t - t0 for t, _ in load])
         rise = load_slope * (load[-1][0] - load[0][0])
         change = rise / mean if mean > 0 else (0.0 if rise <= 0 else float("inf"))
-    return MemoryTrend(slope * 3600, low * 3600, high * 3600, memory[-1][1] / MB, change, len(memory), span_s)
+    return MemoryTrend(slope * 3600, low * 3600, high * 3600, memory[-1][1] / MB, change, len(memory), span_s, what)
 
 
 @dataclass
@@ -85,7 +97,7 @@ class Sentinel:
     span_s: float = SPAN_S
     step_s: float = STEP_S
     every_s: float = EVERY_S
-    trends: dict = field(default_factory=dict)  # (job, instance) → MemoryTrend
+    trends: dict = field(default_factory=dict)  # (job, instance) → [MemoryTrend of RSS, then of GPU memory where fitted]
     fitted_at: float = -1e18
     said: set = field(default_factory=set)
     error: str = ""
@@ -93,19 +105,35 @@ class Sentinel:
     def __post_init__(self) -> None:
         load = figure_query("gen_tps", self.selector, duration_text(self.window_s))
         by = " by (job, instance)"
-        self.query = f"{_tag(f'sum{by} ({self.selector(MEMORY)})', tt_fig='memory')} or {_tag(f'sum{by} ({load})', tt_fig='load')}"
+        gpu = f'label_replace({GPU_MEMORY}, "pod", "$1", "exported_pod", "(.+)")'  # the pod's own name, kept or not
+        self.query = " or ".join(
+            [
+                _tag(f"sum by (job, instance, pod) ({self.selector(MEMORY)})", tt_fig="memory"),
+                _tag(f"sum{by} ({load})", tt_fig="load"),
+                _tag(f"sum by (pod) ({gpu}) * {MB}", tt_fig="gpu"),
+            ]
+        )
 
     async def read(self, end: float) -> dict:
         matrix = await self.prom.query_range(self.query, end - self.span_s, end, self.step_s)
         series: dict = {}
+        gpus, pods = {}, {}
         for labels, points in matrix:
+            kept = [(t, v) for t, v in points if v == v]
+            if labels.get("tt_fig") == "gpu":
+                if labels.get("pod"):  # GPUs no pod holds are summed apart, and are no replica's
+                    gpus[labels["pod"]] = kept
+                continue
             key = (labels.get("job", ""), labels.get("instance", ""))
-            series.setdefault(key, {})[labels.get("tt_fig")] = [(t, v) for t, v in points if v == v]
+            series.setdefault(key, {})[labels.get("tt_fig")] = kept
+            if labels.get("pod"):
+                pods[key] = labels["pod"]
         out = {}
         for key, figs in series.items():
-            fitted = trend(figs.get("memory") or [], figs.get("load"), self.span_s)
-            if fitted is not None:
-                out[key] = fitted
+            fitted = [trend(figs.get("memory") or [], figs.get("load"), self.span_s)]
+            fitted.append(trend(gpus.get(pods.get(key, ""), []), figs.get("load"), self.span_s, "GPU mem"))
+            if any(fitted):
+                out[key] = [t for t in fitted if t is not None]
         return out
 
     async def apply(self, rows: list[dict], ts: float) -> list[str]:
@@ -124,15 +152,16 @@ class Sentinel:
                     notes.append(f"{exc} (the query for the leak sentinel: {exc.query})")
         for r in rows:
             key = (r.get("job", ""), r.get("instance", ""))
-            found = self.trends.get(key)
-            if found is None or r.get("server"):
+            if r.get("server"):
                 continue
-            r["memory_trend"] = found.text()
-            if found.flagged:
-                r.setdefault("marks", []).append(found.mark())
-                if key not in self.said:
-                    self.said.add(key)
-                    notes.append(f"leak sentinel: {key[1]} ({key[0]}) {found.text()} ({FITTED})")
-            else:
-                self.said.discard(key)
+            for found in self.trends.get(key, ()):
+                r["memory_trend" if found.what == "RSS" else "gpu_memory_trend"] = found.text()
+                said = (*key, found.what)
+                if found.flagged:
+                    r.setdefault("marks", []).append(found.mark())
+                    if said not in self.said:
+                        self.said.add(said)
+                        notes.append(f"leak sentinel: {key[1]} ({key[0]}) {found.text()} ({FITTED[found.what]})")
+                else:
+                    self.said.discard(said)
         return notes

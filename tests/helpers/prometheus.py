@@ -143,8 +143,9 @@ class PrometheusServer:
     close = stop
 
 
-def group(job: str, address: str, instance: str | None = None, path: str = "/metrics") -> dict:
-    labels = {"job": job, "__metrics_path__": path}
+def group(job: str, address: str, instance: str | None = None, path: str = "/metrics", **more: str) -> dict:
+    """A static target group; `more`: target labels, as a discovery's relabelling sets them (a `pod`)."""
+    labels = {"job": job, "__metrics_path__": path, **more}
     if instance:
         labels["instance"] = instance
     return {"targets": [address], "labels": labels}

@@ -45,6 +45,27 @@ def dcgm(powers: list[float], host: str = "node-a"):
     return text
 
 
+def dcgm_memory(pods: dict[str, tuple[float, float]], host: str = "node-a"):
+    """A DCGM exporter's framebuffer gauge (`DCGM_FI_DEV_FB_USED`, MiB) under its Kubernetes pod
+    mapping: a GPU per entry of `pods`, pod name → (MiB, MiB a second it rises by). A name given as
+    `exported_pod=NAME` is written under that label, as Prometheus renames the exporter's own `pod`
+    where the target has one."""
+    t0 = time.time()
+
+    def text() -> str:
+        t = time.time() - t0
+        lines = ["# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).", "# TYPE DCGM_FI_DEV_FB_USED gauge"]
+        for i, (pod, (mib, per_s)) in enumerate(pods.items()):
+            label = pod if "=" in pod else f"pod={pod}"
+            name, value = label.split("=")
+            labels = f'gpu="{i}",UUID="GPU-{i:08x}-0000-0000-0000-000000000000",device="nvidia{i}",modelName="NVIDIA H100 80GB HBM3",Hostname="{host}",'
+            labels += f'container="vllm",namespace="serving",{name}="{value}"'
+            lines.append(f"DCGM_FI_DEV_FB_USED{{{labels}}} {mib + per_s * t:.0f}")
+        return "\n".join(lines) + "\n"
+
+    return text
+
+
 def router(backends: dict[str, tuple[int, int]]) -> str:
     """The production-stack router's per-backend gauges: backend URL → (running, waiting)."""
     lines = []

@@ -19,7 +19,7 @@ from monitors.fleet import Fleet, Selector
 from monitors.fleet_leaks import MB, Sentinel, trend
 from monitors.prometheus import Prometheus
 from tests.helpers.prometheus import StandIns, group
-from tests.helpers.standins import vllm_replica
+from tests.helpers.standins import dcgm_memory, vllm_replica
 
 
 def test_the_fit_is_numpys_line_over_the_scrapes_times_and_a_flat_load_is_told_from_a_rising_one():
@@ -42,26 +42,42 @@ async def test_the_replica_whose_memory_climbs_at_a_flat_load_is_flagged(prometh
     standins.texts["/leaky"] = vllm_replica(1, rss_mb=900, rss_mb_per_s=2.0)
     standins.texts["/steady"] = vllm_replica(2, rss_mb=900)
     standins.texts["/busier"] = vllm_replica(3, rss_mb=900, rss_mb_per_s=2.0, gen_tps_per_s=20.0)
-    groups = [group("sentinel", standins.address, instance=name, path=f"/{name}") for name in ("leaky", "steady", "busier")]
+    # GPU memory where DCGM maps GPUs to pods: the leaky replica's GPU climbs, the steady one's
+    # (under the name Prometheus gives the exporter's own label) does not, busier has no GPU series.
+    standins.texts["/dcgm"] = dcgm_memory({"leaky-0": (30_000, 2.0), "exported_pod=steady-0": (30_000, 0.0)})
+    groups = [group("sentinel", standins.address, instance=name, path=f"/{name}", pod=f"{name}-0") for name in ("leaky", "steady", "busier")]
+    groups.append(group("sentinel-dcgm", standins.address, instance="node-a", path="/dcgm"))
     prom = Prometheus(prometheus.url)
     try:
         prometheus.set_targets("sentinel", groups)
         prometheus.wait_up("sentinel", 3)
+        prometheus.wait_up("sentinel-dcgm", 1)
         await asyncio.sleep(24)  # a 20 s span of scrapes, and the 5 s rate window before it
         selector = Selector('{job=~"sentinel|llama"}')
         fleet = Fleet(prom, selector, 5.0, sentinel=Sentinel(prom, selector, 5.0, span_s=20, step_s=1, every_s=0))
         _, rows, _, notes = await fleet.refresh()
         by = {r["instance"]: r for r in rows if not r["server"]}
-        leaky = fleet.sentinel.trends[("sentinel", "leaky")]
+        leaky, leaky_gpu = fleet.sentinel.trends[("sentinel", "leaky")]
         assert leaky.mb_per_h == pytest.approx(2.0 * 3600, rel=0.08), leaky.text()
-        assert [m for m in by["leaky"]["marks"] if m.startswith("RSS")] == [leaky.mark()]
+        assert leaky_gpu.what == "GPU mem" and leaky_gpu.mb_per_h == pytest.approx(2.0 * 3600, rel=0.08), leaky_gpu.text()
+        assert (
+            [m for m in by["leaky"]["marks"] if "MB/h" in m]
+            == [leaky.mark(), leaky_gpu.mark()]
+            == [
+                f"RSS +{leaky.mb_per_h:.0f} MB/h, load flat",
+                f"GPU mem +{leaky_gpu.mb_per_h:.0f} MB/h, load flat",
+            ]
+        )
         assert [n for n in notes if n.startswith("leak sentinel")] == [
-            f"leak sentinel: leaky (sentinel) {leaky.text()} (process_resident_memory_bytes fitted against time, beside generated tokens/s)"
+            f"leak sentinel: leaky (sentinel) {leaky.text()} (process_resident_memory_bytes fitted against time, beside generated tokens/s)",
+            f"leak sentinel: leaky (sentinel) {leaky_gpu.text()} (DCGM_FI_DEV_FB_USED of its pod's GPUs fitted against time, beside generated tokens/s)",
         ]
-        busier = fleet.sentinel.trends[("sentinel", "busier")]
+        steady_gpu = fleet.sentinel.trends[("sentinel", "steady")][1]
+        assert steady_gpu.what == "GPU mem" and abs(steady_gpu.mb_per_h) < 1 and by["steady"]["gpu_memory_trend"].startswith("GPU memory +0.0 MB/h")
+        (busier,) = fleet.sentinel.trends[("sentinel", "busier")]  # no GPU of its pod reported
         assert busier.mb_per_h == pytest.approx(2.0 * 3600, rel=0.08) and busier.load_change > 0.5  # its rate from about 300 to 700 tokens/s
         for calm in ("steady", "busier"):
-            assert not any(m.startswith("RSS") for m in by[calm]["marks"]), by[calm]
+            assert not any("MB/h" in m for m in by[calm]["marks"]), by[calm]
         llama = [r for r in rows if r["job"] == "llama"]
         assert len(llama) == 2 and not any("memory_trend" in r for r in llama)  # llama.cpp exports no process memory
         _, _, _, again = await fleet.refresh()
