@@ -109,13 +109,20 @@ class LeakDetector:
         self.warmup = warmup
         self.min_runs = min_runs
         self.min_mb_per_run = min_mb_per_run
+        self.window = window
         self.seen = 0
-        self.baselines: deque[float] = deque(maxlen=window)
-        # What the leak view draws: every baseline with its place in the whole series (a reset
-        # does not restart it) and whether it was a warm-up run; and where the series restarted.
+        # Every baseline with its place in the whole series (a reset does not restart it) and
+        # whether it was a warm-up run, and where the series restarted: the leak view draws them,
+        # and the fit is over those since the last restart (`baselines`).
         self.count = 0
         self.history: deque[tuple[int, float, bool]] = deque(maxlen=window + warmup)
         self.resets: deque[int] = deque(maxlen=window + warmup)
+
+    @property
+    def baselines(self) -> list[float]:
+        """The last `window` baselines since the series last restarted, its warm-up left out: the fitted ones."""
+        start = self.resets[-1] if self.resets else 0
+        return [mb for n, mb, warm in self.history if n > start and not warm][-self.window :]
 
     @property
     def runs_needed(self) -> int:
@@ -126,7 +133,6 @@ class LeakDetector:
         """Start a new series: after a lever is prepared (a quantized copy, a compiled graph)
         the baseline rises for a legitimate reason, and only runs after it compare."""
         self.seen = 0
-        self.baselines.clear()
         if self.count and (not self.resets or self.resets[-1] != self.count):
             self.resets.append(self.count)  # after this many baselines
 
@@ -134,12 +140,10 @@ class LeakDetector:
         self.seen += 1
         self.count += 1
         self.history.append((self.count, baseline_bytes / MB, self.seen <= self.warmup))
-        if self.seen > self.warmup:
-            self.baselines.append(baseline_bytes / MB)
         return self.verdict()
 
     def verdict(self) -> LeakVerdict:
-        ys = list(self.baselines)
+        ys = self.baselines
         if len(ys) < self.min_runs:
             return LeakVerdict("collecting", math.nan, math.nan, math.nan, self.seen)
         slope, low, high = slope_interval(ys)
