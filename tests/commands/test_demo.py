@@ -160,11 +160,11 @@ def test_the_leak_scene_of_docs_demo_md_catches_the_leak_made_on_purpose(tmp_pat
     path = tmp_path / "leak.toml"
     path.write_text(script)
     assert main(["demo", str(path), "--demo-leak", "1", "--no-tui", "--no-record"]) == 0
-    (effect,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("    → leak: ")]
-    assert effect.startswith("    → leak: leak: suspected (+1.0") and effect.endswith("14 runs)"), effect
+    (effect,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("    → baseline: ")]
+    assert effect.startswith("    → baseline: leak suspected (+1.0") and effect.endswith("14 runs)"), effect
     assert main(["demo", str(path), "--no-tui", "--no-record"]) == 0
-    (effect,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("    → leak: ")]
-    assert effect.startswith("    → leak: leak: none"), effect
+    (effect,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("    → baseline: ")]
+    assert effect.startswith("    → baseline: no leak ("), effect
 
 
 def test_demo_report_is_the_tours_recording_as_a_report(tmp_path, capsys):

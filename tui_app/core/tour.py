@@ -343,7 +343,9 @@ class TourLog:
             step, list(run_ids), list(refused), Figures.of(step.label, rows), base.figures if base else None, base.step.levers if base else None, note
         )
         if session.verdict is not None:
-            result.leak = session.verdict.text()
+            # "leak suspected (…)", not "leak: …": the step's label leads the line, with its colon
+            said = {"none": "no leak", "suspected": "leak suspected"}.get(session.verdict.status, "leak verdict " + session.verdict.status)
+            result.leak = said + session.verdict.text().removeprefix(f"leak: {session.verdict.status}")
         self.results[step.label] = result
         return result
 
