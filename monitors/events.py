@@ -187,6 +187,24 @@ class AllocatorHistory:
 
 
 @dataclass(kw_only=True)
+class Anatomy:
+    """Where a window of `steps` decode steps of run `run_id` spent their time, from torch.profiler
+    (tui_app/engine/anatomy.py): the mean step (ms, the profiler's clock: perf counter time on the
+    host) and each part's mean ms a step (the model's parts by module, sampling, the host read,
+    framework: the rest), on CUDA each part's GPU kernel ms; `trace`: the window's Chrome trace."""
+
+    run_id: int
+    steps: int
+    step_ms: float
+    parts: dict
+    gpu_ms: dict
+    trace: str
+    levers: Levers
+    read_s: float = 0.0  # reading the profiler's events and writing the trace, after the window
+    t_ns: int = field(default_factory=now_ns)
+
+
+@dataclass(kw_only=True)
 class RunFinished:
     run_id: int
     n_tokens: int
@@ -366,6 +384,7 @@ EVENT_TYPES = {
         LeverRefused,
         TorchMemory,
         AllocatorHistory,
+        Anatomy,
         RunFinished,
         Sampled,
         ServerSample,
@@ -388,6 +407,7 @@ Event = (
     | LeverRefused
     | TorchMemory
     | AllocatorHistory
+    | Anatomy
     | RunFinished
     | Sampled
     | ServerSample

@@ -1,6 +1,6 @@
 """What a source's process is asked to do, as typed messages like the events that come back: a run
 of a request, a lever set, stop, pause, resume, a new measurement of the memory read rate,
-the allocator's history over some runs, shut down.
+the allocator's history over some runs, a step's anatomy, shut down.
 
 The app, the demo and the headless commands send them; the engine (`Engine.command`) and an
 attached server's client (`Servers.command`) each take them in one place. Plain picklable
@@ -69,8 +69,16 @@ class History:
 
 
 @dataclass(frozen=True)
+class Profile:
+    """Take the anatomy of the next `steps` decode steps under torch.profiler; the trace to `path`."""
+
+    path: str
+    steps: int = 8
+
+
+@dataclass(frozen=True)
 class Shutdown:
     """End the process (after the run in flight stops)."""
 
 
-Command = Run | SetLever | Stop | Pause | Resume | Probe | History | Shutdown
+Command = Run | SetLever | Stop | Pause | Resume | Probe | History | Profile | Shutdown

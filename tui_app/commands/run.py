@@ -16,6 +16,7 @@ from tui_app.commands.options import COUNT, add_engine, add_ui, check_engine
 from tui_app.core import fmt, readings
 from tui_app.core.options import EXIT_USAGE, EngineOptions, PromptOptions, UiOptions, engine_config, make_recorder, run_request
 from tui_app.core.session import Row, Session
+from tui_app.requests import Profile
 
 PARSER = {"help": "the TUI (default), or --no-tui for numbers only"}
 
@@ -24,6 +25,7 @@ PARSER = {"help": "the TUI (default), or --no-tui for numbers only"}
 class Options(EngineOptions, PromptOptions, UiOptions):
     no_tui: bool
     runs: int
+    profile_steps: int | None
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -31,6 +33,14 @@ def add_args(p: argparse.ArgumentParser) -> None:
     add_ui(p)
     p.add_argument("--no-tui", action="store_true", help="print each run's numbers instead of drawing the TUI")
     p.add_argument("--runs", type=COUNT, default=1, help="with --no-tui: how many runs")
+    p.add_argument(
+        "--profile-steps",
+        type=COUNT,
+        default=None,
+        metavar="N",
+        help="with --no-tui: the first N decode steps under torch.profiler (which slows them): where a step's time goes, "
+        "by part of the model, and the window's trace for Perfetto (docs/anatomy.md)",
+    )
 
 
 def main(opts: Options) -> int:
@@ -131,6 +141,15 @@ def run_headless(args: Options) -> int:
             f"{fmt.nbytes(r.weight_bytes)} weights, loaded from {r.source} in {r.load_s:.1f} s",
             flush=True,
         )
+        if args.profile_steps:
+            from tui_app.folders import FolderError, write_stamped
+
+            try:  # the folder is checked now: a window that cannot write its trace is no use
+                trace = write_stamped(args.out_dir, "the step's trace", "trace", "json", lambda path: None)
+            except FolderError as exc:
+                print(f"tokentop: {exc}", file=sys.stderr)
+                return EXIT_USAGE
+            engine.command(Profile(str(trace), args.profile_steps))
         for _ in range(args.runs):
             errors.clear()
             fin = engine.run(run_request(args))
@@ -144,6 +163,8 @@ def run_headless(args: Options) -> int:
             rows = [row for row in session.rows() if row.run_id == fin.run_id]
             for row in rows:
                 print(row_line(row), flush=True)
+            if session.anatomy is not None and session.anatomy.run_id == fin.run_id:
+                print("\n".join(readings.anatomy_lines(session.anatomy)), flush=True)
             session.trim()
             read = readings.read_rate(session)
             if read is not None:

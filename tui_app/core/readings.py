@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from monitors.events import AllocatorHistory, RunFinished, ServerSample
+from monitors.events import AllocatorHistory, Anatomy, RunFinished, ServerSample
 from monitors.leaks import LeakVerdict
 from monitors.timing import TimingStats, mean
 
@@ -152,3 +152,31 @@ def history_text(ev: AllocatorHistory) -> tuple[str, str]:
     if ev.error:
         return f"CUDA allocator history of {runs} not saved: {ev.error}", "CUDA history not saved"
     return f"CUDA allocator history of {runs}: {ev.path} (PyTorch's memory viewer opens it: https://pytorch.org/memory_viz)", f"CUDA history: {ev.path}"
+
+
+PART_LABELS = {
+    "embedding": "embedding",
+    "attention": "attention (projections, attention op, KV write)",
+    "mlp": "MLP",
+    "norms": "norms",
+    "lm_head": "LM head",
+    "sampling": "sampling (picking the token)",
+    "host_read": "device→host read of the token",
+    "framework": "framework (outside every part)",
+}
+
+
+def anatomy_lines(ev: Anatomy, width: int = 30) -> list[str]:
+    """The anatomy of a step as a table: a row per part with its ms a step, its share and a bar;
+    on CUDA the GPU's kernel time beside."""
+    gpu = bool(ev.gpu_ms)
+    head = f"anatomy of run {ev.run_id}: {ev.steps} decode steps ({ev.levers.label()}), {ev.step_ms:.2f} ms a step on the host's clock (torch.profiler)"
+    lines = [head, f"  {'part':<48} {'ms/step':>8} {'share':>6}" + (f" {'GPU ms':>7}" if gpu else "")]
+    for part, ms in ev.parts.items():
+        share = ms / ev.step_ms if ev.step_ms > 0 else 0.0
+        bar = "█" * round(share * width)
+        row = f"  {PART_LABELS.get(part, part):<48} {ms:>8.3f} {share:>6.0%}"
+        row += f" {ev.gpu_ms[part]:>7.3f}" if gpu and part in ev.gpu_ms else (" " * 8 if gpu else "")
+        lines.append(f"{row} {bar}")
+    lines.append(f"  trace: {ev.trace} (Perfetto's UI or chrome://tracing opens it)")
+    return lines

@@ -10,6 +10,7 @@ from itertools import islice
 
 from monitors.events import (
     AllocatorHistory,
+    Anatomy,
     Bandwidth,
     EngineError,
     EngineReady,
@@ -117,6 +118,7 @@ class Session:
     torch_mem: deque = field(init=False)
     samples: deque = field(init=False)
     server: deque = field(init=False)  # ServerSample: an attached server's own figures
+    anatomy: Anatomy | None = None  # the last window of profiled decode steps (the p key, --profile-steps)
     allocator_history: AllocatorHistory | None = None  # the H key's window: recording, or where it was saved
     bandwidth: Bandwidth | None = None  # the current weights' bytes and the measured rate of reading them
     reads: deque = field(default_factory=lambda: deque(maxlen=READ_WINDOW))  # (bytes read, dt_ns, t_ns) of recent decode steps
@@ -226,6 +228,8 @@ class Session:
             self.reads.clear()
         elif isinstance(ev, TorchMemory):
             self.torch_mem.append(ev)
+        elif isinstance(ev, Anatomy):
+            self.anatomy = ev
         elif isinstance(ev, AllocatorHistory):
             if ev.left in (0, ev.runs):  # its start and its end; the pane counts the runs between
                 self.say(history_text(ev)[0], error=bool(ev.error))

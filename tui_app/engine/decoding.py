@@ -14,6 +14,7 @@ import time
 import torch
 
 from monitors.text import plural
+from tui_app.engine.anatomy import no_mark
 from tui_app.engine.lean import LeanDecode
 from tui_app.engine.models import cache_kwarg
 from tui_app.engine.speculative import accept_greedy
@@ -70,6 +71,9 @@ class Decoder:
         self.gen = torch.Generator(device)  # sampling stays on the device: no sync for the draw
         self._dynamic_cache = DynamicCache
         self._lean: dict[int, LeanDecode | None] = {}  # per weight variant (id of the module)
+        # A profiler range per part of a decode step while its anatomy is taken (anatomy.py);
+        # else a shared null context: four of them cost a step about 0.6 µs (docs/performance.md).
+        self.mark = no_mark
 
     def lean_step(self, model) -> LeanDecode | None:
         key = id(model)
@@ -115,12 +119,17 @@ class Decoder:
         return new.tolist(), forward_ns  # the step's one device→host transfer
 
     def decode(self, model, tokens: list[list[int]], cache, fn=None) -> tuple[list[list[int]], int]:
-        last = torch.tensor([[row[-1]] for row in tokens], device=self.device)
-        f0 = time.perf_counter_ns()
-        logits = self.forward(model, last, cache, len(tokens[0]) - 1, fn=fn)
-        new = self.pick(logits[:, -1]).unsqueeze(1)
-        forward_ns = time.perf_counter_ns() - f0
-        return new.tolist(), forward_ns  # the step's one device→host transfer
+        mark = self.mark
+        with mark("tt.step"):
+            last = torch.tensor([[row[-1]] for row in tokens], device=self.device)
+            f0 = time.perf_counter_ns()
+            with mark("tt.forward"):
+                logits = self.forward(model, last, cache, len(tokens[0]) - 1, fn=fn)
+            with mark("tt.sampling"):
+                new = self.pick(logits[:, -1]).unsqueeze(1)
+            forward_ns = time.perf_counter_ns() - f0
+            with mark("tt.host_read"):
+                return new.tolist(), forward_ns  # the step's one device→host transfer
 
     def verify(self, model, row: list[int], cache, props: torch.Tensor) -> tuple[list[list[int]], int, int, int]:
         """The last token and the proposals in one forward; keeps the proposals the target agrees

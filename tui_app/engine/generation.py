@@ -27,13 +27,14 @@ from monitors.events import EngineError, EngineReady, LeverRefused, Levers, RunF
 from monitors.kvcache import measure_cache
 from monitors.system import rss_bytes, trim_heap
 from tui_app.engine import levers as lv
+from tui_app.engine.anatomy import StepAnatomy
 from tui_app.engine.config import EngineConfig
 from tui_app.engine.decoding import Decoder, IncrementalDecoder, PromptError, extend_rows, prompt_tokens
 from tui_app.engine.lever_control import MB, LeverControl, Phases, draft_model, freeze
 from tui_app.engine.memory import CudaHistory, MemoryWatch, demo_leak, history_refusal
 from tui_app.engine.models import eos_ids, load_model, model_shape, placement, resolve_device, resolve_dtype, weight_counts
 from tui_app.engine.quality import Quality
-from tui_app.requests import Command, History, Pause, Probe, Resume, Run, RunRequest, SetLever, Shutdown, Stop
+from tui_app.requests import Command, History, Pause, Probe, Profile, Resume, Run, RunRequest, SetLever, Shutdown, Stop
 
 __all__ = ["Engine", "EngineConfig", "PromptError"]
 
@@ -107,6 +108,7 @@ class Engine:
         self.pending: list[Command] = []  # taken mid-run, for after it (a new run, a shutdown)
         self._leak: list = []  # --demo-leak's blocks, never freed
         self.history: CudaHistory | None = None  # the allocator's history being recorded (the H key)
+        self.anatomy: StepAnatomy | None = None  # the decode steps being profiled, from the next (the p key)
         self._run_id = config.first_run_id - 1  # a restarted engine continues the session's numbering
 
     def _emit(self, ev) -> None:
@@ -222,6 +224,8 @@ class Engine:
                 self.control.request_probe()
             case History(path=path, runs=runs), _:
                 self._record_history(path, runs, run)
+            case Profile(path=path, steps=steps), _:
+                self._request_anatomy(path, steps)
             case Run(request=req), None:
                 self.run(req, poll)
             case Shutdown(), None:
@@ -371,11 +375,33 @@ class Engine:
                 self.control.draft.settle(accepted, proposed)
             return "verify", rows, forward_ns, proposed, accepted
         fn = self.control.compiled_fn(model, lev.quant) if lev.compile else None
+        if self.anatomy is not None and self.anatomy.before_step(run.run_id, lev, model):
+            self.anatomy = None
         rows, forward_ns = self.decoder.decode(model, run.tokens, run.cache, fn)
+        if self.anatomy is not None and self.anatomy.after_step(run.run_id):
+            self.anatomy = None
         return "decode", rows, forward_ns, 0, 0
+
+    def _request_anatomy(self, path: str, steps: int) -> None:
+        lev = self.levers
+        reason = (
+            "without the KV cache every step is a prefill; turn the cache on first"
+            if not lev.cache
+            else "speculative steps verify several tokens at once; turn speculation off first"
+            if lev.spec != "off"
+            else "it is profiling already"
+            if self.anatomy is not None
+            else None
+        )
+        if reason:
+            self.emit(LeverRefused(lever="profile", value=f"{steps} steps", reason=reason))
+            return
+        self.anatomy = StepAnatomy(steps, path, self.decoder, self.phases, self._emit)
 
     def _finish(self, run: _Run) -> RunFinished:
         self.control.stop_trusting()
+        if self.anatomy is not None and self.anatomy.end(run.run_id):  # the run ended inside the window
+            self.anatomy = None
         lev = self.levers
         # A run whose levers changed midway is compared, but never becomes the reference.
         plain = lev.is_plain() and not run.segment and run.stop_reason in ("max tokens", "eos")

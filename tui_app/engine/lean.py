@@ -80,6 +80,13 @@ class LeanDecode:
         qkv, gate_up = joined([attn.q_proj, attn.k_proj, attn.v_proj]), joined([mlp.gate_proj, mlp.up_proj])
         return None if qkv is None or gate_up is None else (qkv, gate_up)
 
+    def named_joints(self):
+        """The joined projections, named as the modules they stand in for (the step's anatomy)."""
+        for i, joints in enumerate(self.joints):
+            if joints is not None:
+                yield f"model.layers.{i}.self_attn.qkv", joints[0]
+                yield f"model.layers.{i}.mlp.gate_up", joints[1]
+
     @staticmethod
     def supports(model) -> bool:
         inner = getattr(model, "model", None)

@@ -1,0 +1,91 @@
+"""The anatomy of a decode step (tui_app/engine/anatomy.py) on the default model: its step time
+against the engine's own clock for the same steps, a known delay put into one layer's MLP found in
+the MLP's row, the trace read back, and the refusals."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from monitors.events import Anatomy, LeverRefused, Step
+from tui_app.commands.bench import apply_levers
+from tui_app.core import readings
+from tui_app.requests import Profile, RunRequest
+
+STEPS = 8
+SPIN_MS = 20.0  # well above what a shared machine's pace moves the MLP row by between two windows (2-4 ms)
+
+
+def profiled(engine, collect, path, steps: int = STEPS) -> tuple[Anatomy, list[Step]]:
+    collect.clear()
+    engine.command(Profile(str(path), steps))
+    engine.run(RunRequest(max_new_tokens=steps + 6, ignore_eos=True))
+    (ev,) = [e for e in collect if isinstance(e, Anatomy)]
+    decode = [e for e in collect if isinstance(e, Step) and e.kind == "decode"]
+    return ev, decode[:steps]  # the window is the first decode steps after the request
+
+
+def _spin(ms: float):
+    def hook(module, args, out):
+        end = time.perf_counter() + ms / 1000
+        while time.perf_counter() < end:
+            pass
+
+    return hook
+
+
+def test_the_parts_account_for_the_step_and_a_delay_in_one_mlp_lands_in_the_mlp_row(plain, collect, tmp_path):
+    ev, steps = profiled(plain, collect, tmp_path / "a.json")
+    assert ev.steps == STEPS and list(ev.parts)[:5] == ["embedding", "attention", "mlp", "norms", "lm_head"]
+    assert list(ev.parts)[-3:] == ["sampling", "host_read", "framework"]
+    assert sum(ev.parts.values()) == pytest.approx(ev.step_ms, rel=1e-6)
+    # The profiler's step against the engine's own clock for the same steps (Step.compute_ns:
+    # perf_counter from the step's start to its tokens in hand): the anatomy accounts for the step.
+    engine_ms = sum(s.compute_ns for s in steps) / len(steps) / 1e6
+    assert ev.step_ms == pytest.approx(engine_ms, rel=0.05), (ev.step_ms, engine_ms)
+    assert ev.parts["attention"] > 0 and ev.parts["mlp"] > 0 and ev.parts["framework"] < 0.25 * ev.step_ms, ev.parts
+
+    hook = plain.model.model.layers[3].mlp.register_forward_hook(_spin(SPIN_MS))
+    try:
+        slow, _ = profiled(plain, collect, tmp_path / "b.json")
+    finally:
+        hook.remove()
+    assert slow.parts["mlp"] - ev.parts["mlp"] == pytest.approx(SPIN_MS, abs=0.3 * SPIN_MS), (ev.parts, slow.parts)
+    for part in ("attention", "norms", "lm_head"):  # the others keep their time (noise of a shared machine aside)
+        assert abs(slow.parts[part] - ev.parts[part]) < 0.3 * SPIN_MS, (part, ev.parts, slow.parts)
+    # Within the slow window itself, free of the drift between windows: layer 3's MLP range in the
+    # trace is longer than the other layers' by the delay.
+    trace = json.loads((tmp_path / "b.json").read_text())
+    mlps = sorted((e["ts"], e["dur"]) for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("name") == "tt.mlp")
+    n = plain.n_layers
+    assert len(mlps) == STEPS * n
+    third = [d for i, (_, d) in enumerate(mlps) if i % n == 3]
+    others = sorted(d for i, (_, d) in enumerate(mlps) if i % n != 3)
+    extra_ms = (sum(third) / len(third) - others[len(others) // 2]) / 1000
+    assert extra_ms == pytest.approx(SPIN_MS, rel=0.1), extra_ms
+
+    lines = readings.anatomy_lines(slow)
+    assert any(line.lstrip().startswith("MLP") and "█" in line for line in lines) and str(tmp_path / "b.json") in lines[-1]
+
+
+def test_the_trace_holds_the_window_steps_and_their_parts(plain, collect, tmp_path):
+    """torch's Chrome trace export, read back as Perfetto and chrome://tracing read it: the
+    traceEvents array, a complete event ("ph": "X") per range."""
+    ev, _ = profiled(plain, collect, tmp_path / "t.json", steps=4)
+    trace = json.loads((tmp_path / "t.json").read_text())
+    ranges = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("name", "").startswith("tt.")]
+    assert sum(e["name"] == "tt.step" for e in ranges) == ev.steps == 4
+    assert sum(e["name"] == "tt.mlp" for e in ranges) == 4 * plain.n_layers
+    step_us = sum(e["dur"] for e in ranges if e["name"] == "tt.step") / 4
+    assert step_us / 1000 == pytest.approx(ev.step_ms, rel=0.02)
+
+
+def test_a_window_without_decode_steps_to_take_is_refused_with_the_reason(plain, collect, tmp_path):
+    apply_levers(plain, {"cache": False})
+    collect.clear()
+    plain.command(Profile(str(tmp_path / "x.json"), 4))
+    (refused,) = [e for e in collect if isinstance(e, LeverRefused)]
+    assert refused.lever == "profile" and "turn the cache on" in refused.reason
+    assert plain.anatomy is None and plain.decoder.mark("tt.step").__class__.__name__ == "nullcontext"

@@ -1,0 +1,201 @@
+"""The anatomy of a decode step: where its time goes, by part of the model, from torch.profiler.
+
+For a window of decode steps the profiler runs (CPU activity, and CUDA's kernels on a GPU) and
+every module of the model whose name says its part (embedding, attention, MLP, norms, LM head) is
+wrapped in a profiler range by a forward hook, registered for the window only: nothing is hooked
+and no range is opened outside it. The decoder's own ranges (`Decoder.mark`) name the step, its
+forward, the pick of the next token and the host read. A part's time is its ranges' time; what the
+step spends outside every part is "framework" (Python between the modules, building inputs). Ops
+that run outside any module but are attention's (the attention function a quantized Llama step
+calls directly) count as attention.
+
+Under torch.compile, or the fused C++ decode step, the modules are one graph: no hook may be added
+(a hook on a compiled module recompiles it) or none fires; the forward is then one part named
+after its largest op, beside the framework share.
+
+The window's trace is torch's own Chrome/Perfetto export; Perfetto's UI and chrome://tracing open it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+import torch
+
+from monitors.events import Anatomy
+
+_NULL = contextlib.nullcontext()
+# Which part a module is, by a component of its qualified name (Llama, Qwen, Mistral, Phi, Gemma,
+# GPT-2 and MoE names); the first component that says wins, so a projection inside attention is attention.
+_NAMES = {
+    "embedding": ("embed_tokens", "wte", "wpe", "embeddings", "embed_in"),
+    "attention": ("self_attn", "attn", "attention", "self_attention", "rotary_emb"),
+    "mlp": ("mlp", "feed_forward", "block_sparse_moe", "experts", "ffn"),
+    "lm_head": ("lm_head", "embed_out"),
+}
+MODULE_PARTS = ("embedding", "attention", "mlp", "norms", "lm_head")
+STEP_PARTS = ("sampling", "host_read")  # the decoder's own ranges after the forward
+
+
+def no_mark(name: str):
+    return _NULL
+
+
+def part_of(name: str) -> str | None:
+    for comp in name.split("."):
+        for part, names in _NAMES.items():
+            if comp in names:
+                return part
+        if "norm" in comp or comp.startswith("ln_"):
+            return "norms"
+    return None
+
+
+class StepAnatomy:
+    """One window of `steps` decode steps, from the next: the engine calls `before_step` and
+    `after_step` around each decode step and `end` when the run ends; each says True once the
+    window is over (its Anatomy emitted). Starting and ending are phases: outside the steps' timing."""
+
+    def __init__(self, steps: int, trace_path: str, decoder, phases, emit):
+        self.steps, self.trace_path = steps, trace_path
+        self.decoder, self.phases, self.emit = decoder, phases, emit
+        self.levers = None  # the first step's: set when the window starts
+        self.done = 0
+        self._hooks: list = []
+        self._open: list = []
+        self.graph = ""
+        phases.start("profile", f"the anatomy of the next {steps} decode steps, under torch.profiler")
+
+    def before_step(self, run_id: int, levers, model) -> bool:
+        if self.levers is not None:
+            return self.levers != levers and self.end(run_id)  # a lever switched: the window is the steps before
+        t0 = time.perf_counter()
+        self.levers = levers
+        lean = self.decoder.lean_step(model)
+        self.graph = "compiled graph (torch.compile)" if levers.compile else ""
+        if not self.graph:  # a hook on a compiled module would recompile it
+            self._hook(model, lean)
+        cuda = self.decoder.device.startswith("cuda")
+        activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+        self.prof = torch.profiler.profile(activities=activities)
+        self.prof.__enter__()
+        self.decoder.mark = torch.profiler.record_function
+        self.phases.done("profile", "torch.profiler on", time.perf_counter() - t0)
+        return False
+
+    def _hook(self, model, lean) -> None:
+        """A range around each module that is a part: the outermost one of each part, so a layer's
+        MLP is one range and not five (each range costs the profiled step); where the lean step
+        calls a quantized layer's projections directly, without their attention or MLP module,
+        those projections and the joined ones."""
+        joined = lean is not None and any(j is not None for j in lean.joints)
+        hooked: list[str] = []
+        for name, module in [*model.named_modules(), *(lean.named_joints() if joined else ())]:
+            part = part_of(name)
+            if part is None or (not joined and any(name.startswith(h + ".") for h in hooked)):
+                continue
+            hooked.append(name)
+            self._hooks.append(module.register_forward_pre_hook(self._enter(f"tt.{part}")))
+            self._hooks.append(module.register_forward_hook(self._exit))
+
+    def after_step(self, run_id: int) -> bool:
+        self.done += 1
+        return self.done >= self.steps and self.end(run_id)
+
+    def _enter(self, name: str):
+        def pre(module, args) -> None:
+            rf = torch.profiler.record_function(name)
+            rf.__enter__()
+            self._open.append(rf)
+
+        return pre
+
+    def _exit(self, module, args, out) -> None:
+        if self._open:
+            self._open.pop().__exit__(None, None, None)
+
+    def end(self, run_id: int) -> bool:
+        """The window ends here: hooks off, the profiler's events read, the trace written, the
+        Anatomy emitted. False where it never started (no decode step came yet)."""
+        if self.levers is None:
+            return False
+        t0 = time.perf_counter()
+        self.decoder.mark = no_mark
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+        self.prof.__exit__(None, None, None)
+        steps, step_us, parts, gpu = read_anatomy(self.prof.events(), self.graph)
+        os.makedirs(os.path.dirname(os.path.abspath(self.trace_path)), exist_ok=True)
+        self.prof.export_chrome_trace(self.trace_path)
+        ev = Anatomy(
+            run_id=run_id,
+            steps=steps,
+            step_ms=step_us / 1000,
+            parts={k: v / 1000 for k, v in parts.items()},
+            gpu_ms={k: v / 1000 for k, v in gpu.items()},
+            trace=self.trace_path,
+            levers=self.levers,
+        )
+        ev.read_s = time.perf_counter() - t0
+        self.phases.done("profile", f"{steps} decode steps profiled; the trace: {self.trace_path}", ev.read_s)
+        self.emit(ev)
+        return True
+
+
+def read_anatomy(events, graph: str = "") -> tuple[int, float, dict[str, float], dict[str, float]]:
+    """(steps, mean step µs, part → mean µs a step, part → mean GPU kernel µs a step) from the
+    profiler's events of a window. Parts, in order: the model's, the step's own, framework last."""
+    steps = [e for e in events if e.name == "tt.step"]
+    if not steps:
+        return 0, 0.0, {}, {}
+    total: dict[str, float] = {}
+    gpu: dict[str, float] = {}
+    for step in steps:
+        for part, us, dev in _parts(step, graph):
+            total[part] = total.get(part, 0.0) + us
+            gpu[part] = gpu.get(part, 0.0) + dev
+    n = len(steps)
+    step_us = sum(s.time_range.elapsed_us() for s in steps) / n
+    order = [*MODULE_PARTS, *(k for k in total if k not in MODULE_PARTS and k not in STEP_PARTS), *STEP_PARTS]
+    parts = {k: total[k] / n for k in order if k in total}
+    parts["framework"] = max(0.0, step_us - sum(parts.values()))
+    return n, step_us, parts, {k: v / n for k, v in gpu.items() if v > 0}
+
+
+def _parts(step, graph: str):
+    """(part, CPU µs, GPU µs) of everything under one step's range that is a part's."""
+    for child in step.cpu_children:
+        name = child.name
+        if name == "tt.forward":
+            yield from _forward(child, graph)
+        elif name.startswith("tt.") and name[3:] in STEP_PARTS:
+            yield name[3:], child.time_range.elapsed_us(), _device_us(child)
+
+
+def _forward(forward, graph: str):
+    found = False
+    for part, event in _walk(forward):
+        found = True
+        yield part, event.time_range.elapsed_us(), _device_us(event)
+    if not found:  # one graph (compile, the fused step): the forward is one part, named by its largest op
+        ops = sorted(forward.cpu_children, key=lambda e: -e.time_range.elapsed_us())
+        name = graph or (f"one op: {ops[0].name}" if ops else "one graph")
+        yield name, sum(e.time_range.elapsed_us() for e in ops), sum(_device_us(e) for e in ops)
+
+
+def _walk(event):
+    for child in event.cpu_children:
+        if child.name.startswith("tt.") and child.name[3:] in MODULE_PARTS:
+            yield child.name[3:], child
+        elif "attention" in child.name.lower():  # the attention op, called outside its module
+            yield "attention", child
+        else:
+            yield from _walk(child)
+
+
+def _device_us(event) -> float:
+    # Kernels launched by the range's ops, descendants included (torch's own sum for an event).
+    return float(getattr(event, "device_time_total", 0.0) or 0.0)
