@@ -309,3 +309,21 @@ def test_a_leakcheck_whose_run_fails_says_why_and_leaves_nothing_traced(capsys):
     assert module.leakcheck(opts) == 2
     assert "tokentop: run 1 failed: max new tokens 100000 does not fit the model's context" in capsys.readouterr().err
     assert not tracemalloc.is_tracing() and torch.overrides._get_current_function_mode_stack() == []
+
+
+def test_the_anatomy_guides_command_prints_where_a_step_goes_and_writes_the_trace(tmp_path):
+    """docs/anatomy.md's command as the page gives it: the table of parts and the trace's path."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "anatomy.md").read_text()
+    (cmd,) = re.findall(r"```sh\n(tokentop run [^\n]*)\n```", page)
+    r = tokentop(*shlex.split(cmd)[1:], "--no-record", "--out-dir", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert any(line.startswith("anatomy of run 1: 8 decode steps (cache)") for line in lines), r.stdout
+    for label in ("embedding", "attention", "MLP", "norms", "LM head", "sampling", "framework"):
+        assert any(line.strip().startswith(label) for line in lines), (label, r.stdout)
+    (trace,) = tmp_path.glob("tokentop-*-trace.json")
+    assert f"trace: {trace}" in r.stdout and json.loads(trace.read_text())["traceEvents"]

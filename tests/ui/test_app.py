@@ -17,6 +17,7 @@ from tui_app.core.sources import ReplaySource
 from tui_app.engine.generation import EngineConfig
 from tui_app.requests import RunRequest
 from tui_app.ui.app import TokentopApp
+from tui_app.ui.screens.anatomy import AnatomyScreen
 from tui_app.ui.screens.help import HelpScreen
 from tui_app.ui.screens.prompt import PromptScreen
 from tui_app.ui.widgets.token_stream import TokenStream
@@ -116,6 +117,13 @@ async def test_every_key_on_the_live_engine(tmp_path):
         await pilot.press("ctrl+s")
         await until(pilot, lambda: list(Path(tmp_path).glob("tokentop-*-screenshot.svg")), what="screenshot")
 
+        await pilot.press("p")  # the anatomy of the next decode steps opens once they are profiled
+        await until(pilot, lambda: isinstance(app.screen, AnatomyScreen), timeout=60, what="the anatomy")
+        shown = str(app.screen.body.render())
+        assert "MLP" in shown and "framework" in shown and app.session.anatomy.trace in shown, shown
+        await pilot.press("escape")
+        assert not isinstance(app.screen, AnatomyScreen)
+
         await pilot.press("H")  # the allocator's history: recorded on CUDA, refused with the reason elsewhere
         if app.session.ready.device.startswith("cuda"):
             await until(pilot, lambda: app.session.allocator_history is not None, what="the allocator history recording")
@@ -176,6 +184,9 @@ async def test_replay_shows_the_recorded_runs_and_refuses_levers():
         await pilot.press("H")
         await pilot.pause(0.1)
         assert any("not a replay's" in n for n in notes(app))
+        await pilot.press("p")
+        await pilot.pause(0.1)
+        assert any("the anatomy is tokentop's own engine's" in n for n in notes(app))
         # the recording's own measurement still draws the figure: the int8 run's last decode steps
         assert app.session.bandwidth.quant == "int8" and readings.read_rate(app.session) is not None
 

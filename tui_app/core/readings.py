@@ -180,3 +180,17 @@ def anatomy_lines(ev: Anatomy, width: int = 30) -> list[str]:
         lines.append(f"{row} {bar}")
     lines.append(f"  trace: {ev.trace} (Perfetto's UI or chrome://tracing opens it)")
     return lines
+
+
+def anatomy_table(anatomies: list[Anatomy]) -> list[tuple[str, list[tuple[float, float]]]]:
+    """Rows of the anatomies side by side: (part's label, [(ms a step, share) per anatomy]); a part
+    one of them lacks (a compiled graph's, the modules' under compile) is 0 there."""
+    parts: list[str] = []
+    for ev in anatomies:
+        parts += [p for p in ev.parts if p not in parts]
+    parts.sort(key=lambda p: p == "framework")  # framework last, the rest as they came
+    rows = []
+    for part in parts:
+        cells = [(ev.parts.get(part, 0.0), ev.parts.get(part, 0.0) / ev.step_ms if ev.step_ms > 0 else 0.0) for ev in anatomies]
+        rows.append((PART_LABELS.get(part, part), cells))
+    return rows

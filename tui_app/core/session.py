@@ -36,6 +36,7 @@ from monitors.xray import XrayBook
 from tui_app.core.readings import end_note, history_text, read_rate, short_value, stall_note
 
 HISTORY = 4000
+ANATOMIES = 4  # lever mixes whose step anatomies stand side by side
 STALL, STALL_MIN_S = 4.0, 0.02  # a server token this much later than its run's median is a stall
 READ_WINDOW = 32  # decode steps behind the live memory read rate: half a second at the default model's pace
 READ_FRESH_NS = 1_000_000_000  # a sample this long after the last decode step shows no read rate
@@ -119,6 +120,7 @@ class Session:
     samples: deque = field(init=False)
     server: deque = field(init=False)  # ServerSample: an attached server's own figures
     anatomy: Anatomy | None = None  # the last window of profiled decode steps (the p key, --profile-steps)
+    anatomies: dict = field(default_factory=dict)  # lever mix's label → its last Anatomy, the last ANATOMIES mixes
     allocator_history: AllocatorHistory | None = None  # the H key's window: recording, or where it was saved
     bandwidth: Bandwidth | None = None  # the current weights' bytes and the measured rate of reading them
     reads: deque = field(default_factory=lambda: deque(maxlen=READ_WINDOW))  # (bytes read, dt_ns, t_ns) of recent decode steps
@@ -230,6 +232,10 @@ class Session:
             self.torch_mem.append(ev)
         elif isinstance(ev, Anatomy):
             self.anatomy = ev
+            self.anatomies.pop(ev.levers.label(), None)
+            self.anatomies[ev.levers.label()] = ev
+            while len(self.anatomies) > ANATOMIES:
+                self.anatomies.pop(next(iter(self.anatomies)))
         elif isinstance(ev, AllocatorHistory):
             if ev.left in (0, ev.runs):  # its start and its end; the pane counts the runs between
                 self.say(history_text(ev)[0], error=bool(ev.error))

@@ -22,6 +22,7 @@ from textual.binding import BindingType
 from textual.screen import Screen
 
 from monitors.events import (
+    Anatomy,
     EngineError,
     EngineReady,
     LeverChanged,
@@ -39,10 +40,11 @@ from tui_app.core.export import export_session
 from tui_app.core.session import Session
 from tui_app.core.sources import EventSource
 from tui_app.process import yield_to_children
-from tui_app.requests import History, Pause, Probe, Run, SetLever, Stop
+from tui_app.requests import History, Pause, Probe, Profile, Run, SetLever, Stop
 from tui_app.ui import status_text
 from tui_app.ui.frames import FramePacer, PacedApp
 from tui_app.ui.palette import KEYS, KeyCommands
+from tui_app.ui.screens.anatomy import AnatomyScreen
 from tui_app.ui.screens.confirm import ConfirmScreen
 from tui_app.ui.screens.help import HelpScreen
 from tui_app.ui.screens.monitor import MonitorScreen
@@ -50,6 +52,7 @@ from tui_app.ui.screens.prompt import PromptScreen
 from tui_app.ui.screens.xray import XrayScreen
 from tui_app.ui.widgets.waterfall import Waterfall
 
+ANATOMY_STEPS = 8  # the p key's window: enough steps for a stable mean, few enough that the slowed steps pass in a second
 HISTORY_RUNS = 3  # the H key's window: enough for a leak's step to repeat, and a dump of seconds
 EXIT_GRACE_S = 10.0  # from SIGTERM or SIGHUP to leaving without Textual's shutdown: an engine stopping in a compile takes a few seconds
 
@@ -180,6 +183,11 @@ class TokentopApp(PacedApp):
                 self._follow()
         elif isinstance(ev, Phase):
             self._phase_since = None if ev.done else time.monotonic()
+        elif isinstance(ev, Anatomy):
+            if isinstance(self.screen, AnatomyScreen):
+                self.screen.show()
+            elif isinstance(self.screen, MonitorScreen):  # not over a modal the user opened meanwhile
+                self.push_screen(AnatomyScreen(self.session))
         elif isinstance(ev, EngineReady):
             self.sub_title = status_text.subtitle(ev)
             self._follow()
@@ -250,20 +258,37 @@ class TokentopApp(PacedApp):
         self.source.send(Probe())
         self.state = "measuring the memory read rate" + (" at the next token" if self.running else "")
 
-    def action_history(self) -> None:
-        """The engine records the CUDA allocator's history for the next runs and saves it in the
-        output folder; the memory pane shows it recording, then the file's path."""
+    def action_anatomy(self) -> None:
+        """The engine profiles the next decode steps (idle: of a run started for them); their anatomy
+        opens when it comes (`_on_event`)."""
+        path = self._own_engine_file("the anatomy", "the step's trace", "trace", "json")
+        if path is not None:
+            self.source.send(Profile(str(path), ANATOMY_STEPS))
+            if not self.running:
+                self.start_run()
+            self.state = f"profiling the next {ANATOMY_STEPS} decode steps"
+
+    def _own_engine_file(self, what: str, file_what: str, kind: str, ext: str):
+        """A stamped path in the output folder for a file the engine writes, or None (said why):
+        only tokentop's own live engine writes one, and the folder must take it."""
         from tui_app.folders import FolderError, recordings_dir, require, stamped
 
         if not self.source.live or (self.session.ready is not None and self.session.ready.server):
-            self.notify("the allocator history is tokentop's own engine's (not a replay's or a server's)", title="history refused", severity="warning")
-            return
+            self.notify(f"{what} is tokentop's own engine's (not a replay's or a server's)", title=f"{kind} refused", severity="warning")
+            return None
         try:
-            folder = require(Path(self.out_dir) if self.out_dir else recordings_dir(), "the allocator history", "--out-dir or TOKENTOP_DATA")
+            folder = require(Path(self.out_dir) if self.out_dir else recordings_dir(), file_what, "--out-dir or TOKENTOP_DATA")
         except FolderError as exc:
             self.notify(str(exc), severity="error", timeout=15)
-            return
-        self.source.send(History(str(stamped(folder, "cuda-history", "pickle")), HISTORY_RUNS))
+            return None
+        return stamped(folder, kind, ext)
+
+    def action_history(self) -> None:
+        """The engine records the CUDA allocator's history for the next runs and saves it in the
+        output folder; the memory pane shows it recording, then the file's path."""
+        path = self._own_engine_file("the allocator history", "the allocator history", "cuda-history", "pickle")
+        if path is not None:
+            self.source.send(History(str(path), HISTORY_RUNS))
 
     def action_next_server(self) -> None:
         labels = list(self.session.servers)

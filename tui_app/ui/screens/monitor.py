@@ -138,9 +138,11 @@ class MonitorScreen(Screen):
             return len(self.session.servers) > 1
         if action == "xray":
             return self.kind == "server"
+        ready = self.session.ready
         if action == "history":  # CUDA's allocator only; elsewhere the key says why not
-            ready = self.session.ready
             return ready is not None and not ready.server and ready.device.startswith("cuda")
+        if action == "anatomy":
+            return ready is not None and not ready.server
         return True
 
     # ------------------------------------------------------------ layout

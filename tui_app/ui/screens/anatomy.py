@@ -1,0 +1,78 @@
+"""`p`: the anatomy of a decode step, each lever mix profiled this session side by side: a stacked
+bar per mix (its step's time by part, on one scale), and the table of ms a step and shares."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import Static
+
+from tui_app.core.readings import anatomy_table
+
+# A colour per part, in the stacked bars and beside each row's label; parts not named here (a
+# compiled graph) take the last.
+COLOURS = ["cyan", "yellow", "green", "magenta", "blue", "red", "bright_white", "grey50", "bright_cyan"]
+KEYS = " p or escape: close · p in the monitor profiles the next decode steps of the current levers"
+
+
+class AnatomyScreen(Screen):
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,p,q", "dismiss", "close")]
+    DEFAULT_CSS = """
+    AnatomyScreen { background: $surface; }
+    AnatomyScreen > #anatomy-body { height: 1fr; padding: 0 1; }
+    AnatomyScreen > #anatomy-keys { height: 1; background: $panel; color: $text-muted; }
+    """
+
+    def __init__(self, session):
+        super().__init__()
+        self.session = session
+        self.body = Static("", id="anatomy-body")
+
+    def compose(self) -> ComposeResult:
+        yield self.body
+        yield Static(KEYS, id="anatomy-keys")
+
+    def on_mount(self) -> None:
+        self.show()
+
+    def on_resize(self) -> None:
+        self.show()
+
+    def show(self) -> None:
+        self.body.update(render(list(self.session.anatomies.values()), max(40, self.size.width - 2)))
+
+
+def render(anatomies: list, width: int) -> Text:
+    out = Text()
+    if not anatomies:
+        return Text("no step has been profiled yet: p in the monitor profiles the next decode steps", style="dim")
+    last = anatomies[-1]
+    out.append(f"Anatomy of a decode step · torch.profiler, the host's clock · trace: {last.trace}\n", style="bold")
+    rows = anatomy_table(anatomies)
+    label_w = min(48, max(len(r[0]) for r in rows) + 1)
+    slowest = max(ev.step_ms for ev in anatomies)
+    bar_w = max(10, width - 26)
+    for ev in anatomies:  # one scale for all: a faster mix's bar is shorter
+        out.append(f"{ev.levers.label():<14.14} {ev.step_ms:7.2f} ms ")
+        for i, (_, cells) in enumerate(rows):
+            n = round(cells[anatomies.index(ev)][0] / slowest * bar_w)
+            out.append("█" * n, style=COLOURS[min(i, len(COLOURS) - 1)])
+        out.append("\n")
+    out.append("\n" + " " * (label_w + 2))
+    for ev in anatomies:
+        out.append(f"{ev.levers.label():>16.16}", style="bold")
+    out.append("\n")
+    for i, (label, cells) in enumerate(rows):
+        out.append("■ ", style=COLOURS[min(i, len(COLOURS) - 1)])
+        out.append(f"{label:<{label_w}.{label_w}}")
+        for ms, share in cells:
+            out.append(f"{ms:>8.2f} ms {share:>4.0%}")
+        out.append("\n")
+    out.append(f"\n{last.steps} decode steps a mix; framework: the step's time outside every part (Python between the modules, building inputs).", style="dim")
+    if any(not any(p in ev.parts for p in ("attention", "mlp")) for ev in anatomies):
+        out.append("\nUnder compile the modules are one graph: its row is the graph, beside the framework share.", style="dim")
+    return out
