@@ -4,6 +4,7 @@ bar, the panes, the headless lines, the report), computed from a Session's state
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from monitors.events import AllocatorHistory, Anatomy, RunFinished, ServerSample
 from monitors.leaks import LeakVerdict
@@ -194,3 +195,47 @@ def anatomy_table(anatomies: list[Anatomy]) -> list[tuple[str, list[tuple[float,
         cells = [(ev.parts.get(part, 0.0), ev.parts.get(part, 0.0) / ev.step_ms if ev.step_ms > 0 else 0.0) for ev in anatomies]
         rows.append((PART_LABELS.get(part, part), cells))
     return rows
+
+
+OVERHEAD_BOUND = 0.40  # a share of the step outside torch's ops from which the host is the wall, whatever the bytes
+MEMORY_BOUND = 0.60  # a share of the read ceiling from which the bytes are the wall
+# Ops this short each do little work: a step of many of them is paced by issuing them (the
+# dispatcher, the Python around each), which fusing them (compile) removes. Measured here: an add
+# of 16 floats takes 1.2 µs; the ops of a 16-wide Llama's step average 8.5 µs, the default model's
+# about 160 µs (the Zen 4 EPYC, one thread).
+OP_FLOOR_US = 20.0
+
+
+class Roofline(NamedTuple):
+    text: str  # the verdict, in one line
+    outside: float  # the step's share outside torch's ops
+    step_bytes: int | None  # what a step must read: the weights and the KV cache
+    frac: float | None  # step_bytes ÷ the step's time, as a share of the read ceiling
+
+
+def roofline(ev: Anatomy, step_s: float, step_bytes: int | None, read_bps: float | None) -> Roofline:
+    """Which wall a decode step of `step_s` (unprofiled: the profiler's own work lies between the
+    ops) is against: overhead (its share outside torch's ops, whose time the anatomy measured),
+    memory (the bytes a step must read ÷ its time, against the read rate the `m` probe measured),
+    or neither (the ops are slow for their bytes). FLOPs are not weighed: no peak is known here."""
+    outside = max(0.0, 1 - ev.ops_ms / 1000 / step_s) if step_s > 0 else 0.0
+    frac = None
+    mem = "no read ceiling measured for these weights (m measures it)"
+    if step_bytes and read_bps and step_s > 0:
+        frac = step_bytes / step_s / read_bps
+        mem = f"{step_bytes / 2**20:.0f} MiB a step read at {frac:.0%} of the read ceiling ({read_bps / 1e9:.1f} GB/s, the m probe)"
+    op_us = ev.ops_ms * 1000 / ev.ops if ev.ops else math.inf
+    if outside >= OVERHEAD_BOUND:
+        text = f"overhead-bound: {outside:.0%} of the step is Python outside torch's ops (compile, CUDA graphs or a fused step help); {mem}"
+    elif op_us < OP_FLOOR_US:
+        text = (
+            f"overhead-bound: {ev.ops:.0f} ops a step of {op_us:.0f} µs each, too short to be work, and {outside:.0%} outside them "
+            f"(compile, CUDA graphs or a fused step help); {mem}"
+        )
+    elif frac is not None and frac >= MEMORY_BOUND:
+        text = f"memory-bound: {mem}; fewer bytes help (int8, int4, a smaller model)"
+    elif frac is None:
+        text = f"not overhead-bound ({outside:.0%} of the step outside torch's ops); {mem}"
+    else:
+        text = f"neither wall: {mem}, {outside:.0%} of the step outside torch's ops; the ops are slow for the bytes they read (their kernels, or compute)"
+    return Roofline(text, outside, step_bytes, frac)

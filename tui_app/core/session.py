@@ -33,7 +33,7 @@ from monitors.leaks import LeakDetector, LeakVerdict
 from monitors.record import Recorder
 from monitors.timing import DETAIL_VALUES, RunRecord, RunTimer, TimingStats
 from monitors.xray import XrayBook
-from tui_app.core.readings import end_note, history_text, read_rate, short_value, stall_note
+from tui_app.core.readings import end_note, history_text, read_rate, roofline, short_value, stall_note
 
 HISTORY = 4000
 ANATOMIES = 4  # lever mixes whose step anatomies stand side by side
@@ -121,6 +121,7 @@ class Session:
     server: deque = field(init=False)  # ServerSample: an attached server's own figures
     anatomy: Anatomy | None = None  # the last window of profiled decode steps (the p key, --profile-steps)
     anatomies: dict = field(default_factory=dict)  # lever mix's label → its last Anatomy, the last ANATOMIES mixes
+    rooflines: dict = field(default_factory=dict)  # lever mix's label → its anatomy's roofline verdict (readings.roofline)
     allocator_history: AllocatorHistory | None = None  # the H key's window: recording, or where it was saved
     bandwidth: Bandwidth | None = None  # the current weights' bytes and the measured rate of reading them
     reads: deque = field(default_factory=lambda: deque(maxlen=READ_WINDOW))  # (bytes read, dt_ns, t_ns) of recent decode steps
@@ -184,6 +185,7 @@ class Session:
             self.current = self.timer.started(ev)
             self.markers.append(Marker(self.token_count, ev.t_ns, f"run {ev.run_id}"))
         elif isinstance(ev, RunFinished):
+            self._roofline(ev.run_id)
             self.timer.finished(ev)
             self.finished_ids.append(ev.run_id)
             self.run_marks.append(ev.t_ns)
@@ -232,10 +234,12 @@ class Session:
             self.torch_mem.append(ev)
         elif isinstance(ev, Anatomy):
             self.anatomy = ev
-            self.anatomies.pop(ev.levers.label(), None)
-            self.anatomies[ev.levers.label()] = ev
+            label = ev.levers.label()
+            self.anatomies.pop(label, None)
+            self.anatomies[label] = ev
+            self.rooflines.pop(label, None)  # once its run ends, beside the run's own steps (_roofline)
             while len(self.anatomies) > ANATOMIES:
-                self.anatomies.pop(next(iter(self.anatomies)))
+                self.rooflines.pop(self.anatomies.pop(next(iter(self.anatomies))).levers.label(), None)
         elif isinstance(ev, AllocatorHistory):
             if ev.left in (0, ev.runs):  # its start and its end; the pane counts the runs between
                 self.say(history_text(ev)[0], error=bool(ev.error))
@@ -314,6 +318,18 @@ class Session:
             r = self.ready
             formula = kv_formula_bytes(r.kv_bytes_per_elem, self.levers.batch, ev.seq_len, r.n_layers, r.kv_heads, r.head_dim) if ev.kv_bytes else 0
             self.kv.append(KVPoint(ev.seq_len, ev.kv_bytes, formula, ev.kv_alloc_bytes, ev.run_id))
+
+    def _roofline(self, run_id: int) -> None:
+        """The roofline verdict of the anatomy taken in this run, on the run's own decode steps: their
+        median interval (the profiled ones, slowed, are the fewer), the bytes a step reads (the
+        weights the last measurement read, if of these weights, and the KV cache at the run's end)."""
+        ev = next((a for a in self.anatomies.values() if a.run_id == run_id), None)
+        decode = sorted(p.seconds for p in self.latency if p.run_id == run_id and p.kind == "decode")
+        if ev is None or not decode:
+            return
+        bw = self.bandwidth if self.bandwidth is not None and self.bandwidth.quant == ev.levers.quant else None
+        kv = next((p.measured for p in reversed(self.kv) if p.run_id == run_id), 0)
+        self.rooflines[ev.levers.label()] = roofline(ev, decode[len(decode) // 2], bw.weight_bytes + kv if bw else None, bw.read_bps if bw else None)
 
     def _mark_stall(self, ev: Step, per_token_s: float) -> None:
         """A server's token far later than its run's usual (STALL × the median of the last 32, and

@@ -66,6 +66,7 @@ class StepAnatomy:
         self._hooks: list = []
         self._open: list = []
         self.graph = ""
+        self.prof: torch.profiler.profile | None = None
         phases.start("profile", f"the anatomy of the next {steps} decode steps, under torch.profiler")
 
     def before_step(self, run_id: int, levers, model) -> bool:
@@ -121,21 +122,26 @@ class StepAnatomy:
         Anatomy emitted. False where it never started (no decode step came yet)."""
         if self.levers is None:
             return False
+        if self.prof is None:  # ended already (its event's listener raised): the window is over
+            return True
+        prof, self.prof = self.prof, None  # once: whatever a listener of the event does, the profiler is not exited twice
         t0 = time.perf_counter()
         self.decoder.mark = no_mark
         for h in self._hooks:
             h.remove()
         self._hooks.clear()
-        self.prof.__exit__(None, None, None)
-        steps, step_us, parts, gpu = read_anatomy(self.prof.events(), self.graph)
+        prof.__exit__(None, None, None)
+        steps, step_us, parts, gpu, (ops_us, n_ops) = read_anatomy(prof.events(), self.graph)
         os.makedirs(os.path.dirname(os.path.abspath(self.trace_path)), exist_ok=True)
-        self.prof.export_chrome_trace(self.trace_path)
+        prof.export_chrome_trace(self.trace_path)
         ev = Anatomy(
             run_id=run_id,
             steps=steps,
             step_ms=step_us / 1000,
             parts={k: v / 1000 for k, v in parts.items()},
             gpu_ms={k: v / 1000 for k, v in gpu.items()},
+            ops_ms=ops_us / 1000,
+            ops=n_ops,
             trace=self.trace_path,
             levers=self.levers,
         )
@@ -145,12 +151,13 @@ class StepAnatomy:
         return True
 
 
-def read_anatomy(events, graph: str = "") -> tuple[int, float, dict[str, float], dict[str, float]]:
-    """(steps, mean step µs, part → mean µs a step, part → mean GPU kernel µs a step) from the
-    profiler's events of a window. Parts, in order: the model's, the step's own, framework last."""
+def read_anatomy(events, graph: str = "") -> tuple[int, float, dict[str, float], dict[str, float], tuple[float, float]]:
+    """(steps, mean step µs, part → mean µs a step, part → mean GPU kernel µs a step, (µs a step
+    inside torch's ops, ops a step)) from the profiler's events of a window. Parts, in order: the model's,
+    the step's own, framework last."""
     steps = [e for e in events if e.name == "tt.step"]
     if not steps:
-        return 0, 0.0, {}, {}
+        return 0, 0.0, {}, {}, (0.0, 0.0)
     total: dict[str, float] = {}
     gpu: dict[str, float] = {}
     for step in steps:
@@ -162,7 +169,21 @@ def read_anatomy(events, graph: str = "") -> tuple[int, float, dict[str, float],
     order = [*MODULE_PARTS, *(k for k in total if k not in MODULE_PARTS and k not in STEP_PARTS), *STEP_PARTS]
     parts = {k: total[k] / n for k in order if k in total}
     parts["framework"] = max(0.0, step_us - sum(parts.values()))
-    return n, step_us, parts, {k: v / n for k, v in gpu.items() if v > 0}
+    ops = [_ops(s) for s in steps]
+    return n, step_us, parts, {k: v / n for k, v in gpu.items() if v > 0}, (sum(us for us, _ in ops) / n, sum(k for _, k in ops) / n)
+
+
+def _ops(event) -> tuple[float, int]:
+    """(µs, count) of torch's ops under `event` (the outermost op of each nest): the rest of a
+    step is Python, inside the modules or between them."""
+    us, count = 0.0, 0
+    for c in event.cpu_children:
+        if c.name.startswith("tt."):
+            sub_us, sub_n = _ops(c)
+            us, count = us + sub_us, count + sub_n
+        else:
+            us, count = us + c.time_range.elapsed_us(), count + 1
+    return us, count
 
 
 def _parts(step, graph: str):

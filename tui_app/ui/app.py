@@ -173,6 +173,8 @@ class TokentopApp(PacedApp):
             self.running = True
         elif isinstance(ev, RunFinished):
             self.running = False
+            if isinstance(self.screen, AnatomyScreen):  # its roofline verdicts come at the run's end
+                self.screen.show()
             self.session.trim()
             trim_heap()  # the UI's own RSS then tracks its live memory, which the soak checks stays flat
             if self.auto and not self.paused and self.source.live:

@@ -43,10 +43,10 @@ class AnatomyScreen(Screen):
         self.show()
 
     def show(self) -> None:
-        self.body.update(render(list(self.session.anatomies.values()), max(40, self.size.width - 2)))
+        self.body.update(render(list(self.session.anatomies.values()), max(40, self.size.width - 2), self.session.rooflines))
 
 
-def render(anatomies: list, width: int) -> Text:
+def render(anatomies: list, width: int, rooflines: dict) -> Text:
     out = Text()
     if not anatomies:
         return Text("no step has been profiled yet: p in the monitor profiles the next decode steps", style="dim")
@@ -61,7 +61,8 @@ def render(anatomies: list, width: int) -> Text:
         for i, (_, cells) in enumerate(rows):
             n = round(cells[anatomies.index(ev)][0] / slowest * bar_w)
             out.append("█" * n, style=COLOURS[min(i, len(COLOURS) - 1)])
-        out.append("\n")
+        verdict = rooflines.get(ev.levers.label())
+        out.append("\n" + " " * 25 + (verdict.text if verdict else "its roofline verdict comes at its run's end") + "\n", style="italic")
     out.append("\n" + " " * (label_w + 2))
     for ev in anatomies:
         out.append(f"{ev.levers.label():>16.16}", style="bold")
