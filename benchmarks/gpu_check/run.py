@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from benchmarks.gpu_check import BIG, LEVER_GROUPS, NEW_TOKENS, ROOT
+from benchmarks.gpu_check.anatomy import check_anatomy
 from benchmarks.gpu_check.checks import (
     check_bandwidth,
     check_device_map,
@@ -87,6 +88,7 @@ def run_all(report: Report, device: str, tok: Path, work: Path, small_overrides:
 
     req = RunRequest(preset="short", max_new_tokens=NEW_TOKENS, ignore_eos=True)
     report.check("TTFT/ITL vs CUDA events (bf16)", lambda: check_timing(bench("bf16"), req))
+    report.check("anatomy of a step: GPU time by part vs the trace's kernels (bf16)", lambda: check_anatomy(bench("bf16"), req))
     n_singles = sum(len(v) for v in LEVER_GROUPS.values())
     singles, pairs = lever_cases()[:n_singles], lever_cases()[n_singles:]
     for name, combo in [("plain", {}), *singles]:

@@ -1,0 +1,40 @@
+"""The anatomy of a decode step on CUDA (tui_app/engine/anatomy.py): each part's GPU kernel time
+against the kernels the profiler's own trace holds for the window, and the host's parts still
+summing to the step."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from benchmarks.gpu_check.report import Failed, agree
+
+STEPS = 8
+
+
+def check_anatomy(bench, req) -> tuple[str, str]:
+    from monitors.events import Anatomy
+    from tui_app.commands.bench import apply_levers
+    from tui_app.requests import Profile
+
+    apply_levers(bench.engine, {})
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        bench.engine.command(Profile(str(path), STEPS))
+        _, events = bench.run(req)
+        found = [e for e in events if isinstance(e, Anatomy)]
+        if not found:
+            raise Failed("no Anatomy event after the window", "none", f"one, {STEPS} decode steps")
+        ev = found[0]
+        trace = json.loads(path.read_text())
+    kernels_ms = sum(e["dur"] for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel") / 1000
+    parts_gpu = sum(ev.gpu_ms.values())
+    if not ev.gpu_ms.get("attention") or not ev.gpu_ms.get("mlp"):
+        raise Failed("attention's and the MLP's GPU time", str(ev.gpu_ms), "both above 0")
+    # The trace also holds the kernels of the steps' edges (the window opens before a step); the
+    # parts' kernels are the steps' own, so they are at most the trace's and most of it.
+    agree(parts_gpu * ev.steps, kernels_ms, 0.25, what="the parts' kernel ms against the trace's kernels")
+    agree(sum(ev.parts.values()), ev.step_ms, 0.01, what="the host parts against the step")
+    figure = f"{ev.steps} steps, host {ev.step_ms:.2f} ms a step, GPU by part {', '.join(f'{k} {v:.3f}' for k, v in ev.gpu_ms.items())} ms"
+    return figure, f"the trace's kernel events ({kernels_ms:.1f} ms over the window)"
