@@ -121,6 +121,9 @@ def to_event(s: Sample) -> Sampled:
     if s.gpu.gpus:
         ev.gpus = [asdict(g) for g in s.gpu.gpus]
     gpus = [g for g in s.gpu.gpus if not g.reason or g.mem_used is not None]
+    # The figures follow the GPUs the watched processes hold memory on (NVML's process list):
+    # the engine's, not the box's average; the others keep their own lines (ev.gpus).
+    gpus = [g for g in gpus if g.proc_mem] or gpus
     if not s.gpu.available or not gpus:
         ev.gpu_reason = s.gpu.reason or next((g.reason for g in s.gpu.gpus if g.reason), "n/a")
         return ev

@@ -86,12 +86,25 @@ def test_sampler_and_event_carry_the_reason_without_a_gpu():
 
 
 def test_sampler_event_sums_gpu_memory():
-    nv = FakeNVML(n=2, procs={0: [(os.getpid(), 5)]})
+    nv = FakeNVML(n=2)  # no process of ours on either: the box's figures
     s = Sampler(gpu=NvmlReader(nv))
     ev = to_event(s.sample_once())
-    assert ev.gpu_mem_used == 3 * 2**30 and ev.gpu_proc_mem == 5 and ev.gpu_sm == pytest.approx(40.5)
+    assert ev.gpu_mem_used == 3 * 2**30 and ev.gpu_proc_mem == 0 and ev.gpu_sm == pytest.approx(40.5)
     s.stop()
     assert nv.shutdown_called
+
+
+@pytest.mark.parametrize("own", [0, 1])
+def test_the_figures_follow_the_gpu_the_engine_is_on_and_the_others_keep_their_lines(own):
+    """NVML's process list says which GPU holds the watched process's memory (here, this process):
+    the busy %, memory and power are that GPU's, not the average of the box's two."""
+    nv = FakeNVML(n=2, procs={own: [(os.getpid(), 5 * 2**20)]})
+    s = Sampler(gpu=NvmlReader(nv))
+    ev = to_event(s.sample_once())
+    assert ev.gpu_sm == 40 + own and ev.gpu_mem_util == 20 + own  # FakeNVML's figures of that GPU
+    assert ev.gpu_mem_used == (1 + own) * 2**30 and ev.gpu_power_w == pytest.approx((250_000 + own) / 1000)
+    assert ev.gpu_proc_mem == 5 * 2**20 and [g["index"] for g in ev.gpus] == [0, 1]
+    s.stop()
 
 
 def test_energy_counter_gives_joules_per_token_over_the_tokens_seen_meanwhile():

@@ -384,7 +384,7 @@ async def test_palette_entries_are_sentences_for_every_key():
 
 
 LEGEND_NAMES = {"decode", "spec verify", "mean", "p95", "prefill", "lever", "measured", "formula", "allocated", "engine RSS", "UI RSS", "GPU proc"}
-LEGEND_NAMES |= {"GPU device", "torch alloc", "torch reserved", "run end", "engine CPU%", "system CPU%", "UI CPU%", "GPU SM%"}
+LEGEND_NAMES |= {"GPU device", "torch alloc", "torch reserved", "run end", "engine CPU%", "system CPU%", "UI CPU%", "GPU busy%"}
 
 
 @pytest.mark.parametrize("size", [(80, 24), (100, 30), (160, 45)], ids=lambda s: f"{s[0]}x{s[1]}")

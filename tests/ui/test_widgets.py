@@ -207,7 +207,7 @@ async def test_every_gpu_of_the_machine_is_listed_with_its_figures():
         for chart in (util, memory):
             chart.redraw(force=True)
         legend = " ".join(strip.text for strip in util._strips)
-        assert "GPU SM%" in legend and "GPU mem%" in legend
+        assert "GPU busy%" in legend and "GPU mem%" in legend
         assert "GPU0 40% 1980 MHz 250 W" in str(util.border_subtitle) and "GPU0 40% 1980 MHz 250 W  n/a: GPU 1 (GPU is lost)" in str(util.border_subtitle)
         assert "GPU0 engine 700 MiB, device 1.0/80 GiB" in str(memory.border_subtitle)
         assert str(memory.border_subtitle).endswith("n/a: GPU 1 (GPU is lost)")

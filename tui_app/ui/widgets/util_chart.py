@@ -1,6 +1,7 @@
-"""Utilization: CPU % of the engine process and of the system, GPU SM % and NVML's memory busy %,
+"""Utilization: CPU % of the engine process and of the system, GPU busy % (NVML's share of time a
+kernel ran, not of SMs busy) and NVML's memory busy % of the GPUs the engine is on,
 and decode's memory read rate as a % of the measured read of the same bytes (Session.read_rate);
-every GPU's SM %, clock and power in the subtitle."""
+every GPU's busy %, clock and power in the subtitle."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ class UtilChart(Chart):
         names = [(f"{watched} CPU%", [x.engine_cpu for x in samples]), ("system CPU%", [x.sys_cpu for x in samples]), ("UI CPU%", [x.app_cpu for x in samples])]
         has_gpu = any(x.gpu_sm is not None for x in samples)
         if has_gpu:
-            names.append(("GPU SM%", [x.gpu_sm for x in samples]))
+            names.append(("GPU busy%", [x.gpu_sm for x in samples]))  # NVML's "a kernel was running" share of its sample period, not SMs in use
         if any(x.gpu_mem_util is not None for x in samples):
             names.append(("GPU mem%", [x.gpu_mem_util for x in samples]))  # NVML's: time the memory was busy, not bytes
         reads = list(s.mem_read)[-len(samples) :]
