@@ -272,7 +272,7 @@ def util_figure(session, phases=()) -> Figure:
     samples = list(session.samples)
     ts = [(s.t_ns - t0) / 1e9 for s in samples]
     drawn = 0
-    series = (("engine_cpu", "engine CPU%"), ("sys_cpu", "system CPU%"), ("app_cpu", "UI CPU%"), ("gpu_sm", "GPU SM%"), ("gpu_mem_util", "GPU mem%"))
+    series = (("engine_cpu", "engine CPU%"), ("sys_cpu", "system CPU%"), ("app_cpu", "UI CPU%"), ("gpu_sm", "GPU busy%"), ("gpu_mem_util", "GPU mem%"))
     for k, (attr, label) in enumerate(series):
         ys = [getattr(s, attr) if getattr(s, attr) is not None else math.nan for s in samples]
         if any(not math.isnan(y) for y in ys):

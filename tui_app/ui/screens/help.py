@@ -41,8 +41,8 @@ current setting cannot do is refused with the reason.
 **Panes.** *tokens*: the prompt dimmed, lever switches inline. *per-token latency*: inter-token
 latency of each token, TTFT marked, lever switches as vertical marks, mean and p95 lines.
 *KV cache*: bytes measured from the cache object over the formula
-2 × bytes/elem × batch × seq_len × layers × kv_heads × head_dim. *utilization*: CPU %, GPU SM %
-and NVML's memory busy %, every GPU's SM %, clock and power, and `mem bw`: the bytes
+2 × bytes/elem × batch × seq_len × layers × kv_heads × head_dim. *utilization*: CPU %, GPU busy %
+(NVML's share of time a kernel ran) and memory busy % of the engine's GPU, every GPU's busy %, clock and power, and `mem bw`: the bytes
 a decode step reads (the weights once, the KV cache at its length) × steps per second, as a fraction
 of a read of the same weights in place, measured when the weights change and on `m`.
 *memory*: engine and UI RSS, each GPU's memory,
