@@ -121,7 +121,9 @@ class Step:
     the emit; a server client: the chunk's arrival). dt_ns: the interval since the previous
     emission of the run (RunStarted's for the first step), less the phases (pause, compile,
     quantize) between: every cost of a token, the loop's own included, as a reader sees it.
-    forward_ns: the model's forward alone. compute_ns: the step's own work, from its start after
+    forward_ns: the model's forward and the pick of the token: on a CPU by the host's perf counter,
+    on CUDA the GPU's time between two CUDA events around them (read at the step's one host
+    read: no sync of its own). compute_ns: the step's own work, from its start after
     the command poll to its tokens in hand (forward, sampling, the host read); dt_ns - compute_ns
     is what the loop spends between steps (detokenizing, KV measurement, the emit, the poll).
     Sources that cannot see inside a step (a server) leave forward_ns and compute_ns 0."""

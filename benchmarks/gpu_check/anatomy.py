@@ -1,6 +1,6 @@
 """The anatomy of a decode step on CUDA (tui_app/engine/anatomy.py): each part's GPU kernel time
-against the kernels the profiler's own trace holds for the window, and the host's parts still
-summing to the step."""
+against the kernels the profiler's own trace holds for the window, the host's parts still summing
+to the step, and Step.forward_ns (CUDA events, engine/decoding.py's GpuClock) between the two."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ STEPS = 8
 
 
 def check_anatomy(bench, req) -> tuple[str, str]:
-    from monitors.events import Anatomy
+    from monitors.events import Anatomy, Step
     from tui_app.commands.bench import apply_levers
     from tui_app.requests import Profile
 
@@ -36,5 +36,16 @@ def check_anatomy(bench, req) -> tuple[str, str]:
     # parts' kernels are the steps' own, so they are at most the trace's and most of it.
     agree(parts_gpu * ev.steps, kernels_ms, 0.25, what="the parts' kernel ms against the trace's kernels")
     agree(sum(ev.parts.values()), ev.step_ms, 0.01, what="the host parts against the step")
-    figure = f"{ev.steps} steps, host {ev.step_ms:.2f} ms a step, GPU by part {', '.join(f'{k} {v:.3f}' for k, v in ev.gpu_ms.items())} ms"
+    # Step.forward_ns on CUDA: the GPU's time between two events around the forward and the pick,
+    # so at least those kernels' time (idle gaps between them included) and within the step.
+    steps = [e for e in events if isinstance(e, Step) and e.kind == "decode"][: ev.steps]
+    forward_ms = sorted(s.forward_ns / 1e6 for s in steps)[len(steps) // 2]
+    compute_ms = sorted(s.compute_ns / 1e6 for s in steps)[len(steps) // 2]
+    kernels = sum(v for k, v in ev.gpu_ms.items() if k != "host_read")
+    if not 0.9 * kernels <= forward_ms <= 1.05 * compute_ms:
+        raise Failed(
+            "forward_ns (CUDA events) against the kernels and the step", f"{forward_ms:.3f} ms", f"{kernels:.3f} ms of kernels to {compute_ms:.3f} ms a step"
+        )
+    by_part = ", ".join(f"{k} {v:.3f}" for k, v in ev.gpu_ms.items())
+    figure = f"{ev.steps} steps, host {ev.step_ms:.2f} ms a step, forward_ns {forward_ms:.3f} ms, GPU by part {by_part} ms"
     return figure, f"the trace's kernel events ({kernels_ms:.1f} ms over the window)"

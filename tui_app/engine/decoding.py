@@ -59,6 +59,19 @@ def prompt_tokens(tok, req: RunRequest, context_len: int) -> tuple[list[int], st
     return ids, text
 
 
+class GpuClock:
+    """Two CUDA events around a step's forward and pick, read after the step's own host read (which
+    waits for them): the GPU's time for them, with no sync of its own. On the host, launching is
+    all a CUDA forward's clock would see."""
+
+    def __init__(self):
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+
+    def ns(self) -> int:
+        return round(self.start.elapsed_time(self.end) * 1e6)
+
+
 class Decoder:
     """Steps on one device. `cfg` is the engine's configuration, read at each pick (temperature, top_p)."""
 
@@ -74,6 +87,7 @@ class Decoder:
         # A profiler range per part of a decode step while its anatomy is taken (anatomy.py);
         # else a shared null context: four of them cost a step about 0.6 µs (docs/performance.md).
         self.mark = no_mark
+        self.gpu_clock = GpuClock() if device.startswith("cuda") else None
 
     def lean_step(self, model) -> LeanDecode | None:
         key = id(model)
@@ -112,37 +126,56 @@ class Decoder:
     def prefill(self, model, tokens: list[list[int]], cache) -> tuple[list[list[int]], int]:
         """The whole text in one forward; without the cache, every step is this."""
         ids = torch.tensor(tokens, device=self.device)
+        clock = self.gpu_clock
         f0 = time.perf_counter_ns()
+        if clock is not None:
+            clock.start.record()
         logits = self.forward(model, ids, cache, 0)
         new = self.pick(logits[:, -1]).unsqueeze(1)
+        if clock is not None:
+            clock.end.record()
         forward_ns = time.perf_counter_ns() - f0
-        return new.tolist(), forward_ns  # the step's one device→host transfer
+        rows = new.tolist()  # the step's one device→host transfer
+        return rows, clock.ns() if clock is not None else forward_ns
 
     def decode(self, model, tokens: list[list[int]], cache, fn=None) -> tuple[list[list[int]], int]:
         mark = self.mark
+        clock = self.gpu_clock
         with mark("tt.step"):
             last = torch.tensor([[row[-1]] for row in tokens], device=self.device)
             f0 = time.perf_counter_ns()
+            if clock is not None:
+                clock.start.record()
             with mark("tt.forward"):
                 logits = self.forward(model, last, cache, len(tokens[0]) - 1, fn=fn)
             with mark("tt.sampling"):
                 new = self.pick(logits[:, -1]).unsqueeze(1)
+            if clock is not None:
+                clock.end.record()
             forward_ns = time.perf_counter_ns() - f0
             with mark("tt.host_read"):
-                return new.tolist(), forward_ns  # the step's one device→host transfer
+                rows = new.tolist()  # the step's one device→host transfer
+        return rows, clock.ns() if clock is not None else forward_ns
 
     def verify(self, model, row: list[int], cache, props: torch.Tensor) -> tuple[list[list[int]], int, int, int]:
         """The last token and the proposals in one forward; keeps the proposals the target agrees
         with plus its own next token, and crops the rest from the cache."""
         last = torch.tensor([[row[-1]]], device=self.device)
+        clock = self.gpu_clock
         f0 = time.perf_counter_ns()
+        if clock is not None:
+            clock.start.record()
         feed = torch.cat([last, props.unsqueeze(0)], dim=1)
         logits = self.forward(model, feed, cache, len(row) - 1, keep=len(props) + 1)
         checked = torch.cat([props, logits[0].argmax(-1)])
+        if clock is not None:
+            clock.end.record()
         forward_ns = time.perf_counter_ns() - f0
         n = len(props)
         # The proposals cross with the target's choices: the step's one device→host transfer.
         checked_list = checked.tolist()
+        if clock is not None:
+            forward_ns = clock.ns()
         props_list, choice_list = checked_list[:n], checked_list[n:]
         n_acc = accept_greedy(props_list, choice_list)
         gained = [*props_list[:n_acc], choice_list[n_acc]]
