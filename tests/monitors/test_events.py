@@ -49,7 +49,17 @@ SAMPLES = [
     E.LeverRefused(lever="quant", value="int4", reason="needs bf16"),
     E.TorchMemory(device="cuda:0", allocated=1, reserved=2, peak=3),
     E.AllocatorHistory(path="/tmp/h.pickle", runs=3, left=0, first_run=4, seconds=0.5, error=""),
-    E.Anatomy(run_id=2, steps=8, step_ms=80.0, parts={"mlp": 40.0, "framework": 5.0}, gpu_ms={"mlp": 30.0}, trace="/tmp/t.json", levers=E.Levers(), ops_ms=70.0, ops=400.0),
+    E.Anatomy(
+        run_id=2,
+        steps=8,
+        step_ms=80.0,
+        parts={"mlp": 40.0, "framework": 5.0},
+        gpu_ms={"mlp": 30.0},
+        trace="/tmp/t.json",
+        levers=E.Levers(),
+        ops_ms=70.0,
+        ops=400.0,
+    ),
     E.RunFinished(
         run_id=1,
         n_tokens=10,
