@@ -1,4 +1,4 @@
-"""`p`: the anatomy of a decode step, each lever mix profiled this session side by side: a stacked
+"""`p`: the anatomy of a decode step, each lever mix profiled since the app started side by side: a stacked
 bar per mix (its step's time by part, on one scale), and the table of ms a step and shares."""
 
 from __future__ import annotations
