@@ -324,8 +324,10 @@ class Session:
         median interval (the profiled ones, slowed, are the fewer), the bytes a step reads (the
         weights the last measurement read, if of these weights, and the KV cache at the run's end)."""
         ev = next((a for a in self.anatomies.values() if a.run_id == run_id), None)
+        if ev is None:  # most runs: no anatomy, and no pass over the latency history
+            return
         decode = sorted(p.seconds for p in self.latency if p.run_id == run_id and p.kind == "decode")
-        if ev is None or not decode:
+        if not decode:
             return
         bw = self.bandwidth if self.bandwidth is not None and self.bandwidth.quant == ev.levers.quant else None
         kv = next((p.measured for p in reversed(self.kv) if p.run_id == run_id), 0)

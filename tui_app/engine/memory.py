@@ -15,10 +15,9 @@ from monitors.gpu import NvmlReader
 from monitors.system import PeakRss
 from monitors.torch_memory import read_torch_memory
 
-# The allocator keeps its last alloc/free events in a ring this long: a 3-run window of the
-# default model is a few thousand, and the dump's size and time grow with it (at ~200 B each).
+# The allocator keeps its last alloc/free events in a ring this long: older ones drop out of the
+# dump, whose size and time grow with it.
 MAX_ENTRIES = 200_000
-VIEWER = "PyTorch's memory viewer opens it: https://pytorch.org/memory_viz"
 
 
 def demo_leak(device: str, nbytes: int, kind: str):
