@@ -205,6 +205,7 @@ class Anatomy:
     ops_ms: float = 0.0  # of the step, inside torch's ops: the rest is Python, in the modules or between them
     ops: float = 0.0  # torch's ops a step (the outermost of each nest)
     read_s: float = 0.0  # reading the profiler's events and writing the trace, after the window
+    trace_error: str = ""  # why the trace was not written (then `trace` is empty)
     t_ns: int = field(default_factory=now_ns)
 
 

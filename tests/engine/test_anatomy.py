@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from monitors.events import Anatomy, LeverRefused, Step
+from monitors.events import Anatomy, LeverRefused, RunFinished, Step
 from tui_app.commands.bench import apply_levers
 from tui_app.core import readings
 from tui_app.requests import Profile, RunRequest
@@ -80,6 +80,16 @@ def test_the_trace_holds_the_window_steps_and_their_parts(plain, collect, tmp_pa
     assert sum(e["name"] == "tt.mlp" for e in ranges) == 4 * plain.n_layers
     step_us = sum(e["dur"] for e in ranges if e["name"] == "tt.step") / 4
     assert step_us / 1000 == pytest.approx(ev.step_ms, rel=0.02)
+
+
+def test_a_trace_that_cannot_be_written_loses_the_trace_not_the_anatomy_or_the_run(plain, collect, tmp_path, capfd):
+    (tmp_path / "a-file").write_text("")
+    ev, _ = profiled(plain, collect, tmp_path / "a-file" / "t.json", steps=2)
+    assert ev.steps == 2 and ev.trace == "" and "a-file" in ev.trace_error
+    assert any(isinstance(e, RunFinished) and e.stop_reason == "max tokens" for e in collect)
+    assert readings.anatomy_lines(ev)[-1].strip().startswith("trace not written:")
+    # Kineto's own lines as the profiler starts and stops ("USDT: ... profiler_start") stay off stderr.
+    assert "profiler_st" not in capfd.readouterr().err
 
 
 def test_a_window_without_decode_steps_to_take_is_refused_with_the_reason(plain, collect, tmp_path):

@@ -179,8 +179,12 @@ def anatomy_lines(ev: Anatomy, width: int = 30) -> list[str]:
         row = f"  {PART_LABELS.get(part, part):<48} {ms:>8.3f} {share:>6.0%}"
         row += f" {ev.gpu_ms[part]:>7.3f}" if gpu and part in ev.gpu_ms else (" " * 8 if gpu else "")
         lines.append(f"{row} {bar}")
-    lines.append(f"  trace: {ev.trace} (Perfetto's UI or chrome://tracing opens it)")
+    lines.append(f"  {trace_text(ev)}")
     return lines
+
+
+def trace_text(ev: Anatomy) -> str:
+    return f"trace not written: {ev.trace_error}" if ev.trace_error else f"trace: {ev.trace} (Perfetto's UI or chrome://tracing opens it)"
 
 
 def anatomy_table(anatomies: list[Anatomy]) -> list[tuple[str, list[tuple[float, float]]]]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 
 import torch
@@ -41,6 +42,23 @@ STEP_PARTS = ("sampling", "host_read")  # the decoder's own ranges after the for
 
 def no_mark(name: str):
     return _NULL
+
+
+@contextlib.contextmanager
+def _kineto_quiet():
+    """Kineto writes a line to stderr as the profiler starts and stops ("USDT: ... profiler_start"),
+    whatever KINETO_LOG_LEVEL says: in a headless run it would fall between the run's lines, so
+    stderr is closed for those two calls only."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def part_of(name: str) -> str | None:
@@ -81,7 +99,8 @@ class StepAnatomy:
         cuda = self.decoder.device.startswith("cuda")
         activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
         self.prof = torch.profiler.profile(activities=activities)
-        self.prof.__enter__()
+        with _kineto_quiet():
+            self.prof.__enter__()
         self.decoder.mark = torch.profiler.record_function
         self.phases.done("profile", "torch.profiler on", time.perf_counter() - t0)
         return False
@@ -130,10 +149,15 @@ class StepAnatomy:
         for h in self._hooks:
             h.remove()
         self._hooks.clear()
-        prof.__exit__(None, None, None)
+        with _kineto_quiet():
+            prof.__exit__(None, None, None)
         steps, step_us, parts, gpu, (ops_us, n_ops) = read_anatomy(prof.events(), self.graph)
-        os.makedirs(os.path.dirname(os.path.abspath(self.trace_path)), exist_ok=True)
-        prof.export_chrome_trace(self.trace_path)
+        trace_error = ""
+        try:  # a full disk or a folder gone loses the trace, not the anatomy or the run
+            os.makedirs(os.path.dirname(os.path.abspath(self.trace_path)), exist_ok=True)
+            prof.export_chrome_trace(self.trace_path)
+        except OSError as exc:
+            trace_error = f"{exc.strerror or exc} ({self.trace_path})"
         ev = Anatomy(
             run_id=run_id,
             steps=steps,
@@ -142,11 +166,13 @@ class StepAnatomy:
             gpu_ms={k: v / 1000 for k, v in gpu.items()},
             ops_ms=ops_us / 1000,
             ops=n_ops,
-            trace=self.trace_path,
+            trace="" if trace_error else self.trace_path,
+            trace_error=trace_error,
             levers=self.levers,
         )
         ev.read_s = time.perf_counter() - t0
-        self.phases.done("profile", f"{steps} decode steps profiled; the trace: {self.trace_path}", ev.read_s)
+        where = f"the trace was not written: {trace_error}" if trace_error else f"the trace: {self.trace_path}"
+        self.phases.done("profile", f"{steps} decode steps profiled; {where}", ev.read_s)
         self.emit(ev)
         return True
 

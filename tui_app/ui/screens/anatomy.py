@@ -11,7 +11,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Static
 
-from tui_app.core.readings import anatomy_table
+from tui_app.core.readings import anatomy_table, trace_text
 
 # A colour per part, in the stacked bars and beside each row's label; parts not named here (a
 # compiled graph) take the last.
@@ -51,7 +51,7 @@ def render(anatomies: list, width: int, rooflines: dict) -> Text:
     if not anatomies:
         return Text("no step has been profiled yet: p in the monitor profiles the next decode steps", style="dim")
     last = anatomies[-1]
-    out.append(f"Anatomy of a decode step · torch.profiler, the host's clock · trace: {last.trace}\n", style="bold")
+    out.append(f"Anatomy of a decode step · torch.profiler, the host's clock · {trace_text(last)}\n", style="bold")
     rows = anatomy_table(anatomies)
     label_w = min(48, max(len(r[0]) for r in rows) + 1)
     slowest = max(ev.step_ms for ev in anatomies)
