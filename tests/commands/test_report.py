@@ -204,11 +204,12 @@ def test_a_session_report_holds_every_figure_and_the_runs_table_of_the_session(r
     events = read_recording(path).events
     table = page.tables["runs"]
     head, body = table[0], table[1:]
-    from tui_app.core.columns import COLUMNS
+    from tui_app.core.columns import columns_for
 
-    assert head == [c.title for c in COLUMNS]
+    columns = columns_for(live.rows())
+    assert head == [c.title for c in columns]
     # The same cells as the app's table over the live session: the recording loses nothing.
-    assert body == [[c.cell(r) for c in COLUMNS] for r in live.rows()]
+    assert body == [[c.cell(r) for c in columns] for r in live.rows()]
     col = {t: i for i, t in enumerate(head)}
     by_run = {row[col["run"]]: row for row in body}
     # Run numbers are the shared engine's (it has run other tests' runs before): the recording's two.
@@ -268,9 +269,9 @@ def test_a_recording_with_event_types_it_cannot_draw_is_reported_without_them(re
     page, err = make_report(tmp_path, mixed, capsys)
     assert "1 FutureEvent" in err
     assert_self_contained(page, SESSION_FIGURES)
-    from tui_app.core.columns import COLUMNS
+    from tui_app.core.columns import columns_for
 
-    assert page.tables["runs"][1:] == [[c.cell(r) for c in COLUMNS] for r in live.rows()]
+    assert page.tables["runs"][1:] == [[c.cell(r) for c in columns_for(live.rows())] for r in live.rows()]
 
 
 def test_a_recording_cut_short_by_a_crash_is_reported_up_to_the_cut(recorded, tmp_path, capsys):

@@ -129,6 +129,16 @@ def test_the_roofline_counts_the_weights_and_the_kv_a_step_reads_and_weighs_the_
     # The default model's step is torch's ops nearly whole (its GEMVs); the verdict is not overhead.
     assert verdict.outside < 0.2 and not verdict.text.startswith("overhead-bound"), verdict.text
     assert 0 < verdict.frac < 1.5 and "of the read ceiling" in verdict.text
+    # The verdict stays in its run's row: the runs table's wall and the export.
+    from tui_app.core.columns import columns_for
+    from tui_app.core.export import export_session
+
+    (row,) = session.rows()
+    assert row.roofline is verdict
+    wall = next(c for c in columns_for([row]) if c.title == "wall")
+    assert wall.cell(row) == f"{verdict.wall} {verdict.frac:.0%} read" and verdict.wall in ("memory", "neither"), wall.cell(row)
+    export_session(session, str(tmp_path / "s.json"))
+    assert json.loads((tmp_path / "s.json").read_text())["runs"][0]["roofline"] == verdict.text
 
 
 def test_the_roofline_of_a_tiny_model_is_overhead(tmp_path):
@@ -152,3 +162,4 @@ def test_the_roofline_of_a_tiny_model_is_overhead(tmp_path):
     engine.run(RunRequest(max_new_tokens=3 * STEPS, ignore_eos=True))
     verdict = session.rooflines["cache"]
     assert verdict.text.startswith("overhead-bound"), verdict.text
+    assert [r.roofline.short() if r.roofline else "" for r in session.rows()] == ["", "overhead"]

@@ -46,6 +46,7 @@ COLUMNS = (
     Column("KV MiB", lambda r: "–" if r.stats.levers.server else fmt.mib(r.stats.kv_bytes), 4),
     Column("RSS MiB", lambda r: fmt.mib(r.finished.peak_rss) if r.finished else "", 4),
     Column("ppl", lambda r: fmt.num(r.finished.perplexity, 2) if r.finished else "", 5),
+    Column("wall", lambda r: r.roofline.short() if r.roofline else "", 6, left=True),
     Column("vs plain greedy", lambda r: r.note, 2, left=True),
 )
 # A server's runs: no perplexity, no plain greedy of our own to compare with, no KV cache measured
@@ -60,8 +61,11 @@ GAP = 2
 
 
 def columns_for(rows: list[Row]) -> tuple[Column, ...]:
-    """A server's runs' columns where any row is a server's, else the engine's."""
-    return SERVER_COLUMNS if any(r.stats.levers.server for r in rows) else COLUMNS
+    """A server's runs' columns where any row is a server's, else the engine's; the roofline's wall
+    only where a run was profiled (p, --profile-steps)."""
+    if any(r.stats.levers.server for r in rows):
+        return SERVER_COLUMNS
+    return COLUMNS if any(r.roofline for r in rows) else tuple(c for c in COLUMNS if c.title != "wall")
 
 
 def fit_columns(rows: list[tuple[str, ...]], width: int, columns: tuple[Column, ...] = COLUMNS) -> tuple[list[int], list[int]]:

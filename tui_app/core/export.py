@@ -35,6 +35,7 @@ def export_session(session: Session, path: str) -> None:
                 "perplexity": row.finished.perplexity if row.finished else None,
                 "ended": row.finished.stop_reason if row.finished else row.note,
                 "output": row.finished.diff_note if row.finished else row.note,
+                "roofline": row.roofline.text if row.roofline else None,
             }
         )
     data = {

@@ -215,6 +215,11 @@ class Roofline(NamedTuple):
     outside: float  # the step's share outside torch's ops
     step_bytes: int | None  # what a step must read: the weights and the KV cache
     frac: float | None  # step_bytes ÷ the step's time, as a share of the read ceiling
+    wall: str = ""  # "overhead", "memory", "neither" or "not overhead" (no read ceiling to weigh)
+
+    def short(self) -> str:
+        """The verdict in a runs table's cell."""
+        return self.wall if self.frac is None or self.wall == "overhead" else f"{self.wall} {self.frac:.0%} read"
 
 
 def roofline(ev: Anatomy, step_s: float, step_bytes: int | None, read_bps: float | None) -> Roofline:
@@ -229,6 +234,10 @@ def roofline(ev: Anatomy, step_s: float, step_bytes: int | None, read_bps: float
         frac = step_bytes / step_s / read_bps
         mem = f"{step_bytes / 2**20:.0f} MiB a step read at {frac:.0%} of the read ceiling ({read_bps / 1e9:.1f} GB/s, the m probe)"
     op_us = ev.ops_ms * 1000 / ev.ops if ev.ops else math.inf
+    if outside >= OVERHEAD_BOUND or op_us < OP_FLOOR_US:
+        wall = "overhead"
+    else:
+        wall = "not overhead" if frac is None else "memory" if frac >= MEMORY_BOUND else "neither"
     if outside >= OVERHEAD_BOUND:
         text = f"overhead-bound: {outside:.0%} of the step is Python outside torch's ops (compile, CUDA graphs or a fused step help); {mem}"
     elif op_us < OP_FLOOR_US:
@@ -242,4 +251,4 @@ def roofline(ev: Anatomy, step_s: float, step_bytes: int | None, read_bps: float
         text = f"not overhead-bound ({outside:.0%} of the step outside torch's ops); {mem}"
     else:
         text = f"neither wall: {mem}, {outside:.0%} of the step outside torch's ops; the ops are slow for the bytes they read (their kernels, or compute)"
-    return Roofline(text, outside, step_bytes, frac)
+    return Roofline(text, outside, step_bytes, frac, wall)

@@ -33,7 +33,7 @@ from monitors.leaks import LeakDetector, LeakVerdict
 from monitors.record import Recorder
 from monitors.timing import DETAIL_VALUES, RunRecord, RunTimer, TimingStats
 from monitors.xray import XrayBook
-from tui_app.core.readings import end_note, history_text, read_rate, roofline, short_value, stall_note
+from tui_app.core.readings import Roofline, end_note, history_text, read_rate, roofline, short_value, stall_note
 
 HISTORY = 4000
 ANATOMIES = 4  # lever mixes whose step anatomies stand side by side
@@ -85,6 +85,7 @@ class Row:
     finished: RunFinished | None = None
     note: str = ""
     end_levers: Levers | None = None  # a run's levers at its end, where a switch changed them
+    roofline: Roofline | None = None  # the verdict of the anatomy taken in the run, if one was
 
     @property
     def label(self) -> str:
@@ -122,6 +123,7 @@ class Session:
     anatomy: Anatomy | None = None  # the last window of profiled decode steps (the p key, --profile-steps)
     anatomies: dict = field(default_factory=dict)  # lever mix's label → its last Anatomy, the last ANATOMIES mixes
     rooflines: dict = field(default_factory=dict)  # lever mix's label → its anatomy's roofline verdict (readings.roofline)
+    run_rooflines: dict = field(default_factory=dict)  # run id → the verdict of the anatomy taken in it (trimmed with the runs)
     allocator_history: AllocatorHistory | None = None  # the H key's window: recording, or where it was saved
     bandwidth: Bandwidth | None = None  # the current weights' bytes and the measured rate of reading them
     reads: deque = field(default_factory=lambda: deque(maxlen=READ_WINDOW))  # (bytes read, dt_ns, t_ns) of recent decode steps
@@ -331,7 +333,8 @@ class Session:
             return
         bw = self.bandwidth if self.bandwidth is not None and self.bandwidth.quant == ev.levers.quant else None
         kv = next((p.measured for p in reversed(self.kv) if p.run_id == run_id), 0)
-        self.rooflines[ev.levers.label()] = roofline(ev, decode[len(decode) // 2], bw.weight_bytes + kv if bw else None, bw.read_bps if bw else None)
+        verdict = roofline(ev, decode[len(decode) // 2], bw.weight_bytes + kv if bw else None, bw.read_bps if bw else None)
+        self.rooflines[ev.levers.label()] = self.run_rooflines[run_id] = verdict
 
     def _mark_stall(self, ev: Step, per_token_s: float) -> None:
         """A server's token far later than its run's usual (STALL × the median of the last 32, and
@@ -357,7 +360,7 @@ class Session:
         for rid in list(self.timer.runs)[-limit:]:
             rec = self.timer.runs[rid]
             note = end_note(rec.finished) if rec.finished else self.died.get(rid, "running")
-            out.append(Row(rid, None, rec.total, rec.finished, note, rec.segments[-1].levers))
+            out.append(Row(rid, None, rec.total, rec.finished, note, rec.segments[-1].levers, self.run_rooflines.get(rid)))
             if len(rec.segments) > 1:
                 out.extend(Row(rid, i, seg, None) for i, seg in enumerate(rec.segments) if seg.n_tokens)
         return out
@@ -366,3 +369,5 @@ class Session:
         """Bound the per-run records too (auto-repeat can run for hours): by count, and by their
         per-token detail, which a run of many streams has much more of."""
         self.timer.trim(keep_runs, keep_values)
+        for rid in [r for r in self.run_rooflines if r not in self.timer.runs]:
+            del self.run_rooflines[rid]
