@@ -141,6 +141,22 @@ async def test_every_key_on_the_live_engine(tmp_path):
     assert app.return_code in (0, None)
 
 
+async def test_profile_steps_profiles_the_first_run_and_keeps_its_verdict_in_its_row(tmp_path):
+    from tui_app.cli import parse
+    from tui_app.ui.launch import _app
+
+    _, opts = parse(["run", "--profile-steps", "4", "--max-new-tokens", "16", "--ignore-eos", "--out-dir", str(tmp_path), "--no-record"])
+    app = _app(opts, engine_source(EngineConfig()), None)
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, AnatomyScreen), timeout=90, what="the first run's anatomy")
+        first = app.session.rows()[0].run_id
+        assert app.session.anatomy.run_id == first and app.session.anatomy.steps == 4
+        assert Path(app.session.anatomy.trace).parent == tmp_path and Path(app.session.anatomy.trace).exists()
+        await until(pilot, lambda: finished(app) >= 1, what="the profiled run's end")
+        assert app.session.rows()[0].roofline is not None
+        await pilot.press("escape", "q")
+
+
 async def test_engine_killed_mid_run_is_shown_and_restart_recovers(tmp_path):
     app = live_app(tmp_path, max_new=400)
     async with app.run_test(size=APP_SIZE) as pilot:

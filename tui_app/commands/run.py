@@ -38,8 +38,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
         type=COUNT,
         default=None,
         metavar="N",
-        help="with --no-tui: the first N decode steps under torch.profiler (which slows them): where a step's time goes, "
-        "by part of the model, and the window's trace for Perfetto (docs/anatomy.md)",
+        help="the first N decode steps under torch.profiler (which slows them): where a step's time goes, "
+        "by part of the model, and the window's trace for Perfetto (docs/anatomy.md); p does the same in the TUI",
     )
 
 

@@ -83,8 +83,10 @@ class TokentopApp(PacedApp):
         out_dir: str | None = None,
         history: int = 4000,
         ascii: bool = False,
+        profile_steps: int | None = None,
     ):
         super().__init__()
+        self.profile_steps = profile_steps  # --profile-steps: the first run's first decode steps, profiled
         self.ascii = ascii
         self.source = source
         self.request = request
@@ -193,6 +195,9 @@ class TokentopApp(PacedApp):
         elif isinstance(ev, EngineReady):
             self.sub_title = status_text.subtitle(ev)
             self._follow()
+            if self.profile_steps and self.source.live and self.request is not None and not ev.server:
+                self.action_anatomy(self.profile_steps)  # it starts the first run
+                self.profile_steps = None
             if self.source.live and self.request is not None and not self.running:  # compared servers: one ready each
                 self.start_run()
         elif isinstance(ev, EngineError) and (not self.session.current or self.session.current.finished is not None):
@@ -260,15 +265,15 @@ class TokentopApp(PacedApp):
         self.source.send(Probe())
         self.state = "measuring the memory read rate" + (" at the next token" if self.running else "")
 
-    def action_anatomy(self) -> None:
+    def action_anatomy(self, steps: int = ANATOMY_STEPS) -> None:
         """The engine profiles the next decode steps (idle: of a run started for them); their anatomy
         opens when it comes (`_on_event`)."""
         path = self._own_engine_file("the anatomy", "the step's trace", "trace", "json")
         if path is not None:
-            self.source.send(Profile(str(path), ANATOMY_STEPS))
+            self.source.send(Profile(str(path), steps))
             if not self.running:
                 self.start_run()
-            self.state = f"profiling the next {ANATOMY_STEPS} decode steps"
+            self.state = f"profiling the next {steps} decode steps"
 
     def _own_engine_file(self, what: str, file_what: str, kind: str, ext: str):
         """A stamped path in the output folder for a file the engine writes, or None (said why):

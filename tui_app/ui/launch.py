@@ -59,6 +59,7 @@ def _app(opts, source, recorder):
         prompt_file=opts.prompt_file,
         out_dir=opts.out_dir,
         ascii=opts.ascii,
+        profile_steps=getattr(opts, "profile_steps", None),
     )
 
 
