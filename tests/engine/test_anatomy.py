@@ -82,6 +82,33 @@ def test_the_trace_holds_the_window_steps_and_their_parts(plain, collect, tmp_pa
     assert step_us / 1000 == pytest.approx(ev.step_ms, rel=0.02)
 
 
+def test_int4_shrinks_the_projections_and_compile_folds_the_framework_into_one_graph(plain, collect, tmp_path):
+    """The issue's lever checks, as shares of the step (docs/performance.md has the times): int4's
+    projections, inside attention and the MLP, take a fraction of fp32's; compile makes the forward
+    one graph, and the Python between int4's many small ops (a third of its eager step) goes."""
+    base, _ = profiled(plain, collect, tmp_path / "plain.json")
+    apply_levers(plain, {"quant": "int4"})
+    plain.run(RunRequest(max_new_tokens=4, ignore_eos=True))  # warm
+    eager, _ = profiled(plain, collect, tmp_path / "int4.json")
+    apply_levers(plain, {"quant": "int4", "compile": True})
+    plain.run(RunRequest(max_new_tokens=4, ignore_eos=True))  # its graphs are built here
+    graph, _ = profiled(plain, collect, tmp_path / "int4-compile.json")
+
+    def proj(ev):
+        return ev.parts["attention"] + ev.parts["mlp"]
+
+    assert proj(eager) < 0.5 * proj(base), (base.parts, eager.parts)
+    assert list(graph.parts) == ["compiled graph (torch.compile)", "sampling", "host_read", "framework"], graph.parts
+    share = [ev.parts["framework"] / ev.step_ms for ev in (eager, graph)]
+    assert share[1] < 0.5 * share[0], share
+    assert graph.ops < 0.1 * eager.ops, (graph.ops, eager.ops)
+    # fp32's graph calls an op named for attention: still the graph, not the attention part.
+    apply_levers(plain, {"compile": True})
+    plain.run(RunRequest(max_new_tokens=4, ignore_eos=True))
+    fp32_graph, _ = profiled(plain, collect, tmp_path / "compile.json")
+    assert list(fp32_graph.parts) == list(graph.parts) and fp32_graph.parts["framework"] < 0.2 * fp32_graph.step_ms, fp32_graph.parts
+
+
 def test_a_trace_that_cannot_be_written_loses_the_trace_not_the_anatomy_or_the_run(plain, collect, tmp_path, capfd):
     (tmp_path / "a-file").write_text("")
     ev, _ = profiled(plain, collect, tmp_path / "a-file" / "t.json", steps=2)

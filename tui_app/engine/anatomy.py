@@ -224,7 +224,8 @@ def _parts(step, graph: str):
 
 def _forward(forward, graph: str):
     found = False
-    for part, event in _walk(forward):
+    # Under compile no module is hooked, and an op of the graph named for attention is not the part.
+    for part, event in () if graph else _walk(forward):
         found = True
         yield part, event.time_range.elapsed_us(), _device_us(event)
     if not found:  # one graph (compile, the fused step): the forward is one part, named by its largest op
