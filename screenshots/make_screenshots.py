@@ -5,7 +5,8 @@ The session shown: a run of the short prompt, int8 switched on mid-run, then a r
 lookup on the long (summarize-this) prompt, so every pane has something to show; the same at
 160×45 with --ascii and in a 16-colour terminal's colours. The attach
 picture: the real llama.cpp server (xllamacpp) on the bundled GGUF, one stream, then four. The
-leak pictures: the leak view catching `--demo-leak 1` at 160×45 and 80×24. The
+leak pictures: the leak view catching `--demo-leak 1` at 160×45 and 80×24. The anatomy picture:
+a step's anatomy under plain, compile and int4 side by side (p, with m's read ceiling). The
 demo picture: `tokentop demo`'s caption over three steps of the default tour. The fleet picture:
 a real Prometheus (Debian's) scraping three real llama.cpp servers every second, tokentop's own
 runs on the first, two streams of other traffic on the second, the third stopped (a replica down),
@@ -44,6 +45,7 @@ from tui_app.core.sources import AttachSource  # noqa: E402
 from tui_app.engine.config import EngineConfig  # noqa: E402
 from tui_app.requests import RunRequest  # noqa: E402
 from tui_app.ui.app import TokentopApp  # noqa: E402
+from tui_app.ui.screens.anatomy import AnatomyScreen  # noqa: E402
 
 SIZES = [(160, 45), (80, 24)]
 
@@ -94,6 +96,34 @@ async def shoot_leak(size: tuple[int, int]) -> str:
         await pilot.pause(1.0)
         svg = app.save_screenshot(filename=f"tokentop-leak-{size[0]}x{size[1]}.svg", path=HERE)
         await pilot.press("q")
+    return to_png(svg, size)
+
+
+async def shoot_anatomy(size: tuple[int, int]) -> str:
+    """The anatomy screen (p) with three lever mixes side by side: plain, compile, int4; the read
+    ceiling measured (m) for the fp32 and the int4 weights, so each verdict weighs its bytes."""
+    app = TokentopApp(engine_source(EngineConfig()), RunRequest(max_new_tokens=40, ignore_eos=True), sampler=Sampler(hz=4), fps=8)
+    done = lambda: len(app.session.finished_ids)  # noqa: E731
+    async with app.run_test(size=size) as pilot:
+        for keys in ((), ("c",), ("c", "w", "w")):
+            await until(pilot, lambda: not app.running and done() >= 1)
+            if keys:  # levers wait for the next run; the first run under compile builds its graphs
+                await pilot.press(*keys, "r")
+                n = done()
+                await until(pilot, lambda n=n: done() > n and not app.running)
+            if keys != ("c",):
+                measured = app.session.bandwidth
+                await pilot.press("m")
+                await until(pilot, lambda m=measured: app.session.bandwidth is not m)
+            n = done()
+            await pilot.press("p")
+            await until(pilot, lambda n=n: isinstance(app.screen, AnatomyScreen) and done() > n and not app.running, 300)
+            app.screen.show()
+            if keys != ("c", "w", "w"):
+                await pilot.press("escape")
+        await pilot.pause(1.0)
+        svg = app.save_screenshot(filename=f"tokentop-anatomy-{size[0]}x{size[1]}.svg", path=HERE)
+        await pilot.press("escape", "q")
     return to_png(svg, size)
 
 
@@ -303,6 +333,9 @@ def main() -> int:
         for size in SIZES:
             print("wrote", asyncio.run(shoot_leak(size)))
         return 0
+    if sys.argv[1:] == ["anatomy"]:  # this one alone: the model's runs under three lever mixes
+        print("wrote", asyncio.run(shoot_anatomy((160, 45))))
+        return 0
     if sys.argv[1:] == ["headroom"]:  # this one alone: a sweep of a few minutes, no browser
         print("wrote", headroom())
         return 0
@@ -317,6 +350,7 @@ def main() -> int:
     for size in SIZES:
         print("wrote", asyncio.run(shoot_leak(size)))
     print("wrote", asyncio.run(shoot_demo((160, 45))))
+    print("wrote", asyncio.run(shoot_anatomy((160, 45))))
     print("wrote", asyncio.run(shoot_fleet((160, 45))))
     with tempfile.TemporaryDirectory() as tmp:
         for png in xray_pictures(tmp):

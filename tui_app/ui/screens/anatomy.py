@@ -11,11 +11,22 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Static
 
-from tui_app.core.readings import anatomy_table, trace_text
+from tui_app.core.readings import PART_LABELS, anatomy_table, trace_text
 
-# A colour per part, in the stacked bars and beside each row's label; parts not named here (a
-# compiled graph) take the last.
-COLOURS = ["cyan", "yellow", "green", "magenta", "blue", "red", "bright_white", "grey50", "bright_cyan"]
+# A colour per part, in the stacked bars and beside each row's label, each one apart from its
+# neighbours in the app's theme (its red and magenta both read red, its blue purple); a part
+# not named here (a compiled graph, a fused step's one op) is cyan.
+COLOURS = {
+    "embedding": "grey50",
+    "attention": "yellow",
+    "mlp": "green",
+    "norms": "tan",
+    "lm_head": "blue",
+    "sampling": "bright_yellow",
+    "host_read": "red",
+    "framework": "bright_white",
+}
+COLOUR = {PART_LABELS[part]: colour for part, colour in COLOURS.items()}
 KEYS = " p or escape: close · p in the monitor profiles the next decode steps of the current levers"
 
 
@@ -58,17 +69,17 @@ def render(anatomies: list, width: int, rooflines: dict) -> Text:
     bar_w = max(10, width - 26)
     for ev in anatomies:  # one scale for all: a faster mix's bar is shorter
         out.append(f"{ev.levers.label():<14.14} {ev.step_ms:7.2f} ms ")
-        for i, (_, cells) in enumerate(rows):
+        for label, cells in rows:
             n = round(cells[anatomies.index(ev)][0] / slowest * bar_w)
-            out.append("█" * n, style=COLOURS[min(i, len(COLOURS) - 1)])
+            out.append("█" * n, style=COLOUR.get(label, "cyan"))
         verdict = rooflines.get(ev.levers.label())
         out.append("\n" + " " * 25 + (verdict.text if verdict else "its roofline verdict comes at its run's end") + "\n", style="italic")
     out.append("\n" + " " * (label_w + 2))
     for ev in anatomies:
         out.append(f"{ev.levers.label():>16.16}", style="bold")
     out.append("\n")
-    for i, (label, cells) in enumerate(rows):
-        out.append("■ ", style=COLOURS[min(i, len(COLOURS) - 1)])
+    for label, cells in rows:
+        out.append("■ ", style=COLOUR.get(label, "cyan"))
         out.append(f"{label:<{label_w}.{label_w}}")
         for ms, share in cells:
             out.append(f"{ms:>8.2f} ms {share:>4.0%}")
