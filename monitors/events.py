@@ -206,6 +206,8 @@ class Anatomy:
     ops: float = 0.0  # torch's ops a step (the outermost of each nest)
     read_s: float = 0.0  # reading the profiler's events and writing the trace, after the window
     trace_error: str = ""  # why the trace was not written (then `trace` is empty)
+    gpu_busy_ms: float = 0.0  # on CUDA, a step: the GPU running a kernel (the union of the kernels' spans)
+    gpu_idle_ms: float = 0.0  # on CUDA, a step: the GPU idle between its first kernel and its last, waiting on launches
     t_ns: int = field(default_factory=now_ns)
 
 
@@ -253,6 +255,8 @@ class Sampled:
     gpu_mem_util: float | None = None  # NVML's % of time device memory was read or written, mean over GPUs
     gpu_sm_clock_mhz: int | None = None  # the highest SM clock among the GPUs
     gpus: list | None = None  # every GPU of the machine, each monitors.gpu.GpuSample as a dict
+    gpu_dram_pct: float | None = None  # NVML GPM's % of DRAM bandwidth used, mean over the engine's GPUs (Hopper and later)
+    gpu_slowed: str = ""  # NVML's clock-event reasons holding the engine's GPUs' clocks down now
 
 
 @dataclass(kw_only=True)

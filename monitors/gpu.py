@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 
+from monitors.gpu_counters import Gpm, clock_events
+
 
 @dataclass
 class GpuSample:
@@ -25,6 +27,11 @@ class GpuSample:
     sm_clock_mhz: int | None = None
     mem_clock_mhz: int | None = None
     energy_mj: int | None = None  # NVML's energy counter: millijoules since the driver loaded (Volta and later)
+    # GPM (Hopper and later), over the interval since the last reading: % of DRAM bandwidth, of SMs busy, of SMs on tensor cores
+    dram_pct: float | None = None
+    sm_active_pct: float | None = None
+    tensor_pct: float | None = None
+    slowed: list[str] | None = None  # NVML's clock-event reasons holding the clocks down now (power cap, thermal, ...)
     reason: str = ""
 
 
@@ -57,6 +64,7 @@ class NvmlReader:
         self.reason = ""
         self.count = 0
         self.lost: dict[int, str] = {}
+        self.gpm: dict[int, Gpm] = {}  # by GPU index, made at its first reading
         if self.nvml is None:
             self.reason = "n/a: nvidia-ml-py (pynvml) not installed"
             return
@@ -114,6 +122,11 @@ class NvmlReader:
             s.sm_clock_mhz = self._field(s, nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
             s.mem_clock_mhz = self._field(s, nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
             s.energy_mj = self._energy(h)
+            s.slowed = clock_events(nv, h)
+            if i not in self.gpm:
+                self.gpm[i] = Gpm(nv, h)
+            for name, value in (self.gpm[i].read() or {}).items():
+                setattr(s, name, value)
             gpus.append(s)
         return GpuReading(True, "", gpus)
 
@@ -145,6 +158,8 @@ class NvmlReader:
         return sum(vals) if vals else None
 
     def close(self) -> None:
+        for gpm in self.gpm.values():
+            gpm.close()
         if self.ok:
             with contextlib.suppress(Exception):  # shutting down a broken NVML is best effort
                 self.nvml.nvmlShutdown()

@@ -141,4 +141,7 @@ def to_event(s: Sample) -> Sampled:
     ev.gpu_mem_used, ev.gpu_mem_total = total("mem_used"), total("mem_total")
     ev.gpu_proc_mem, ev.gpu_power_w = total("proc_mem"), total("power_w")
     ev.gpu_reason = next((g.reason for g in s.gpu.gpus if g.reason), "")
+    dram = [g.dram_pct for g in gpus if g.dram_pct is not None]
+    ev.gpu_dram_pct = sum(dram) / len(dram) if dram else None
+    ev.gpu_slowed = ", ".join(dict.fromkeys(r for g in gpus for r in g.slowed or ()))
     return ev

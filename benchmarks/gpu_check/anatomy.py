@@ -46,6 +46,16 @@ def check_anatomy(bench, req) -> tuple[str, str]:
         raise Failed(
             "forward_ns (CUDA events) against the kernels and the step", f"{forward_ms:.3f} ms", f"{kernels:.3f} ms of kernels to {compute_ms:.3f} ms a step"
         )
+    # The GPU's busy time a step (the union of its kernels) is at most the kernels' sum and within the step.
+    if not 0 < ev.gpu_busy_ms <= kernels_ms / ev.steps * 1.01 or ev.gpu_busy_ms + ev.gpu_idle_ms > 1.05 * compute_ms:
+        raise Failed(
+            "the GPU's busy and idle time a step",
+            f"busy {ev.gpu_busy_ms:.3f} ms, idle {ev.gpu_idle_ms:.3f} ms",
+            f"kernels {kernels_ms / ev.steps:.3f} ms, step {compute_ms:.3f} ms",
+        )
     by_part = ", ".join(f"{k} {v:.3f}" for k, v in ev.gpu_ms.items())
-    figure = f"{ev.steps} steps, host {ev.step_ms:.2f} ms a step, forward_ns {forward_ms:.3f} ms, GPU by part {by_part} ms"
+    figure = (
+        f"{ev.steps} steps, host {ev.step_ms:.2f} ms a step, forward_ns {forward_ms:.3f} ms, GPU by part {by_part} ms; "
+        f"GPU busy {ev.gpu_busy_ms:.3f} ms, idle between kernels {ev.gpu_idle_ms:.3f} ms"
+    )
     return figure, f"the trace's kernel events ({kernels_ms:.1f} ms over the window)"

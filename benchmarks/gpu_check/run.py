@@ -29,6 +29,7 @@ from benchmarks.gpu_check.checks import (
     check_tui,
     make_model,
 )
+from benchmarks.gpu_check.counters import check_gpm_and_clock_events
 from benchmarks.gpu_check.memory import check_cuda_snapshot, check_torch_memory
 from benchmarks.gpu_check.models import Bench, check_device_leak, lever_check, tokenizer_dir
 from benchmarks.gpu_check.report import Report, Skip, lever_cases, one_line
@@ -61,6 +62,7 @@ def run_all(report: Report, device: str, tok: Path, work: Path, small_overrides:
     report.check("NVML process memory vs nvidia-smi --query-compute-apps", lambda: check_nvml_process(device))
     report.check("NVML device memory vs nvidia-smi --query-gpu", lambda: check_nvml_device(device))
     report.check("NVML util/power/clock under load vs nvidia-smi", lambda: check_nvml_load(device))
+    report.check("NVML GPM and clock events under load", lambda: check_gpm_and_clock_events(device))
     report.check("quality on real weights (perplexity, int8/int4)", lambda: check_real_weights(device))
 
     made: dict[str, Path | str] = {}

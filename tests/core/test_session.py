@@ -528,3 +528,21 @@ def test_the_memory_budget_splits_the_engines_memory_into_parts_that_sum_to_it()
     assert name == "GPU engine" and whole == 5 * 2**30 and sum(n for _, n in parts) == whole
     assert dict(parts)["cache"] == 2**30 and dict(parts)["outside torch"] == 2**30
     assert dict(parts)["activations"] == 3 * 2**30 - s.bandwidth.weight_bytes - kv
+
+
+def test_on_a_gpu_with_gpm_the_roofline_weighs_the_dram_bandwidth_nvml_measured_over_the_run():
+    """The same anatomy and steps: without GPM the verdict weighs the bytes against the m probe's
+    read rate (36 GB/s here: neither wall); with GPM's DRAM % in the run's samples, that measurement."""
+    from dataclasses import replace
+
+    from monitors.events import Anatomy
+
+    events = session_events(runs=1, tokens=24)
+    end = next(i for i, e in enumerate(events) if isinstance(e, RunFinished))
+    anatomy = Anatomy(run_id=1, steps=8, step_ms=60.0, parts={"mlp": 50.0, "framework": 10.0}, gpu_ms={}, trace="t.json", levers=Levers(), ops_ms=50.0, ops=300)
+    plain = Session.from_events([*events[:end], anatomy, *events[end:]])
+    assert plain.run_rooflines[1].wall == "neither" and "the m probe" in plain.run_rooflines[1].text
+    gpm = [replace(e, gpu_dram_pct=84.0) if isinstance(e, Sampled) else e for e in events[:end]]
+    measured = Session.from_events([*gpm, anatomy, *events[end:]]).run_rooflines[1]
+    assert measured.wall == "memory" and measured.frac == pytest.approx(0.84)
+    assert measured.text.startswith("memory-bound: the GPU's DRAM bandwidth 84% in use over the run (NVML GPM)"), measured.text

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from monitors.events import Anatomy, LeverRefused, RunFinished, Step
+from monitors.events import Anatomy, LeverRefused, Levers, RunFinished, Step
 from tui_app.commands.bench import apply_levers
 from tui_app.core import readings
 from tui_app.requests import Profile, RunRequest
@@ -190,3 +190,27 @@ def test_the_roofline_of_a_tiny_model_is_overhead(tmp_path):
     verdict = session.rooflines["cache"]
     assert verdict.text.startswith("overhead-bound"), verdict.text
     assert [r.roofline.short() if r.roofline else "" for r in session.rows()] == ["", "overhead"]
+
+
+def test_the_gpus_idle_gaps_between_a_steps_kernels():
+    """Kernel events as the profiler gives them on CUDA (torch's own FunctionEvent, device CUDA;
+    none come on this machine: gpu_check reads real ones): a step's kernels are those that start
+    in its range; two that overlap (two streams) count once; the gaps between them are idle."""
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import FunctionEvent
+
+    from tui_app.engine.anatomy import kernel_gaps
+
+    def event(name, start, end, device=DeviceType.CPU):
+        return FunctionEvent(id=start, name=name, thread=0, start_us=start, end_us=end, device_type=device)
+
+    def kernel(start, end):
+        return event("gemv", start, end, DeviceType.CUDA)
+
+    window = [event("tt.step", 0, 100), kernel(10, 30), kernel(20, 40), kernel(60, 70), event("tt.step", 100, 200), kernel(110, 190), kernel(205, 210)]
+    busy, idle = kernel_gaps(window)
+    # Step 1: busy 10-40 and 60-70 (40 µs), idle 40-60 (20 µs); step 2: busy 80, idle 0; the kernel after the last step is no step's.
+    assert (busy, idle) == (pytest.approx((40 + 80) / 2), pytest.approx(20 / 2))
+    assert kernel_gaps([e for e in window if e.device_type == DeviceType.CPU]) == (0.0, 0.0)  # the CPU: no kernels
+    text = readings.gpu_gaps_text(Anatomy(run_id=1, steps=2, step_ms=0.1, parts={}, gpu_ms={}, trace="", levers=Levers(), gpu_busy_ms=0.04, gpu_idle_ms=0.02))
+    assert "idle 0.020 ms" in text and "33% of their span" in text and "CUDA graphs" in text

@@ -5,7 +5,10 @@ It mirrors the parts of NVML's Python API that monitors.gpu uses, including the 
 paths are exercised the way the real library raises them.
 """
 
+import ctypes
 from types import SimpleNamespace
+
+from pynvml import NVML_GPM_METRICS_GET_VERSION, c_nvmlGpmMetricsGet_t, c_nvmlGpmSample_t  # the real structs: what NVML fills
 
 NVML_SUCCESS = 0
 NVML_ERROR_UNINITIALIZED = 1
@@ -53,8 +56,14 @@ def nvmlErrorString(value):
 class FakeNVML:
     """Configurable: devices, a failure at init, per-device loss, unsupported queries."""
 
-    def __init__(self, n=2, init_error=None, unsupported=(), procs=None):
+    def __init__(self, n=2, init_error=None, unsupported=(), procs=None, gpm=None):
         self.n = n
+        # GPM: GPU index → {metric id: value}, the figures of every interval; a GPU not here has no GPM
+        self.gpm = gpm or {}
+        self.clock_events = dict.fromkeys(range(n), 0)  # NVML's reason bits, set by a test
+        self.gpm_samples: dict[int, int] = {}  # a sample's id → its GPU, while allocated
+        self.c_nvmlGpmMetricsGet_t = c_nvmlGpmMetricsGet_t
+        self.NVML_GPM_METRICS_GET_VERSION = NVML_GPM_METRICS_GET_VERSION
         self.energy_mj = {h: 5_000_000 + h for h in range(n)}  # a test advances it as a GPU would draw
         self.init_error = init_error
         self.lost: set[int] = set()
@@ -122,3 +131,40 @@ class FakeNVML:
     def nvmlDeviceGetClockInfo(self, h, kind):
         self._check("clock", h)
         return 1980 if kind == NVML_CLOCK_SM else 2619
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        self._check("clock_events", h)
+        return self.clock_events[h]
+
+    def nvmlGpmQueryDeviceSupport(self, h):
+        self._check("gpm", h)
+        return SimpleNamespace(isSupportedDevice=int(h in self.gpm))
+
+    def nvmlGpmSampleAlloc(self):
+        """An opaque sample handle, as NVML's: a pointer never followed, its address its id."""
+        key = max(self.gpm_samples, default=0) + 16
+        self.gpm_samples[key] = -1
+        return ctypes.cast(ctypes.c_void_p(key), c_nvmlGpmSample_t)
+
+    def nvmlGpmSampleFree(self, sample):
+        del self.gpm_samples[_key(sample)]
+
+    def nvmlGpmSampleGet(self, h, sample):
+        self._check("gpm", h)
+        self.gpm_samples[_key(sample)] = h
+        return sample
+
+    def nvmlGpmMetricsGet(self, get):
+        """Fills the real struct as NVML does: each asked metric's value and its own return code."""
+        assert get.version == NVML_GPM_METRICS_GET_VERSION
+        h = self.gpm_samples[_key(get.sample2)]
+        assert self.gpm_samples[_key(get.sample1)] == h and get.sample1 != get.sample2, "two samples of the same GPU"
+        for i in range(get.numMetrics):
+            m = get.metrics[i]
+            value = self.gpm[h].get(m.metricId)
+            m.nvmlReturn, m.value = (NVML_SUCCESS, value) if value is not None else (NVML_ERROR_NOT_SUPPORTED, 0.0)
+        return get
+
+
+def _key(sample) -> int:
+    return ctypes.cast(sample, ctypes.c_void_p).value

@@ -75,7 +75,7 @@ def test_gpu_lost_mid_session_stays_na_and_others_go_on():
     nv.lost.discard(1)  # a lost GPU is not queried again (NVML calls on it can hang)
     r = reader.read()
     assert "lost" in r.gpus[1].reason
-    assert nv.calls - calls == 9  # only GPU 0's nine queries
+    assert nv.calls - calls == 10  # only GPU 0's ten queries (its GPM support was asked once, at its first reading)
 
 
 def test_sampler_and_event_carry_the_reason_without_a_gpu():
@@ -127,6 +127,37 @@ def test_energy_counter_gives_joules_per_token_over_the_tokens_seen_meanwhile():
     sampler.stop()
     g = NvmlReader(FakeNVML(n=1, unsupported={"energy"})).read().gpus[0]
     assert g.energy_mj is None and g.reason == "" and g.power_w is not None
+
+
+def test_gpm_and_clock_events_of_the_engines_gpu_reach_the_sample_and_its_runs_row():
+    """GPM (Hopper and later; the second GPU, older, has none) over the interval between two
+    readings, through NVML's real metrics struct; the clock events holding the clocks down, idle
+    left out; the seconds a run spent so slowed, in its row."""
+    from monitors.events import Levers, RunFinished, RunStarted
+    from tui_app.core.session import Session
+
+    nv = FakeNVML(n=2, procs={0: [(os.getpid(), 5 * 2**20)]}, gpm={0: {10: 81.0, 2: 40.0, 5: 12.5}})
+    sampler = Sampler(gpu=NvmlReader(nv))
+    first = to_event(sampler.sample_once())
+    assert first.gpu_dram_pct is None and first.gpus[0]["dram_pct"] is None  # the first sample opens the interval
+    session = Session()
+    session.feed(first)
+    session.feed(RunStarted(run_id=1, prompt_tokens=4, max_new_tokens=8, prompt_text="hi", levers=Levers(), t_ns=first.t_ns))
+    nv.clock_events[0] = 0x1 | 0x4 | 0x40  # idle, power cap, HW thermal
+    ev = to_event(sampler.sample_once())
+    assert ev.gpu_dram_pct == 81.0 and ev.gpu_slowed == "power cap, HW thermal"
+    g0, g1 = ev.gpus
+    assert (g0["dram_pct"], g0["sm_active_pct"], g0["tensor_pct"]) == (81.0, 40.0, 12.5) and g1["dram_pct"] is None and g1["reason"] == ""
+    session.feed(ev)
+    nv.clock_events[0] = 0x1  # idle alone slows nothing
+    late = to_event(sampler.sample_once())
+    assert late.gpu_slowed == ""
+    session.feed(late)
+    none = dict.fromkeys(("peak_rss", "baseline_rss", "torch_peak", "gpu_baseline", "perplexity", "first_diff"))
+    session.feed(RunFinished(run_id=1, n_tokens=0, stop_reason="max tokens", text="", diff_note="", t_ns=late.t_ns, **none))
+    assert session.rows()[0].slowed_s == pytest.approx((ev.t_ns - first.t_ns) / 1e9)
+    sampler.stop()
+    assert nv.gpm_samples == {}, "the reader frees its GPM samples"
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="real NVML path: runs where an NVIDIA GPU is present")

@@ -178,7 +178,8 @@ def test_fit_shortens_then_drops_the_least_important_whole_items():
 
 async def test_every_gpu_of_the_machine_is_listed_with_its_figures():
     """Two GPUs through the sampler (NVML stood in for: no GPU here), the second lost: the util pane
-    lists each one's SM %, clock and power, the memory pane each one's memory, as NVML read them."""
+    lists each one's SM %, clock, power, GPM figures and clock events, the memory pane each one's
+    memory, as NVML read them."""
     from monitors.gpu import NvmlReader
     from monitors.sampler import Sampler, to_event
     from tests.helpers.fake_nvml import FakeNVML
@@ -186,11 +187,12 @@ async def test_every_gpu_of_the_machine_is_listed_with_its_figures():
     from tui_app.ui.widgets.memory_chart import MemoryChart
     from tui_app.ui.widgets.util_chart import UtilChart
 
-    nv = FakeNVML(n=2, procs={0: [(os.getpid(), 700 * 2**20)]})  # the sampler watches this process
+    nv = FakeNVML(n=2, procs={0: [(os.getpid(), 700 * 2**20)]}, gpm={0: {10: 81.0, 2: 40.0, 5: 12.5}})  # the sampler watches this process
     sampler = Sampler(gpu=NvmlReader(nv))
     session = Session()
     session.feed(to_event(sampler.sample_once()))
     nv.lost.add(1)
+    nv.clock_events[0] = 0x4  # the power cap holds GPU 0's clocks down
     session.feed(to_event(sampler.sample_once()))
     sampler.stop()
     last = session.samples[-1]
@@ -207,8 +209,9 @@ async def test_every_gpu_of_the_machine_is_listed_with_its_figures():
         for chart in (util, memory):
             chart.redraw(force=True)
         legend = " ".join(strip.text for strip in util._strips)
-        assert "GPU busy%" in legend and "GPU mem%" in legend
-        assert "GPU0 40% 1980 MHz 250 W" in str(util.border_subtitle) and "GPU0 40% 1980 MHz 250 W  n/a: GPU 1 (GPU is lost)" in str(util.border_subtitle)
+        assert "GPU busy%" in legend and "GPU mem%" in legend and "GPU DRAM%" in legend
+        gpu0 = "GPU0 40% 1980 MHz 250 W DRAM 81% SM active 40% tensor 12% slowed: power cap"
+        assert f"{gpu0}  n/a: GPU 1 (GPU is lost)" in str(util.border_subtitle), util.border_subtitle
         assert "GPU0 engine 700 MiB, device 1.0/80 GiB" in str(memory.border_subtitle)
         assert str(memory.border_subtitle).endswith("n/a: GPU 1 (GPU is lost)")
 

@@ -47,6 +47,7 @@ COLUMNS = (
     Column("RSS MiB", lambda r: fmt.mib(r.finished.peak_rss) if r.finished else "", 4),
     Column("ppl", lambda r: fmt.num(r.finished.perplexity, 2) if r.finished else "", 5),
     Column("wall", lambda r: r.roofline.short() if r.roofline else "", 6, left=True),
+    Column("GPU slowed", lambda r: f"{r.slowed_s:.1f} s" if r.slowed_s else "", 6),
     Column("vs plain greedy", lambda r: r.note, 2, left=True),
 )
 # A server's runs: no perplexity, no plain greedy of our own to compare with, no KV cache measured
@@ -62,10 +63,11 @@ GAP = 2
 
 def columns_for(rows: list[Row]) -> tuple[Column, ...]:
     """A server's runs' columns where any row is a server's, else the engine's; the roofline's wall
-    only where a run was profiled (p, --profile-steps)."""
+    only where a run was profiled (p, --profile-steps), the GPU's slowed time where a run had any."""
     if any(r.stats.levers.server for r in rows):
         return SERVER_COLUMNS
-    return COLUMNS if any(r.roofline for r in rows) else tuple(c for c in COLUMNS if c.title != "wall")
+    unused = {"wall": not any(r.roofline for r in rows), "GPU slowed": not any(r.slowed_s for r in rows)}
+    return tuple(c for c in COLUMNS if not unused.get(c.title))
 
 
 def fit_columns(rows: list[tuple[str, ...]], width: int, columns: tuple[Column, ...] = COLUMNS) -> tuple[list[int], list[int]]:

@@ -36,6 +36,7 @@ def export_session(session: Session, path: str) -> None:
                 "ended": row.finished.stop_reason if row.finished else row.note,
                 "output": row.finished.diff_note if row.finished else row.note,
                 "roofline": row.roofline.text if row.roofline else None,
+                "gpu_slowed_s": row.slowed_s,
             }
         )
     data = {

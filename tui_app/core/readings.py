@@ -179,8 +179,20 @@ def anatomy_lines(ev: Anatomy, width: int = 30) -> list[str]:
         row = f"  {PART_LABELS.get(part, part):<48} {ms:>8.3f} {share:>6.0%}"
         row += f" {ev.gpu_ms[part]:>7.3f}" if gpu and part in ev.gpu_ms else (" " * 8 if gpu else "")
         lines.append(f"{row} {bar}")
+    if ev.gpu_busy_ms or ev.gpu_idle_ms:
+        lines.append(f"  {gpu_gaps_text(ev)}")
     lines.append(f"  {trace_text(ev)}")
     return lines
+
+
+LAUNCH_BOUND = 0.25  # a share of the kernels' span the GPU sits idle from which launches pace the step
+
+
+def gpu_gaps_text(ev: Anatomy) -> str:
+    span = ev.gpu_busy_ms + ev.gpu_idle_ms
+    share = ev.gpu_idle_ms / span if span > 0 else 0.0
+    text = f"GPU: kernels {ev.gpu_busy_ms:.3f} ms a step, idle {ev.gpu_idle_ms:.3f} ms between them ({share:.0%} of their span)"
+    return text + ("; the GPU waits on the host's launches: CUDA graphs (compile) help" if share >= LAUNCH_BOUND else "")
 
 
 def trace_text(ev: Anatomy) -> str:
@@ -222,15 +234,19 @@ class Roofline(NamedTuple):
         return self.wall if self.frac is None or self.wall == "overhead" else f"{self.wall} {self.frac:.0%} read"
 
 
-def roofline(ev: Anatomy, step_s: float, step_bytes: int | None, read_bps: float | None) -> Roofline:
+def roofline(ev: Anatomy, step_s: float, step_bytes: int | None, read_bps: float | None, dram_pct: float | None = None) -> Roofline:
     """Which wall a decode step of `step_s` (unprofiled: the profiler's own work lies between the
     ops) is against: overhead (its share outside torch's ops, whose time the anatomy measured),
-    memory (the bytes a step must read ÷ its time, against the read rate the `m` probe measured),
-    or neither (the ops are slow for their bytes). FLOPs are not weighed: no peak is known here."""
+    memory (the bytes a step must read ÷ its time, against the read rate the `m` probe measured;
+    on a GPU with NVML's GPM, the DRAM bandwidth it measured in use over the run instead), or
+    neither (the ops are slow for their bytes). FLOPs are not weighed: no peak is known here."""
     outside = max(0.0, 1 - ev.ops_ms / 1000 / step_s) if step_s > 0 else 0.0
     frac = None
     mem = "no read ceiling measured for these weights (m measures it)"
-    if step_bytes and read_bps and step_s > 0:
+    if dram_pct is not None:
+        frac = dram_pct / 100
+        mem = f"the GPU's DRAM bandwidth {dram_pct:.0f}% in use over the run (NVML GPM)" + (f", {step_bytes / 2**20:.0f} MiB a step read" if step_bytes else "")
+    elif step_bytes and read_bps and step_s > 0:
         frac = step_bytes / step_s / read_bps
         mem = f"{step_bytes / 2**20:.0f} MiB a step read at {frac:.0%} of the read ceiling ({read_bps / 1e9:.1f} GB/s, the m probe)"
     op_us = ev.ops_ms * 1000 / ev.ops if ev.ops else math.inf

@@ -40,6 +40,7 @@ ANATOMIES = 4  # lever mixes whose step anatomies stand side by side
 STALL, STALL_MIN_S = 4.0, 0.02  # a server token this much later than its run's median is a stall
 READ_WINDOW = 32  # decode steps behind the live memory read rate: half a second at the default model's pace
 READ_FRESH_NS = 1_000_000_000  # a sample this long after the last decode step shows no read rate
+SLOWED_GAP_NS = 2_000_000_000  # a longer gap between samples (the sampler stalled) counts as this much
 ENERGY_SAMPLES = 40  # NVML energy readings behind the local J/token: 10 s at the default 4 Hz
 RAN_TO_END = ("max tokens", "eos", "context full")
 # Phases that legitimately raise the memory baseline (new weights, graphs, a draft model).
@@ -86,6 +87,7 @@ class Row:
     note: str = ""
     end_levers: Levers | None = None  # a run's levers at its end, where a switch changed them
     roofline: Roofline | None = None  # the verdict of the anatomy taken in the run, if one was
+    slowed_s: float = 0.0  # seconds of the run its GPUs' clocks were held down (power cap, thermal, ...)
 
     @property
     def label(self) -> str:
@@ -124,6 +126,7 @@ class Session:
     anatomies: dict = field(default_factory=dict)  # lever mix's label → its last Anatomy, the last ANATOMIES mixes
     rooflines: dict = field(default_factory=dict)  # lever mix's label → its anatomy's roofline verdict (readings.roofline)
     run_rooflines: dict = field(default_factory=dict)  # run id → the verdict of the anatomy taken in it (trimmed with the runs)
+    run_slowed: dict = field(default_factory=dict)  # run id → seconds its GPUs' clocks were held down (NVML's clock events)
     allocator_history: AllocatorHistory | None = None  # the H key's window: recording, or where it was saved
     bandwidth: Bandwidth | None = None  # the current weights' bytes and the measured rate of reading them
     reads: deque = field(default_factory=lambda: deque(maxlen=READ_WINDOW))  # (bytes read, dt_ns, t_ns) of recent decode steps
@@ -167,6 +170,9 @@ class Session:
         if isinstance(ev, Step):
             self._step(ev)
         elif isinstance(ev, Sampled):
+            if ev.gpu_slowed and self.samples and self.current is not None and self.current.finished is None:
+                rid = self.current.started.run_id  # the time since the last sample, the run's GPUs' clocks held down
+                self.run_slowed[rid] = self.run_slowed.get(rid, 0.0) + min(ev.t_ns - self.samples[-1].t_ns, SLOWED_GAP_NS) / 1e9
             self.samples.append(ev)
             self.sample_count += 1
             mj = [g.get("energy_mj") for g in ev.gpus or ()]
@@ -333,7 +339,10 @@ class Session:
             return
         bw = self.bandwidth if self.bandwidth is not None and self.bandwidth.quant == ev.levers.quant else None
         kv = next((p.measured for p in reversed(self.kv) if p.run_id == run_id), 0)
-        verdict = roofline(ev, decode[len(decode) // 2], bw.weight_bytes + kv if bw else None, bw.read_bps if bw else None)
+        since = self.timer.runs[run_id].started.t_ns if run_id in self.timer.runs else ev.t_ns
+        dram = [x.gpu_dram_pct for x in self.samples if x.t_ns >= since and x.gpu_dram_pct is not None]
+        step_bytes, read_bps = (bw.weight_bytes + kv, bw.read_bps) if bw else (None, None)
+        verdict = roofline(ev, decode[len(decode) // 2], step_bytes, read_bps, sum(dram) / len(dram) if dram else None)
         self.rooflines[ev.levers.label()] = self.run_rooflines[run_id] = verdict
 
     def _mark_stall(self, ev: Step, per_token_s: float) -> None:
@@ -360,7 +369,7 @@ class Session:
         for rid in list(self.timer.runs)[-limit:]:
             rec = self.timer.runs[rid]
             note = end_note(rec.finished) if rec.finished else self.died.get(rid, "running")
-            out.append(Row(rid, None, rec.total, rec.finished, note, rec.segments[-1].levers, self.run_rooflines.get(rid)))
+            out.append(Row(rid, None, rec.total, rec.finished, note, rec.segments[-1].levers, self.run_rooflines.get(rid), self.run_slowed.get(rid, 0.0)))
             if len(rec.segments) > 1:
                 out.extend(Row(rid, i, seg, None) for i, seg in enumerate(rec.segments) if seg.n_tokens)
         return out
@@ -369,5 +378,6 @@ class Session:
         """Bound the per-run records too (auto-repeat can run for hours): by count, and by their
         per-token detail, which a run of many streams has much more of."""
         self.timer.trim(keep_runs, keep_values)
-        for rid in [r for r in self.run_rooflines if r not in self.timer.runs]:
-            del self.run_rooflines[rid]
+        for book in (self.run_rooflines, self.run_slowed):
+            for rid in [r for r in book if r not in self.timer.runs]:
+                del book[rid]

@@ -24,6 +24,7 @@ import sys
 import time
 
 import torch
+from torch.autograd import DeviceType
 
 from monitors.events import Anatomy
 
@@ -151,7 +152,9 @@ class StepAnatomy:
         self._hooks.clear()
         with _kineto_quiet():
             prof.__exit__(None, None, None)
-        steps, step_us, parts, gpu, (ops_us, n_ops) = read_anatomy(prof.events(), self.graph)
+        events = prof.events()
+        steps, step_us, parts, gpu, (ops_us, n_ops) = read_anatomy(events, self.graph)
+        busy_us, idle_us = kernel_gaps(events)
         trace_error = ""
         try:  # a full disk or a folder gone loses the trace, not the anatomy or the run
             os.makedirs(os.path.dirname(os.path.abspath(self.trace_path)), exist_ok=True)
@@ -166,6 +169,8 @@ class StepAnatomy:
             gpu_ms={k: v / 1000 for k, v in gpu.items()},
             ops_ms=ops_us / 1000,
             ops=n_ops,
+            gpu_busy_ms=busy_us / 1000,
+            gpu_idle_ms=idle_us / 1000,
             trace="" if trace_error else self.trace_path,
             trace_error=trace_error,
             levers=self.levers,
@@ -197,6 +202,30 @@ def read_anatomy(events, graph: str = "") -> tuple[int, float, dict[str, float],
     parts["framework"] = max(0.0, step_us - sum(parts.values()))
     ops = [_ops(s) for s in steps]
     return n, step_us, parts, {k: v / n for k, v in gpu.items() if v > 0}, (sum(us for us, _ in ops) / n, sum(k for _, k in ops) / n)
+
+
+def kernel_gaps(events) -> tuple[float, float]:
+    """(µs a step the GPU ran a kernel, µs a step it sat idle between the step's first kernel and
+    its last), means over the window's steps: a step's kernels are those that start inside its
+    range, since it ends on the host read that waits for them. Idle gaps are the GPU waiting on the
+    host to launch the next kernel: a launch-bound step, which CUDA graphs help. (0, 0) off CUDA."""
+    kernels = sorted((k.time_range.start, k.time_range.end) for k in events if k.device_type == DeviceType.CUDA)
+    steps = [e for e in events if e.name == "tt.step"]
+    if not kernels or not steps:
+        return 0.0, 0.0
+    busy = idle = 0.0
+    for step in steps:
+        start, end = step.time_range.start, step.time_range.end
+        mine = [k for k in kernels if start <= k[0] < end]
+        if not mine:
+            continue
+        covered, reach = 0.0, mine[0][0]
+        for k0, k1 in mine:  # the union of the kernels' spans: kernels of two streams overlap
+            covered += max(0.0, k1 - max(k0, reach))
+            reach = max(reach, k1)
+        busy += covered
+        idle += reach - mine[0][0] - covered
+    return busy / len(steps), idle / len(steps)
 
 
 def _ops(event) -> tuple[float, int]:

@@ -11,7 +11,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Static
 
-from tui_app.core.readings import PART_LABELS, anatomy_table, trace_text
+from tui_app.core.readings import PART_LABELS, anatomy_table, gpu_gaps_text, trace_text
 
 # A colour per part, in the stacked bars and beside each row's label, each one apart from its
 # neighbours in the app's theme (its red and magenta both read red, its blue purple); a part
@@ -84,6 +84,9 @@ def render(anatomies: list, width: int, rooflines: dict) -> Text:
         for ms, share in cells:
             out.append(f"{ms:>8.2f} ms {share:>4.0%}")
         out.append("\n")
+    for ev in anatomies:
+        if ev.gpu_busy_ms or ev.gpu_idle_ms:
+            out.append(f"\n{ev.levers.label()}: {gpu_gaps_text(ev)}")
     out.append(f"\n{last.steps} decode steps a mix; framework: the step's time outside every part (Python between the modules, building inputs).", style="dim")
     if any(not any(p in ev.parts for p in ("attention", "mlp")) for ev in anatomies):
         out.append("\nUnder compile the modules are one graph: its row is the graph, beside the framework share.", style="dim")

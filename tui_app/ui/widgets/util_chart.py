@@ -1,7 +1,8 @@
 """Utilization: CPU % of the engine process and of the system, GPU busy % (NVML's share of time a
 kernel ran, not of SMs busy) and NVML's memory busy % of the GPUs the engine is on,
 and decode's memory read rate as a % of the measured read of the same bytes (Session.read_rate);
-every GPU's busy %, clock and power in the subtitle."""
+on Hopper and later, GPM's DRAM bandwidth %. Every GPU's busy %, clock, power, GPM figures and
+the reasons its clocks are held down (NVML's clock events) in the subtitle."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from rich.text import Text
 from tui_app.core import readings
 from tui_app.core.braille import Canvas, plot
 from tui_app.ui.widgets.chart import Chart, gpu_unread
+
+GPM_LABELS = (("dram_pct", "DRAM"), ("sm_active_pct", "SM active"), ("tensor_pct", "tensor"))
 
 
 class UtilChart(Chart):
@@ -28,6 +31,8 @@ class UtilChart(Chart):
         has_gpu = any(x.gpu_sm is not None for x in samples)
         if has_gpu:
             names.append(("GPU busy%", [x.gpu_sm for x in samples]))  # NVML's "a kernel was running" share of its sample period, not SMs in use
+        if any(x.gpu_dram_pct is not None for x in samples):
+            names.append(("GPU DRAM%", [x.gpu_dram_pct for x in samples]))  # GPM's: the share of DRAM bandwidth used (Hopper and later)
         if any(x.gpu_mem_util is not None for x in samples):
             names.append(("GPU mem%", [x.gpu_mem_util for x in samples]))  # NVML's: time the memory was busy, not bytes
         reads = list(s.mem_read)[-len(samples) :]
@@ -63,4 +68,8 @@ def _gpu_util(g: dict, count: int) -> tuple[tuple[str, ...], int]:
         return (gpu_unread(name, g["reason"]), f"{name} n/a"), 3
     clock = f" {g['sm_clock_mhz']} MHz" if g["sm_clock_mhz"] is not None else ""
     power = f" {g['power_w']:.0f} W" if g["power_w"] is not None else ""
-    return (f"{name} {g['sm_util']:.0f}%{clock}{power}", f"{name} {g['sm_util']:.0f}%"), 1 if g["index"] == 0 else 3
+    # GPM's figures and the clock events, where the GPU has them (absent from older recordings)
+    gpm = "".join(f" {label} {g[key]:.0f}%" for key, label in GPM_LABELS if g.get(key) is not None)
+    slowed = f" slowed: {', '.join(g['slowed'])}" if g.get("slowed") else ""
+    short = f"{name} {g['sm_util']:.0f}%" + (" slowed" if slowed else "")
+    return (f"{name} {g['sm_util']:.0f}%{clock}{power}{gpm}{slowed}", f"{name} {g['sm_util']:.0f}%{gpm}{slowed}", short), 1 if g["index"] == 0 else 3
