@@ -153,8 +153,11 @@ async def test_profile_steps_profiles_the_first_run_and_keeps_its_verdict_in_its
         assert app.session.anatomy.run_id == first and app.session.anatomy.steps == 4
         assert Path(app.session.anatomy.trace).parent == tmp_path and Path(app.session.anatomy.trace).exists()
         await until(pilot, lambda: finished(app) >= 1, what="the profiled run's end")
-        assert app.session.rows()[0].roofline is not None
-        await pilot.press("escape", "q")
+        verdict = app.session.rows()[0].roofline
+        assert verdict is not None and any(m.label == "profiled 4" for m in app.session.markers)
+        await pilot.press("escape")
+        await until(pilot, lambda: f"wall: {verdict.short()}" in status_text(app), what="the verdict in the status line")
+        await pilot.press("q")
 
 
 async def test_engine_killed_mid_run_is_shown_and_restart_recovers(tmp_path):

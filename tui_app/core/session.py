@@ -245,6 +245,8 @@ class Session:
             label = ev.levers.label()
             self.anatomies.pop(label, None)
             self.anatomies[label] = ev
+            # The window's steps were slowed by the profiler: the chart says where they end.
+            self.markers.append(Marker(self.token_count, ev.t_ns, f"profiled {ev.steps}"))
             self.rooflines.pop(label, None)  # once its run ends, beside the run's own steps (_roofline)
             while len(self.anatomies) > ANATOMIES:
                 self.rooflines.pop(self.anatomies.pop(next(iter(self.anatomies))).levers.label(), None)

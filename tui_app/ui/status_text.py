@@ -132,6 +132,9 @@ def status_items(session, state: str, preset: str, auto: bool, wanted: dict | No
         items.append(Item((f"TTFT {fmt.ms(st.ttft_s, 0)}",), 4, bold, figure=True))
         items.append(Item((f"ITL p50 {fmt.ms(st.itl.p50)}", f"ITL {fmt.ms(st.itl.p50)}"), 2, bold, figure=True))
         items.append(Item((f"{fmt.num(st.decode_tps)} tok/s",), 0, bold, figure=True))  # the headline number: stays
+        wall = session.run_rooflines.get(rec.started.run_id)  # the roofline of the run's anatomy (p), at its end
+        if wall is not None:
+            items.append(Item((f"wall: {wall.short()}", f"wall: {wall.wall}"), 3, bold, figure=True))
     read = readings.read_rate(session)
     if read is not None:
         rate, frac = read
