@@ -269,6 +269,8 @@ class Engine:
         after = self.levers
         # Weights, cache layout or batch changed: the cache must be rebuilt from the whole text.
         rebuild = (after.cache and not before.cache) or after.compile != before.compile or after.quant != before.quant or after.batch != before.batch
+        # Speculation crops the cache; a sliding-window layer made without it cannot be (speculative.rollback_ready).
+        rebuild = rebuild or (after.spec != before.spec and any(hasattr(layer, "activate_past_recording") for layer in getattr(run.cache, "layers", ())))
         run.reprefill = run.reprefill or rebuild
         if not after.cache:
             run.cache = None

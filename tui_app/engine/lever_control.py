@@ -20,7 +20,7 @@ from tui_app.engine import bandwidth, pages
 from tui_app.engine import levers as lv
 from tui_app.engine.lean import use_own_attention
 from tui_app.engine.models import ModelError, cache_kwarg, load_model
-from tui_app.engine.speculative import DraftProposer, lookup_proposals
+from tui_app.engine.speculative import DraftProposer, lookup_proposals, rollback_ready
 
 MB = 1024 * 1024
 MAX_GEMV_ROWS = 2  # measured: see _stream_gemv_on_cpu
@@ -98,8 +98,8 @@ class LeverControl:
                 impl = lv.quant_impl(self.device, self.dtype)[value]
                 if impl.startswith("refused"):
                     return f"{value} on {self.device}: {impl.removeprefix('refused: ')}"
-                if not lv.has_linear_layers(self.model):
-                    return f"{value}: this model has no nn.Linear layers to quantize (GPT-2 style Conv1D)"
+                if why := lv.quant_refusal(self.model, value):
+                    return why
         elif name == "spec":
             if value not in SPEC_MODES:
                 return f"speculative mode must be one of {', '.join(SPEC_MODES)}"
@@ -183,7 +183,7 @@ class LeverControl:
 
         if self.levers.compile:
             return StaticCache(config=model.config, max_cache_len=self.static_len(needed))
-        return DynamicCache(config=model.config)
+        return rollback_ready(DynamicCache(config=model.config)) if self.levers.spec != "off" else DynamicCache(config=model.config)
 
     # ---------------------------------------------------------------- compile
     def static_len(self, needed: int) -> int:

@@ -63,8 +63,21 @@ def _not_lm_head(module: torch.nn.Module, fqn: str) -> bool:
     return isinstance(module, torch.nn.Linear) and not fqn.endswith(("lm_head", "embed_out"))
 
 
-def has_linear_layers(model: torch.nn.Module) -> bool:
-    return any(_not_lm_head(m, n) for n, m in model.named_modules())
+def quant_refusal(model: torch.nn.Module, level: str) -> str:
+    """Why int8/int4 cannot do on this model what they say (only nn.Linear layers are
+    replaced), or ''. GPT-2's Conv1D layers would stay in full precision; so would an MoE's
+    experts where transformers keeps them as 3-D parameters (Qwen3-MoE, Mixtral), most of its bytes."""
+    if not any(_not_lm_head(m, n) for n, m in model.named_modules()):
+        return f"{level}: this model has no nn.Linear layers to quantize (GPT-2 style Conv1D)"
+    experts = sum(p.numel() * p.element_size() for p in model.parameters() if p.dim() >= 3)
+    linear = sum(m.weight.numel() * m.weight.element_size() for n, m in model.named_modules() if _not_lm_head(m, n))
+    if experts > linear:
+        share = experts / (experts + linear)
+        return (
+            f"{level}: {share:.0%} of this model's layer weights are its experts' 3-D parameters, which tokentop's "
+            "int8/int4 (nn.Linear layers only) would leave in full precision"
+        )
+    return ""
 
 
 def quantize(model: torch.nn.Module, level: str, device: str, dtype: torch.dtype) -> torch.nn.Module:
@@ -72,9 +85,8 @@ def quantize(model: torch.nn.Module, level: str, device: str, dtype: torch.dtype
     impl = quant_impl(device, dtype)[level]
     if impl.startswith("refused"):
         raise LeverError(f"{level} on {device}: {impl.removeprefix('refused: ')}")
-    if not has_linear_layers(model):
-        # GPT-2 style Conv1D layers are not nn.Linear; they would silently stay in full precision.
-        raise LeverError(f"{level}: this model has no nn.Linear layers to quantize (GPT-2 style Conv1D)")
+    if why := quant_refusal(model, level):
+        raise LeverError(why)
     if not device.startswith("cuda") and (level == "int8" or _own_int4(model)):
         # The copy shares every fp tensor with the original (embedding, norms): only the linear
         # layers are replaced, so the variant costs its packed bytes, not a second fp model.

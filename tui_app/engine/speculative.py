@@ -12,6 +12,16 @@ from monitors.kvcache import measure_cache
 from tui_app.engine.models import cache_kwarg
 
 
+def rollback_ready(cache):
+    """A dynamic cache that speculation can crop: a sliding-window layer (Mistral's, Gemma's local
+    ones) drops the states before its window once full, and then refuses to crop ("does not track
+    past states") unless asked to keep them until the next crop, which a verify step always makes."""
+    for layer in getattr(cache, "layers", ()):
+        if hasattr(layer, "activate_past_recording"):
+            layer.activate_past_recording()
+    return cache
+
+
 def lookup_proposals(context: list[int], max_ngram: int = 3, num_tokens: int = 8) -> list[int]:
     """Prompt-lookup decoding: find the latest earlier occurrence of the context's last n-gram
     (longest n first) and propose the tokens that followed it there."""
@@ -50,7 +60,7 @@ class DraftProposer:
         self.reset()
 
     def reset(self) -> None:
-        self.cache = self._cache_cls(config=self.model.config)
+        self.cache = rollback_ready(self._cache_cls(config=self.model.config))
         self.cached = 0
 
     @torch.inference_mode()

@@ -1,0 +1,121 @@
+"""The architectures people run, each lever on each (docs/models.md has the table): Qwen3, Mistral
+with a sliding window shorter than the run, Phi-3, GPT-2 and Qwen3-MoE, each a small config with
+seeded weights made here (tokentop downloads nothing). Every lever generates every token asked for,
+the exact ones (no cache, prompt lookup, a draft, batch 2) the plain greedy tokens; int8/int4 run,
+or are refused with the reason where they would leave most weights in full precision (GPT-2's
+Conv1D, an MoE's 3-D experts). The MoE's bytes a step reads count its active experts only."""
+
+import pytest
+import torch
+
+from monitors.events import Bandwidth, EngineError, LeverRefused, Step
+from tui_app.commands.bench import apply_levers
+from tui_app.engine.generation import Engine, EngineConfig
+from tui_app.requests import Probe, RunRequest
+
+NEW = 12
+COMMON = {
+    "vocab_size": 49152,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 2048,
+    "eos_token_id": 2,
+}
+WINDOW = 16  # Mistral's sliding window: the 48-token prompt is past it before the first token
+
+
+def _config(arch: str):
+    import transformers as tf
+
+    if arch == "qwen3":
+        return tf.Qwen3ForCausalLM, tf.Qwen3Config(**COMMON, head_dim=32)
+    if arch == "mistral":
+        return tf.MistralForCausalLM, tf.MistralConfig(**COMMON, sliding_window=WINDOW)
+    if arch == "phi3":
+        return tf.Phi3ForCausalLM, tf.Phi3Config(**COMMON, pad_token_id=0)
+    if arch == "gpt2":
+        return tf.GPT2LMHeadModel, tf.GPT2Config(vocab_size=49152, n_embd=128, n_layer=3, n_head=4, n_positions=2048, eos_token_id=2, bos_token_id=1)
+    moe = {"moe_intermediate_size": 64, "num_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 1, "mlp_only_layers": []}
+    return tf.Qwen3MoeForCausalLM, tf.Qwen3MoeConfig(**COMMON, head_dim=32, **moe)
+
+
+@pytest.fixture(scope="module", params=["qwen3", "mistral", "phi3", "gpt2", "qwen3moe"])
+def arch(request, tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    from tui_app.engine.models import _gguf_cache_dir, find_default_gguf, load_model
+
+    folder = tmp_path_factory.mktemp(request.param)
+    torch.manual_seed(0)
+    cls, cfg = _config(request.param)
+    model = cls(cfg)
+    with torch.no_grad():  # confident logits: a wrong step shows as a different greedy token
+        for p in model.parameters():
+            p.mul_(20)
+    model.save_pretrained(folder)
+    cached = _gguf_cache_dir(find_default_gguf())
+    if not (cached / "tokenizer.json").exists():
+        load_model("default", "cpu", torch.float32)
+    AutoTokenizer.from_pretrained(str(cached)).save_pretrained(folder)
+    events: list = []
+    engine = Engine(EngineConfig(model=str(folder)), events.append)
+    engine.load()
+    engine.events, engine.arch, engine.folder = events, request.param, folder
+    return engine
+
+
+def _tokens(engine, combo) -> list[int]:
+    assert apply_levers(engine, combo) == "", combo
+    engine.events.clear()
+    prompt = [(13 * i) % 4000 + 5 for i in range(24)] * 2  # a repeat, so prompt lookup has proposals
+    fin = engine.run(RunRequest(prompt_ids=prompt, max_new_tokens=NEW, ignore_eos=True))
+    errors = [e.message for e in engine.events if isinstance(e, EngineError)]
+    assert fin is not None and not errors, (engine.arch, combo, errors)
+    assert fin.n_tokens == NEW and fin.stop_reason == "max tokens", (engine.arch, combo, fin.stop_reason)
+    return [t for s in engine.events if isinstance(s, Step) for t in s.token_ids]
+
+
+@pytest.mark.slow
+def test_every_lever_on_each_architecture(arch):
+    plain = _tokens(arch, {})
+    for combo in ({"cache": False}, {"spec": "lookup"}, {"spec": "draft"}, {"batch": 2}):
+        assert _tokens(arch, combo) == plain, (arch.arch, combo)
+    for level in ("int8", "int4"):
+        if arch.arch in ("gpt2", "qwen3moe"):
+            arch.events.clear()
+            assert apply_levers(arch, {"quant": level}) != ""
+            (refused,) = [e for e in arch.events if isinstance(e, LeverRefused)]
+            why = "Conv1D" if arch.arch == "gpt2" else "experts' 3-D parameters"
+            assert why in refused.reason and arch.levers.quant == "off", refused.reason
+        else:
+            _tokens(arch, {"quant": level})
+            assert arch.levers.quant == level
+    apply_levers(arch, {})
+
+
+def test_an_moe_step_reads_its_active_experts_only(arch):
+    """The bytes a decode step reads, by the safetensors file's own header: every tensor once, the
+    untied input embedding a row a token (left out), the experts' k/n of them."""
+    if arch.arch != "qwen3moe":
+        pytest.skip("the MoE's count; the dense models' is test_anatomy's roofline test")
+    import math
+
+    from safetensors import safe_open
+
+    cfg = arch.model.config
+    active = cfg.num_experts_per_tok / cfg.num_experts
+    total = float(sum(b.numel() * b.element_size() for b in arch.model.buffers()))  # the rotary tables, not in the file
+    with safe_open(str(arch.folder / "model.safetensors"), "pt") as f:
+        for name in f.keys():  # noqa: SIM118 - safe_open has keys(), not iteration
+            shape = f.get_slice(name).get_shape()
+            if name.endswith("embed_tokens.weight"):
+                continue
+            total += math.prod(shape) * 4 * (active if ".experts." in name else 1.0)  # the file keeps one tensor an expert
+    arch.events.clear()
+    arch.command(Probe())  # measured at the next run's first decode step
+    arch.run(RunRequest(prompt_ids=[5, 6, 7], max_new_tokens=3, ignore_eos=True))
+    (bw,) = [e for e in arch.events if isinstance(e, Bandwidth)]
+    assert bw.weight_bytes == pytest.approx(total, rel=1e-6) and bw.weight_bytes < arch.ready.weight_bytes
