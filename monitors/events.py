@@ -89,6 +89,7 @@ class EngineReady:
     t_ns: int = field(default_factory=now_ns)
     placement: dict | None = None  # --device-map: weight bytes per device ("cuda:0", "cpu", "disk")
     demo_leak: str = ""  # --demo-leak: what the engine keeps a run on purpose, said on screen while on
+    experts: str = ""  # an MoE's experts: how many, how many a token reads ("8 experts, 2 a token")
 
 
 @dataclass(kw_only=True)

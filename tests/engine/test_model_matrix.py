@@ -119,3 +119,6 @@ def test_an_moe_step_reads_its_active_experts_only(arch):
     arch.run(RunRequest(prompt_ids=[5, 6, 7], max_new_tokens=3, ignore_eos=True))
     (bw,) = [e for e in arch.events if isinstance(e, Bandwidth)]
     assert bw.weight_bytes == pytest.approx(total, rel=1e-6) and bw.weight_bytes < arch.ready.weight_bytes
+    from tui_app.ui.status_text import subtitle
+
+    assert arch.ready.experts == "8 experts, 2 a token" and "MoE: 8 experts, 2 a token" in subtitle(arch.ready)

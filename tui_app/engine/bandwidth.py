@@ -48,14 +48,25 @@ def _read_tensors(model) -> list:
     return list(seen.values())
 
 
+def _experts(model) -> tuple[int, int] | None:
+    """(experts, experts a token) of an MoE, by its config; None for a dense model."""
+    cfg = getattr(model, "config", None)
+    n = getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None)
+    k = getattr(cfg, "num_experts_per_tok", None)
+    return (n, k) if n and k and k < n else None
+
+
+def experts_text(model) -> str:
+    moe = _experts(model)
+    return f"{moe[0]} experts, {moe[1]} a token" if moe else ""
+
+
 def weight_bytes(model) -> int:
     """Weight bytes a decode step reads (see _read_tensors). An MoE's experts, kept as 3-D
     parameters (one slice an expert), are read only for the experts the router picks: the top k of
     n for one token, so k/n of their bytes (a batch or a verify step reads more of them)."""
-    cfg = getattr(model, "config", None)
-    n = getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None)
-    k = getattr(cfg, "num_experts_per_tok", None)
-    active = k / n if n and k and k < n else 1.0
+    moe = _experts(model)
+    active = moe[1] / moe[0] if moe else 1.0
     return sum(round(tensor_bytes(t) * (active if t.dim() >= 3 else 1.0)) for t in _read_tensors(model))
 
 

@@ -26,6 +26,7 @@ import torch
 from monitors.events import EngineError, EngineReady, LeverRefused, Levers, RunFinished, RunStarted, Step, now_ns
 from monitors.kvcache import measure_cache
 from monitors.system import rss_bytes, trim_heap
+from tui_app.engine import bandwidth
 from tui_app.engine import levers as lv
 from tui_app.engine.anatomy import StepAnatomy
 from tui_app.engine.config import EngineConfig
@@ -167,6 +168,7 @@ class Engine:
             quant_impl=lv.quant_impl(self.device, self.dtype),
             placement=self.placement if cfg.device_map else None,
             demo_leak=f"+{cfg.demo_leak_mb:g} MB/run ({cfg.demo_leak_kind})" if cfg.demo_leak_mb > 0 else "",
+            experts=bandwidth.experts_text(self.model),
         )
         freeze()
         if cfg.levers.quant == "off":  # the weights a first run reads: measured before the engine says it is ready (and idle)

@@ -49,7 +49,8 @@ def subtitle(ready: EngineReady) -> str:
     if ready.server:
         return f"{ready.model} · {ready.device} · {ready.server['url']}"
     leak = f" · DEMO LEAK {ready.demo_leak}" if ready.demo_leak else ""
-    return f"{ready.model} · {fmt.where(ready)} · {ready.dtype}{leak}"
+    experts = f" · MoE: {ready.experts}" if ready.experts else ""
+    return f"{ready.model}{experts} · {fmt.where(ready)} · {ready.dtype}{leak}"
 
 
 def for_next_run(lever: str, value) -> str:
