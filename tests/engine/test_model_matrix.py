@@ -122,3 +122,31 @@ def test_an_moe_step_reads_its_active_experts_only(arch):
     from tui_app.ui.status_text import subtitle
 
     assert arch.ready.experts == "8 experts, 2 a token" and "MoE: 8 experts, 2 a token" in subtitle(arch.ready)
+
+
+def test_speculation_switched_on_mid_run_past_mistrals_window_keeps_the_greedy_tokens(arch):
+    """The cache made without speculation drops its sliding layers' past; switched on mid-run, the
+    run rebuilds it (a re-prefill) so verify steps can crop it, and the text stays plain greedy's."""
+    if arch.arch != "mistral":
+        pytest.skip("the sliding window's case")
+    from tui_app.requests import SetLever
+
+    plain = _tokens(arch, {})
+    arch.events.clear()
+    sent: list = []
+
+    def poll():
+        decoded = sum(1 for e in arch.events if isinstance(e, Step) and e.kind == "decode")
+        if decoded >= 3 and not sent:
+            sent.append(SetLever("spec", "draft"))
+            return sent
+        return []
+
+    prompt = [(13 * i) % 4000 + 5 for i in range(24)] * 2
+    fin = arch.run(RunRequest(prompt_ids=prompt, max_new_tokens=NEW, ignore_eos=True), poll=poll)
+    errors = [e.message for e in arch.events if isinstance(e, EngineError)]
+    assert fin is not None and fin.n_tokens == NEW and not errors, errors
+    kinds = [s.kind for s in arch.events if isinstance(s, Step)]
+    assert "reprefill" in kinds and "verify" in kinds, kinds
+    assert [t for s in arch.events if isinstance(s, Step) for t in s.token_ids] == plain
+    apply_levers(arch, {})
