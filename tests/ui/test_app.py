@@ -119,6 +119,7 @@ async def test_every_key_on_the_live_engine(tmp_path):
 
         await pilot.press("p")  # the anatomy of the next decode steps opens once they are profiled
         await until(pilot, lambda: isinstance(app.screen, AnatomyScreen), timeout=60, what="the anatomy")
+        await until(pilot, lambda: str(app.screen.body.render()), what="the anatomy drawn")  # at its mount, after the push
         shown = str(app.screen.body.render())
         assert "MLP" in shown and "framework" in shown and app.session.anatomy.trace in shown, shown
         await pilot.press("escape")
