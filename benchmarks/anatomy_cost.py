@@ -39,15 +39,20 @@ def marks_ns() -> float:
     return min(timeit.repeat(step, number=n, repeat=5)) / n * 1e9
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def setup(doc: str, windows: int):
+    """(options, the default model's engine, its events, a request of `windows` windows of decode steps and two more)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=16)
     args = ap.parse_args()
     events: list = []
     engine = Engine(EngineConfig(), events.append)
     engine.load()
-    req = RunRequest(prompt="Tell me about the sea.", max_new_tokens=2 * args.steps + 2, ignore_eos=True)
+    return args, engine, events, RunRequest(prompt="Tell me about the sea.", max_new_tokens=windows * args.steps + 2, ignore_eos=True)
+
+
+def main() -> int:
+    args, engine, events, req = setup(__doc__, 2)
     off_ns = marks_ns()
     print(f"off: the four marks of a step take {off_ns:.0f} ns")
     with tempfile.TemporaryDirectory() as tmp:

@@ -10,7 +10,6 @@ runs (their decode steps after the window) and the roofline's share outside the 
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -18,10 +17,9 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.anatomy_cost import setup
 from monitors.events import Anatomy, Step
 from tui_app.commands.bench import apply_levers
-from tui_app.engine.config import EngineConfig
-from tui_app.engine.generation import Engine
 from tui_app.requests import Profile, RunRequest
 
 MIXES = {
@@ -44,14 +42,7 @@ def window(engine, events: list, req: RunRequest, path: str, steps: int) -> tupl
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=16)
-    args = ap.parse_args()
-    events: list = []
-    engine = Engine(EngineConfig(), events.append)
-    engine.load()
-    req = RunRequest(prompt="Tell me about the sea.", max_new_tokens=3 * args.steps + 2, ignore_eos=True)
+    args, engine, events, req = setup(__doc__, 3)
     print(f"{'mix':<13} {'step ms':>8} {'profiled':>9} {'framework':>10} {'outside ops':>12} {'attn+MLP':>9} {'ops/step':>9}  the model's parts (ms a step)")
     with tempfile.TemporaryDirectory() as tmp:
         for name, combo in MIXES.items():

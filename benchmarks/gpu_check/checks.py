@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import os
@@ -69,11 +70,10 @@ def check_nvml_device(device: str) -> tuple[str, str]:
     return f"used {used}, total {total}", f"nvidia-smi --query-gpu used {used_ref}, total {total_ref}"
 
 
-def check_nvml_load(device: str) -> tuple[str, str]:
-    """Utilization and power under a matrix-product load, read by NVML and by nvidia-smi one after the other."""
+@contextlib.contextmanager
+def matmul_load(device: str):
+    """A bf16 8192² matrix-product loop on the GPU (tensor cores) while the block runs, from 1 s in."""
     import torch
-
-    from monitors.gpu import NvmlReader
 
     stop = threading.Event()
 
@@ -87,14 +87,25 @@ def check_nvml_load(device: str) -> tuple[str, str]:
     worker = threading.Thread(target=load, daemon=True)
     worker.start()
     try:
-        time.sleep(2.0)
+        time.sleep(1.0)
+        yield
+    finally:
+        stop.set()
+        worker.join()
+
+
+def check_nvml_load(device: str) -> tuple[str, str]:
+    """Utilization and power under a matrix-product load, read by NVML and by nvidia-smi one after the other."""
+    import torch
+
+    from monitors.gpu import NvmlReader
+
+    with matmul_load(device):
+        time.sleep(1.0)
         reader = NvmlReader()
         g = reader.read().gpus[torch.cuda.current_device()]
         row = smi("--query-gpu=utilization.gpu,power.draw,clocks.sm")[torch.cuda.current_device()]
         reader.close()
-    finally:
-        stop.set()
-        worker.join()
     util, util_ref = agree(g.sm_util or 0.0, float(row[0]), 0, 15, " %", "SM utilization")
     if (g.sm_util or 0) < 50:
         raise Failed("SM utilization under a matrix-product load below 50 %", util, util_ref)

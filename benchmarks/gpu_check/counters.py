@@ -4,10 +4,9 @@ clock events tokentop names must be the ones nvidia-smi reports active at the sa
 
 from __future__ import annotations
 
-import threading
 import time
 
-from benchmarks.gpu_check.checks import smi
+from benchmarks.gpu_check.checks import matmul_load, smi
 from benchmarks.gpu_check.report import Failed
 
 
@@ -17,20 +16,8 @@ def check_gpm_and_clock_events(device: str) -> tuple[str, str]:
     from monitors.gpu import NvmlReader
     from monitors.gpu_counters import CLOCK_EVENTS
 
-    stop = threading.Event()
-
-    def load():
-        a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
-        while not stop.is_set():
-            for _ in range(20):
-                a @ a
-            torch.cuda.synchronize()
-
-    worker = threading.Thread(target=load, daemon=True)
-    worker.start()
     index = torch.cuda.current_device()
-    try:
-        time.sleep(1.0)
+    with matmul_load(device):
         reader = NvmlReader()
         reader.read()  # GPM's first sample opens the interval
         time.sleep(1.0)
@@ -38,9 +25,6 @@ def check_gpm_and_clock_events(device: str) -> tuple[str, str]:
         bits = int(smi("--query-gpu=clocks_event_reasons.active")[index][0], 16)
         supported = reader.gpm[index].supported
         reader.close()
-    finally:
-        stop.set()
-        worker.join()
     theirs = [name for bit, name in CLOCK_EVENTS.items() if bits & bit]
     if (g.slowed or []) != theirs:
         raise Failed("clock events against nvidia-smi's, read just after", str(g.slowed), str(theirs))

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from monitors.events import EngineError, Step
+from tests.helpers.tiny_models import save_tiny
 from tui_app.commands.bench import apply_levers
 from tui_app.engine.generation import Engine, EngineConfig
 from tui_app.requests import RunRequest
@@ -16,9 +17,7 @@ NEW = 12
 
 @pytest.fixture(scope="module")
 def qwen2(tmp_path_factory):
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
-
-    from tui_app.engine.models import _gguf_cache_dir, find_default_gguf, load_model
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     folder = tmp_path_factory.mktemp("qwen2")
     torch.manual_seed(0)
@@ -33,15 +32,7 @@ def qwen2(tmp_path_factory):
         eos_token_id=2,
         tie_word_embeddings=True,
     )
-    model = Qwen2ForCausalLM(cfg)
-    with torch.no_grad():  # confident logits: a wrong step shows as a different greedy token
-        for p in model.parameters():
-            p.mul_(20)
-    model.save_pretrained(folder)
-    cached = _gguf_cache_dir(find_default_gguf())
-    if not (cached / "tokenizer.json").exists():
-        load_model("default", "cpu", torch.float32)
-    AutoTokenizer.from_pretrained(str(cached)).save_pretrained(folder)
+    save_tiny(Qwen2ForCausalLM(cfg), folder)
     events: list = []
     engine = Engine(EngineConfig(model=str(folder)), events.append)
     engine.load()

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from monitors.events import Bandwidth, EngineError, LeverRefused, Step
+from tests.helpers.tiny_models import save_tiny
 from tui_app.commands.bench import apply_levers
 from tui_app.engine.generation import Engine, EngineConfig
 from tui_app.requests import Probe, RunRequest
@@ -44,22 +45,10 @@ def _config(arch: str):
 
 @pytest.fixture(scope="module", params=["qwen3", "mistral", "phi3", "gpt2", "qwen3moe"])
 def arch(request, tmp_path_factory):
-    from transformers import AutoTokenizer
-
-    from tui_app.engine.models import _gguf_cache_dir, find_default_gguf, load_model
-
     folder = tmp_path_factory.mktemp(request.param)
     torch.manual_seed(0)
     cls, cfg = _config(request.param)
-    model = cls(cfg)
-    with torch.no_grad():  # confident logits: a wrong step shows as a different greedy token
-        for p in model.parameters():
-            p.mul_(20)
-    model.save_pretrained(folder)
-    cached = _gguf_cache_dir(find_default_gguf())
-    if not (cached / "tokenizer.json").exists():
-        load_model("default", "cpu", torch.float32)
-    AutoTokenizer.from_pretrained(str(cached)).save_pretrained(folder)
+    save_tiny(cls(cfg), folder)
     events: list = []
     engine = Engine(EngineConfig(model=str(folder)), events.append)
     engine.load()
