@@ -85,5 +85,9 @@ async def test_fleet_ttft_quantiles_hold_our_own_requests_ttfts(prometheus, vllm
         lo = max(b for b in [0.0, *bounds] if b <= max(mine - 0.2, 0.0))
         hi = min(b for b in bounds if b >= mine)
         got = figures["ttft"][name]
-        assert lo <= got <= hi, (name, got, mine, lo, hi, sorted(ours))
+        # rate() extrapolates each bucket's series from its own samples, so the rank can fall a
+        # sliver into the next bucket (seen: p50 1.0009 s over a bound of 1.0 s, ours 0.888 s):
+        # within 1 % of that bucket's width past the bound, and no further.
+        above = min((b for b in bounds if b > hi), default=hi)
+        assert lo <= got <= hi + 0.01 * (above - hi), (name, got, mine, lo, hi, sorted(ours))
         assert row["ttft"][name] == pytest.approx(got)  # one replica: its row and the fleet's are the same buckets
