@@ -162,7 +162,7 @@ def test_the_roofline_counts_the_weights_and_the_kv_a_step_reads_and_weighs_the_
     plain.command(Profile(str(tmp_path / "r.json"), STEPS))
     plain.run(RunRequest(max_new_tokens=3 * STEPS, ignore_eos=True))
     session = Session.from_events(list(collect))
-    verdict = session.rooflines["cache"]
+    verdict = session.run_rooflines[session.anatomies["cache"].run_id]
     last = [e for e in collect if isinstance(e, Step)][-1]
     kv_formula = 2 * 4 * 1 * last.seq_len * plain.n_layers * plain.kv_heads * plain.head_dim  # fp32, batch 1
     assert verdict.step_bytes == pytest.approx(_safetensors_bytes(_gguf_cache_dir(find_default_gguf())) + kv_formula, rel=0.01)
@@ -200,7 +200,7 @@ def test_the_roofline_of_a_tiny_model_is_overhead(tmp_path):
     engine.run(RunRequest(max_new_tokens=8, ignore_eos=True))  # warm
     engine.command(Profile(str(tmp_path / "t.json"), STEPS))
     engine.run(RunRequest(max_new_tokens=3 * STEPS, ignore_eos=True))
-    verdict = session.rooflines["cache"]
+    verdict = session.run_rooflines[session.anatomies["cache"].run_id]
     assert verdict.text.startswith("overhead-bound"), verdict.text
     assert [r.roofline.short() if r.roofline else "" for r in session.rows()] == ["", "overhead"]
 

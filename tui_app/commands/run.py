@@ -165,7 +165,7 @@ def run_headless(args: Options) -> int:
                 print(row_line(row), flush=True)
             if session.anatomy is not None and session.anatomy.run_id == fin.run_id:
                 print("\n".join(readings.anatomy_lines(session.anatomy)), flush=True)
-                verdict = session.rooflines.get(session.anatomy.levers.label())
+                verdict = session.run_rooflines.get(session.anatomy.run_id)
                 print(f"  {verdict.text if verdict else 'no roofline: the run had no decode step to weigh it against'}", flush=True)
             session.trim()
             read = readings.read_rate(session)

@@ -124,8 +124,7 @@ class Session:
     server: deque = field(init=False)  # ServerSample: an attached server's own figures
     anatomy: Anatomy | None = None  # the last window of profiled decode steps (the p key, --profile-steps)
     anatomies: dict = field(default_factory=dict)  # lever mix's label → its last Anatomy, the last ANATOMIES mixes
-    rooflines: dict = field(default_factory=dict)  # lever mix's label → its anatomy's roofline verdict (readings.roofline)
-    run_rooflines: dict = field(default_factory=dict)  # run id → the verdict of the anatomy taken in it (trimmed with the runs)
+    run_rooflines: dict = field(default_factory=dict)  # run id → the roofline verdict of the anatomy taken in it, at its end
     run_slowed: dict = field(default_factory=dict)  # run id → seconds its GPUs' clocks were held down (NVML's clock events)
     allocator_history: AllocatorHistory | None = None  # the H key's window: recording, or where it was saved
     bandwidth: Bandwidth | None = None  # the current weights' bytes and the measured rate of reading them
@@ -247,9 +246,8 @@ class Session:
             self.anatomies[label] = ev
             # The window's steps were slowed by the profiler: the chart says where they end.
             self.markers.append(Marker(self.token_count, ev.t_ns, f"profiled {ev.steps}"))
-            self.rooflines.pop(label, None)  # once its run ends, beside the run's own steps (_roofline)
             while len(self.anatomies) > ANATOMIES:
-                self.rooflines.pop(self.anatomies.pop(next(iter(self.anatomies))).levers.label(), None)
+                self.anatomies.pop(next(iter(self.anatomies)))
         elif isinstance(ev, AllocatorHistory):
             if ev.left in (0, ev.runs):  # its start and its end; the pane counts the runs between
                 self.say(history_text(ev)[0], error=bool(ev.error))
@@ -345,7 +343,7 @@ class Session:
         dram = [x.gpu_dram_pct for x in self.samples if x.t_ns >= since and x.gpu_dram_pct is not None]
         step_bytes, read_bps = (bw.weight_bytes + kv, bw.read_bps) if bw else (None, None)
         verdict = roofline(ev, decode[len(decode) // 2], step_bytes, read_bps, sum(dram) / len(dram) if dram else None)
-        self.rooflines[ev.levers.label()] = self.run_rooflines[run_id] = verdict
+        self.run_rooflines[run_id] = verdict
 
     def _mark_stall(self, ev: Step, per_token_s: float) -> None:
         """A server's token far later than its run's usual (STALL × the median of the last 32, and
@@ -380,6 +378,7 @@ class Session:
         """Bound the per-run records too (auto-repeat can run for hours): by count, and by their
         per-token detail, which a run of many streams has much more of."""
         self.timer.trim(keep_runs, keep_values)
+        shown = {ev.run_id for ev in self.anatomies.values()}  # the anatomy screen's verdicts stay
         for book in (self.run_rooflines, self.run_slowed):
-            for rid in [r for r in book if r not in self.timer.runs]:
+            for rid in [r for r in book if r not in self.timer.runs and r not in shown]:
                 del book[rid]

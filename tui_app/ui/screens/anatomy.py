@@ -54,10 +54,11 @@ class AnatomyScreen(Screen):
         self.show()
 
     def show(self) -> None:
-        self.body.update(render(list(self.session.anatomies.values()), max(40, self.size.width - 2), self.session.rooflines))
+        self.body.update(render(list(self.session.anatomies.values()), max(40, self.size.width - 2), self.session.run_rooflines))
 
 
 def render(anatomies: list, width: int, rooflines: dict) -> Text:
+    """`rooflines`: run id → the verdict of the anatomy taken in that run (Session.run_rooflines)."""
     out = Text()
     if not anatomies:
         return Text("no step has been profiled yet: p in the monitor profiles the next decode steps", style="dim")
@@ -72,7 +73,7 @@ def render(anatomies: list, width: int, rooflines: dict) -> Text:
         for label, cells in rows:
             n = round(cells[anatomies.index(ev)][0] / slowest * bar_w)
             out.append("█" * n, style=COLOUR.get(label, "cyan"))
-        verdict = rooflines.get(ev.levers.label())
+        verdict = rooflines.get(ev.run_id)
         out.append("\n" + " " * 25 + (verdict.text if verdict else "its roofline verdict comes at its run's end") + "\n", style="italic")
     out.append("\n" + " " * (label_w + 2))
     for ev in anatomies:
