@@ -35,6 +35,7 @@ from tui_app.engine.lever_control import MB, LeverControl, Phases, draft_model, 
 from tui_app.engine.memory import CudaHistory, MemoryWatch, demo_leak, history_refusal
 from tui_app.engine.models import eos_ids, load_model, model_shape, placement, resolve_device, resolve_dtype, weight_counts
 from tui_app.engine.quality import Quality
+from tui_app.engine.speculative import sliding_layers
 from tui_app.requests import Command, History, Pause, Probe, Profile, Resume, Run, RunRequest, SetLever, Shutdown, Stop
 
 __all__ = ["Engine", "EngineConfig", "PromptError"]
@@ -272,7 +273,7 @@ class Engine:
         # Weights, cache layout or batch changed: the cache must be rebuilt from the whole text.
         rebuild = (after.cache and not before.cache) or after.compile != before.compile or after.quant != before.quant or after.batch != before.batch
         # Speculation crops the cache; a sliding-window layer made without it cannot be (speculative.rollback_ready).
-        rebuild = rebuild or (after.spec != before.spec and any(hasattr(layer, "activate_past_recording") for layer in getattr(run.cache, "layers", ())))
+        rebuild = rebuild or (after.spec != before.spec and bool(sliding_layers(run.cache)))
         run.reprefill = run.reprefill or rebuild
         if not after.cache:
             run.cache = None

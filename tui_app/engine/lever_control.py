@@ -183,7 +183,8 @@ class LeverControl:
 
         if self.levers.compile:
             return StaticCache(config=model.config, max_cache_len=self.static_len(needed))
-        return rollback_ready(DynamicCache(config=model.config)) if self.levers.spec != "off" else DynamicCache(config=model.config)
+        cache = DynamicCache(config=model.config)
+        return rollback_ready(cache) if self.levers.spec != "off" else cache
 
     # ---------------------------------------------------------------- compile
     def static_len(self, needed: int) -> int:

@@ -12,13 +12,17 @@ from monitors.kvcache import measure_cache
 from tui_app.engine.models import cache_kwarg
 
 
+def sliding_layers(cache) -> list:
+    """A dynamic cache's sliding-window layers (Mistral's, Gemma's local ones): once full they drop
+    the states before their window, and then refuse to crop ("does not track past states")."""
+    return [layer for layer in getattr(cache, "layers", ()) if hasattr(layer, "activate_past_recording")]
+
+
 def rollback_ready(cache):
-    """A dynamic cache that speculation can crop: a sliding-window layer (Mistral's, Gemma's local
-    ones) drops the states before its window once full, and then refuses to crop ("does not track
-    past states") unless asked to keep them until the next crop, which a verify step always makes."""
-    for layer in getattr(cache, "layers", ()):
-        if hasattr(layer, "activate_past_recording"):
-            layer.activate_past_recording()
+    """A dynamic cache that speculation can crop: its sliding layers keep their past until the next
+    crop, which a verify step always makes."""
+    for layer in sliding_layers(cache):
+        layer.activate_past_recording()
     return cache
 
 
