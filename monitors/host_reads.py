@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 PY_READS = ("tolist", "numpy", "cpu")
 ATEN_READS = frozenset({"aten::_local_scalar_dense", "aten::nonzero"})
@@ -25,9 +26,14 @@ CUDA_SYNC_WARNING = "called a synchronizing CUDA operation"
 class HostReads:
     reads: int = 0
     syncs: int | None = None
+    # "file.py:line" → CUDA syncs there: the Python line whose call synchronized (the warning's own place)
+    sync_sites: Counter = field(default_factory=Counter)
 
     def per_token(self, tokens: int) -> tuple[float, float | None]:
         return self.reads / tokens, None if self.syncs is None else self.syncs / tokens
+
+    def sites_text(self, top: int = 4) -> str:
+        return ", ".join(f"{site} ×{n}" for site, n in self.sync_sites.most_common(top))
 
 
 class count_host_reads:
@@ -78,4 +84,6 @@ class count_host_reads:
         if self.cuda:
             torch.cuda.set_sync_debug_mode("default")
             self._warnings.__exit__(*exc)
-            self.result.syncs = sum(CUDA_SYNC_WARNING in str(w.message) for w in self._caught)
+            syncs = [w for w in self._caught if CUDA_SYNC_WARNING in str(w.message)]
+            self.result.syncs = len(syncs)
+            self.result.sync_sites = Counter(f"{os.path.basename(w.filename)}:{w.lineno}" for w in syncs)

@@ -16,7 +16,7 @@ import torch
 from monitors.text import plural
 from tui_app.engine.anatomy import no_mark
 from tui_app.engine.lean import LeanDecode
-from tui_app.engine.models import cache_kwarg
+from tui_app.engine.models import cache_kwarg, to_device
 from tui_app.engine.speculative import accept_greedy
 from tui_app.prompts import preset_prompt
 from tui_app.requests import RunRequest
@@ -125,7 +125,7 @@ class Decoder:
 
     def prefill(self, model, tokens: list[list[int]], cache) -> tuple[list[list[int]], int]:
         """The whole text in one forward; without the cache, every step is this."""
-        ids = torch.tensor(tokens, device=self.device)
+        ids = to_device(tokens, self.device)
         clock = self.gpu_clock
         f0 = time.perf_counter_ns()
         if clock is not None:
@@ -142,7 +142,7 @@ class Decoder:
         mark = self.mark
         clock = self.gpu_clock
         with mark("tt.step"):
-            last = torch.tensor([[row[-1]] for row in tokens], device=self.device)
+            last = to_device([[row[-1]] for row in tokens], self.device)
             f0 = time.perf_counter_ns()
             if clock is not None:
                 clock.start.record()
@@ -160,7 +160,7 @@ class Decoder:
     def verify(self, model, row: list[int], cache, props: torch.Tensor) -> tuple[list[list[int]], int, int, int]:
         """The last token and the proposals in one forward; keeps the proposals the target agrees
         with plus its own next token, and crops the rest from the cache."""
-        last = torch.tensor([[row[-1]]], device=self.device)
+        last = to_device([[row[-1]]], self.device)
         clock = self.gpu_clock
         f0 = time.perf_counter_ns()
         if clock is not None:

@@ -19,7 +19,7 @@ from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES, Bandwidth, Le
 from tui_app.engine import bandwidth, pages
 from tui_app.engine import levers as lv
 from tui_app.engine.lean import use_own_attention
-from tui_app.engine.models import ModelError, cache_kwarg, load_model
+from tui_app.engine.models import ModelError, cache_kwarg, load_model, to_device
 from tui_app.engine.speculative import DraftProposer, lookup_proposals, rollback_ready
 
 MB = 1024 * 1024
@@ -172,7 +172,7 @@ class LeverControl:
         spec = self.levers.spec
         if spec == "lookup":
             found = lookup_proposals(row, num_tokens=min(8, remaining - 1))
-            return torch.tensor(found, device=self.device) if found else None
+            return to_device(found, self.device) if found else None
         if spec == "draft" and remaining > 1:
             return self.draft_proposer().propose(row)[: remaining - 1]
         return None

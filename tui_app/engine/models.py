@@ -38,6 +38,15 @@ def cache_kwarg(module_cls: type) -> str:
     return "cache" if "cache" in inspect.signature(module_cls.forward).parameters else "past_key_values"
 
 
+def to_device(rows, device: str):
+    """Token ids from the host onto the device without a sync: a plain `torch.tensor(rows,
+    device=...)` copies and then waits for the stream (one CUDA sync a token, counted on an H200),
+    while an asynchronous copy from pageable memory is staged by CUDA before the call returns."""
+    import torch
+
+    return torch.tensor(rows).to(device, non_blocking=True)
+
+
 class ModelError(Exception):
     """A model that cannot be loaded; the message says what to do."""
 

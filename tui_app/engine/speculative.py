@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from monitors.kvcache import measure_cache
-from tui_app.engine.models import cache_kwarg
+from tui_app.engine.models import cache_kwarg, to_device
 
 
 def sliding_layers(cache) -> list:
@@ -75,7 +75,7 @@ class DraftProposer:
             self.reset()
         feed = context[self.cached :]
         out: list[torch.Tensor] = []
-        ids = torch.tensor([feed], device=self.device)
+        ids = to_device([feed], self.device)
         for _ in range(self.k):
             pos = self.cached
             position_ids = torch.arange(pos, pos + ids.shape[1], device=self.device).unsqueeze(0)
