@@ -208,22 +208,28 @@ def test_the_roofline_of_a_tiny_model_is_overhead(tmp_path):
 def test_the_gpus_idle_gaps_between_a_steps_kernels():
     """Kernel events as the profiler gives them on CUDA (torch's own FunctionEvent, device CUDA;
     none come on this machine: gpu_check reads real ones): a step's kernels are those that start
-    in its range; two that overlap (two streams) count once; the gaps between them are idle."""
+    in its range; two that overlap (two streams) count once; the gaps between them are idle. Each
+    host range also comes back as a GPU annotation over its kernels: neither a step nor a kernel."""
     from torch.autograd import DeviceType
     from torch.autograd.profiler_util import FunctionEvent
 
-    from tui_app.engine.anatomy import kernel_gaps
+    from tui_app.engine.anatomy import kernel_gaps, read_anatomy
 
-    def event(name, start, end, device=DeviceType.CPU):
-        return FunctionEvent(id=start, name=name, thread=0, start_us=start, end_us=end, device_type=device)
+    def event(name, start, end, device=DeviceType.CPU, annotation=False):
+        return FunctionEvent(id=start, name=name, thread=0, start_us=start, end_us=end, device_type=device, is_user_annotation=annotation)
 
     def kernel(start, end):
         return event("gemv", start, end, DeviceType.CUDA)
 
-    window = [event("tt.step", 0, 100), kernel(10, 30), kernel(20, 40), kernel(60, 70), event("tt.step", 100, 200), kernel(110, 190), kernel(205, 210)]
+    def on_gpu(name, start, end):
+        return event(name, start, end, DeviceType.CUDA, annotation=True)
+
+    window = [event("tt.step", 0, 100), on_gpu("tt.step", 5, 95), on_gpu("tt.forward", 5, 80), kernel(10, 30), kernel(20, 40), kernel(60, 70)]
+    window += [event("tt.step", 100, 200), on_gpu("tt.step", 105, 195), kernel(110, 190), kernel(205, 210)]
     busy, idle = kernel_gaps(window)
     # Step 1: busy 10-40 and 60-70 (40 µs), idle 40-60 (20 µs); step 2: busy 80, idle 0; the kernel after the last step is no step's.
     assert (busy, idle) == (pytest.approx((40 + 80) / 2), pytest.approx(20 / 2))
     assert kernel_gaps([e for e in window if e.device_type == DeviceType.CPU]) == (0.0, 0.0)  # the CPU: no kernels
+    assert read_anatomy(window)[:2] == (2, 100.0)  # two steps of 100 µs: the annotations are not steps
     text = readings.gpu_gaps_text(Anatomy(run_id=1, steps=2, step_ms=0.1, parts={}, gpu_ms={}, trace="", levers=Levers(), gpu_busy_ms=0.04, gpu_idle_ms=0.02))
     assert "idle 0.020 ms" in text and "33% of their span" in text and "CUDA graphs" in text

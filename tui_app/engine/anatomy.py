@@ -186,7 +186,7 @@ def read_anatomy(events, graph: str = "") -> tuple[int, float, dict[str, float],
     """(steps, mean step µs, part → mean µs a step, part → mean GPU kernel µs a step, (µs a step
     inside torch's ops, ops a step)) from the profiler's events of a window. Parts, in order: the model's,
     the step's own, framework last."""
-    steps = [e for e in events if e.name == "tt.step"]
+    steps = host_steps(events)
     if not steps:
         return 0, 0.0, {}, {}, (0.0, 0.0)
     total: dict[str, float] = {}
@@ -204,13 +204,19 @@ def read_anatomy(events, graph: str = "") -> tuple[int, float, dict[str, float],
     return n, step_us, parts, {k: v / n for k, v in gpu.items() if v > 0}, (sum(us for us, _ in ops) / n, sum(k for _, k in ops) / n)
 
 
+def host_steps(events) -> list:
+    return [e for e in events if e.name == "tt.step" and e.device_type == DeviceType.CPU]
+
+
 def kernel_gaps(events) -> tuple[float, float]:
     """(µs a step the GPU ran a kernel, µs a step it sat idle between the step's first kernel and
     its last), means over the window's steps: a step's kernels are those that start inside its
     range, since it ends on the host read that waits for them. Idle gaps are the GPU waiting on the
     host to launch the next kernel: a launch-bound step, which CUDA graphs help. (0, 0) off CUDA."""
-    kernels = sorted((k.time_range.start, k.time_range.end) for k in events if k.device_type == DeviceType.CUDA)
-    steps = [e for e in events if e.name == "tt.step"]
+    # A range recorded on the host also comes back as a GPU annotation of the same name, spanning
+    # its kernels on the GPU's timeline: neither a kernel nor a step (seen on an H200).
+    kernels = sorted((k.time_range.start, k.time_range.end) for k in events if k.device_type == DeviceType.CUDA and not k.is_user_annotation)
+    steps = host_steps(events)
     if not kernels or not steps:
         return 0.0, 0.0
     busy = idle = 0.0
