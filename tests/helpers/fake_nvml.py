@@ -8,13 +8,14 @@ paths are exercised the way the real library raises them.
 import ctypes
 from types import SimpleNamespace
 
-from pynvml import NVML_GPM_METRICS_GET_VERSION, c_nvmlGpmMetricsGet_t, c_nvmlGpmSample_t  # the real structs: what NVML fills
+from pynvml import NVML_GPM_METRICS_GET_VERSION, c_nvmlGpmMetricsGet_t, c_nvmlGpmSample_t, nvmlMemory_v2  # the real structs: what NVML fills
 
 NVML_SUCCESS = 0
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
 NVML_TEMPERATURE_GPU = 0
@@ -26,6 +27,7 @@ _STRINGS = {
     NVML_ERROR_NOT_SUPPORTED: "Not Supported",
     NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
     NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
+    NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
     NVML_ERROR_GPU_IS_LOST: "GPU is lost",
     NVML_ERROR_LIB_RM_VERSION_MISMATCH: "RM has detected an NVML/RM version mismatch.",
 }
@@ -76,6 +78,9 @@ class FakeNVML:
         self.NVML_TEMPERATURE_GPU = NVML_TEMPERATURE_GPU
         self.NVML_CLOCK_SM = NVML_CLOCK_SM
         self.NVML_CLOCK_MEM = NVML_CLOCK_MEM
+        self.nvmlMemory_v2 = nvmlMemory_v2
+        # What the driver keeps for itself: v1 of the memory query counts it as used, v2 and nvidia-smi do not
+        self.reserved = 615 * 2**20
         self.nvmlErrorString = nvmlErrorString
 
     def nvmlInit(self):
@@ -108,9 +113,14 @@ class FakeNVML:
         self._check("util", h)
         return SimpleNamespace(gpu=40 + h, memory=20 + h)
 
-    def nvmlDeviceGetMemoryInfo(self, h):
+    def nvmlDeviceGetMemoryInfo(self, h, version=None):
         self._check("mem", h)
-        return SimpleNamespace(used=(1 + h) * 2**30, total=80 * 2**30, free=(79 - h) * 2**30)
+        used, total = (1 + h) * 2**30, 80 * 2**30
+        if version is None:
+            return SimpleNamespace(used=used + self.reserved, total=total, free=total - used - self.reserved)
+        if "mem_v2" in self.unsupported:  # a driver older than the _v2 call
+            raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
+        return SimpleNamespace(version=version, used=used, reserved=self.reserved, total=total, free=total - used - self.reserved)
 
     def nvmlDeviceGetComputeRunningProcesses(self, h):
         self._check("procs", h)

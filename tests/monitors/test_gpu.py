@@ -24,6 +24,17 @@ def test_readings_of_every_device():
     assert g0.proc_mem == 0 and g1.proc_mem == 3 * 2**30  # only our pids count
 
 
+def test_used_memory_is_nvidia_smis_without_what_the_driver_reserves():
+    """NVML's v1 memory query counts the driver's reserve as used (615 MiB more than nvidia-smi on an
+    H200); v2 does not. A driver without v2 still gives v1's figure, with no reason: it is a reading."""
+    nv = FakeNVML(n=1)
+    g = NvmlReader(nv).read().gpus[0]
+    assert g.mem_used == 2**30 and not g.reason
+    old = FakeNVML(n=1, unsupported={"mem_v2"})
+    g = NvmlReader(old).read().gpus[0]
+    assert g.mem_used == 2**30 + old.reserved and not g.reason
+
+
 def test_process_memory_sums_the_pids_over_every_device_and_says_none_when_nvml_cannot_tell():
     nv = FakeNVML(n=3, procs={0: [(1234, 5 * 2**20)], 2: [(1234, 7 * 2**20), (999, 2**30)]})
     reader = NvmlReader(nv)
