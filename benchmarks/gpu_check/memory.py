@@ -47,7 +47,7 @@ def check_cuda_snapshot(folder: Path, device: str) -> tuple[str, str]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "leak.pickle"
         cmd = [sys.executable, "-m", "tui_app", "leakcheck", "--model", str(folder), "--device", device, "--runs", "14", "--max-new-tokens", "2"]
-        cmd += ["--demo-leak", "1", "--cuda-snapshot", str(path), "--no-record"]
+        cmd += ["--demo-leak", "1", "--cuda-snapshot", str(path)]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
         if done.returncode != 1:
             raise Failed(f"leakcheck exited {done.returncode}: {one_line(done.stderr[-600:])}", "exit 1 (suspected)")

@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "benchmarks" / "out"), help="folder for gpu-check.md (default $OUT)")
     ap.add_argument("--budget-s", type=float, default=420, help="checks that would start after this many seconds say SKIP instead")
-    ap.add_argument("--only", default="", help="run only the checks whose name contains this text")
+    ap.add_argument("--only", default="", help="run only the checks whose name contains this text (or one of several, A|B|C)")
     ap.add_argument("--start-at", default="", help="skip the checks before the first whose name contains this text")
     ap.add_argument("--tokenizer", default=None, help="the default model's tokenizer folder (default: the carried one, else the converted default)")
     ap.add_argument("--wheels", default=None, metavar="DIR", help="build the folder that travels to the GPU machine, then exit")

@@ -11,6 +11,7 @@ import torch
 from benchmarks._tmux import runs_finished
 from benchmarks.gpu_check import LEVER_GROUPS, SWITCH_AT
 from benchmarks.gpu_check.checks import check_bandwidth, check_device_map, check_observer_overhead, check_syncs, check_timing, check_tui
+from benchmarks.gpu_check.memory import check_cuda_snapshot
 from benchmarks.gpu_check.models import Bench, check_device_leak, lever_check, random_llama, save_tokenizer, tokenizer_dir
 from benchmarks.gpu_check.report import (
     Failed,
@@ -69,6 +70,9 @@ def test_checks_past_the_time_budget_say_skip_and_do_not_run(tmp_path):
     assert report.check("other", lambda: ran.append(1)) is not None
     only = Report(tmp_path / "o.md", [], budget_s=60, only="NVML", echo=lambda *a, **k: None)
     assert only.check("lever b2", lambda: ("", "")) is None and not only.checks
+    several = Report(tmp_path / "s.md", [], budget_s=60, only="syncs|NVML device", echo=lambda *a, **k: None)
+    ran = [several.check(name, lambda: ("", "")) for name in ("syncs per token: plain", "lever b2", "NVML device memory")]
+    assert [c.status if c else None for c in ran] == ["PASS", None, "PASS"]
     resumed = Report(tmp_path / "s.md", [], budget_s=60, start_at="bandwidth", echo=lambda *a, **k: None)
     for name in ("lever b2 (bf16)", "bandwidth ~1B bf16 plain", "suite --device cuda"):
         resumed.check(name, lambda: ("", ""))
@@ -205,6 +209,13 @@ def test_the_device_leak_check_runs_the_apps_detector_and_off_cuda_has_no_device
     check = run_check("leak", lambda: check_device_leak(small_bench, {"batch": 2}, req, 3, leak_mb=1.0))
     assert check.status == "FAIL" and check.reason == "no baseline from torch allocated, torch reserved, NVML process", check.line()
     assert small_bench.engine.levers == Levers() and small_bench.engine.cfg.demo_leak_mb == 0 and small_bench.engine._leak == []
+
+
+def test_the_snapshot_check_gives_leakcheck_only_options_it_knows(small_folder):
+    """The CPU half: the command line gets past tokentop's parser to the one refusal a CPU earns
+    (a GPU session once lost this check to an option leakcheck does not take)."""
+    check = run_check("snapshot", lambda: check_cuda_snapshot(small_folder, "cpu"))
+    assert check.status == "FAIL" and "--cuda-snapshot records CUDA's allocator; this engine runs on cpu" in check.reason, check.line()
 
 
 def test_the_tui_check_drives_the_app_and_saves_its_screen(small_folder, tmp_path):
