@@ -213,7 +213,42 @@ async def test_every_gpu_of_the_machine_is_listed_with_its_figures():
         gpu0 = "GPU0 40% 1980 MHz 250 W DRAM 81% SM active 40% tensor 12% slowed: power cap"
         assert f"{gpu0}  n/a: GPU 1 (GPU is lost)" in str(util.border_subtitle), util.border_subtitle
         assert "GPU0 engine 700 MiB, device 1.0/80 GiB" in str(memory.border_subtitle)
-        assert str(memory.border_subtitle).endswith("n/a: GPU 1 (GPU is lost)")
+        assert "device 1.0/80 GiB  n/a: GPU 1 (GPU is lost)" in str(memory.border_subtitle)
+
+
+async def test_a_narrow_pane_keeps_the_gpus_figures_before_the_hosts():
+    """At the width a 160-column terminal gives each chart (about 46 columns), the GPU's busy %,
+    clock, power and the engine's memory on it stay in the subtitles and its lines in the legend
+    (on an H200 they had been the first to go, behind the UI's own CPU and memory)."""
+    from monitors.gpu import NvmlReader
+    from monitors.sampler import Sampler, to_event
+    from tests.helpers.fake_nvml import FakeNVML
+    from tui_app.core.session import Session
+    from tui_app.ui.widgets.memory_chart import MemoryChart
+    from tui_app.ui.widgets.util_chart import UtilChart
+
+    nv = FakeNVML(n=1, procs={0: [(os.getpid(), 1094 * 2**20)]}, gpm={0: {10: 16.0, 2: 96.0, 5: 93.0}})
+    nv.clock_events[0] = 0x4
+    sampler = Sampler(gpu=NvmlReader(nv))
+    session = Session()
+    for _ in range(2):  # GPM's figures are rates over the interval between two samples
+        session.feed(to_event(sampler.sample_once()))
+    sampler.stop()
+    util, memory = UtilChart(session), MemoryChart(session)
+
+    class Two(App):
+        def compose(self):
+            yield util
+            yield memory
+
+    async with Two().run_test(size=(46, 30)) as pilot:
+        await pilot.pause()
+        for chart in (util, memory):
+            chart.redraw(force=True)
+        assert "GPU 40% 1980 MHz 250 W" in str(util.border_subtitle), util.border_subtitle
+        assert "GPU engine 1094 MiB" in str(memory.border_subtitle), memory.border_subtitle
+        legend = util._strips[-1].text
+        assert legend.startswith("■ GPU busy%") and "GPU DRAM%" in legend, legend
 
 
 async def test_the_memory_pane_says_where_device_map_placed_the_weights():

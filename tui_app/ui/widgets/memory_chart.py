@@ -64,7 +64,7 @@ class MemoryChart(Chart):
         if last.gpus and last.gpu_mem_used is not None:
             gpu = [_gpu_memory(g, len(last.gpus)) for g in last.gpus]
         else:
-            gpu = [((f"GPU: {last.gpu_reason}", "GPU: n/a"), 2)] if last.gpu_mem_used is None else []
+            gpu = [((f"GPU: {last.gpu_reason}", "GPU: n/a"), 3)] if last.gpu_mem_used is None else []
         if s.ready is not None and s.ready.placement:  # --device-map: where the weights are
             gpu.insert(0, ((f"weights {fmt.where(s.ready)}", "weights placed"), 1))
         # Where the memory is (readings.memory_budget): it stays longer than the GPU items, not the UI's figure.
@@ -74,7 +74,7 @@ class MemoryChart(Chart):
         trouble = trouble_text(s.torch_mem[-1] if s.torch_mem else None)
         split += [((trouble,), 0)] if trouble else []
         split += [(readings.history_text(s.allocator_history), 0)] if s.allocator_history else []  # recording, or where it was saved
-        self.set_titles(title, [((f"{watched.split()[0]} {_mib(last.engine_rss)}",), 0), ((f"UI {_mib(last.app_rss)}",), 1), *split, *gpu])
+        self.set_titles(title, [((f"{watched.split()[0]} {_mib(last.engine_rss)}",), 0), *split, *gpu, ((f"UI {_mib(last.app_rss)}",), 2)])
         return self.compose_text(canvas, lo, hi, lambda v: f"{v:.0f}MiB", [(n, i) for i, (n, _) in enumerate(names)] + [("run end", 5)])
 
     def _leak(self, canvas: Canvas, title) -> list | Text:
@@ -99,5 +99,8 @@ def _gpu_memory(g: dict, count: int) -> tuple[tuple[str, ...], int]:
     if g["mem_used"] is None:
         return (gpu_unread(name, g["reason"]), f"{name} n/a"), 3
     gib = f"{g['mem_used'] / 2**30:.1f}/{g['mem_total'] / 2**30:.0f} GiB"
-    full = f"{name} engine {_mib(g['proc_mem'])}, device {gib}" if g["proc_mem"] is not None else f"{name} {gib}"
-    return (full, f"{name} {gib}"), 2 if g["index"] == 0 else 3
+    if g["proc_mem"] is None:
+        return (f"{name} {gib}",), 1 if g["index"] == 0 else 3
+    # Shorter, the engine's own memory on the GPU stays: it is what the pane watches.
+    variants = (f"{name} engine {_mib(g['proc_mem'])}, device {gib}", f"{name} engine {_mib(g['proc_mem'])}", f"{name} {_mib(g['proc_mem'])}")
+    return variants, 1 if g["index"] == 0 else 3

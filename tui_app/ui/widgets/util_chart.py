@@ -52,12 +52,16 @@ class UtilChart(Chart):
         if jpt is not None:  # NVML's energy counter ÷ the tokens generated meanwhile
             gpu.append(((f"{jpt:.2f} J/token", f"{jpt:.1f} J/tok"), 2))
         read = readings.read_rate(s)
-        bw = [] if read is None else [((f"mem bw {read[1]:.2f} of {s.bandwidth.read_bps / 1e9:.1f} GB/s", f"mem bw {read[1]:.2f}"), 1)]
-        self.set_titles(
-            [(("utilization",), 0)],
-            [((f"{watched} {last.engine_cpu or 0:.0f}%",), 0), ((f"UI {last.app_cpu or 0:.0f}%",), 2), ((f"system {last.sys_cpu or 0:.0f}%",), 1), *bw, *gpu],
-        )
-        return self.compose_text(canvas, 0.0, hi, lambda v: f"{v:.0f}%", [(n, i) for i, (n, _) in enumerate(names)])
+        bw = [] if read is None else [((f"mem bw {read[1]:.2f} of {s.bandwidth.read_bps / 1e9:.1f} GB/s", f"mem bw {read[1]:.2f}"), 2)]
+        # On a GPU box its busy %, clock and power outrank the host's other figures (a 160-column
+        # terminal, seen on an H200, had room for the engine's CPU % and two more items only);
+        # without one, why not comes last.
+        host = [*bw, ((f"system {last.sys_cpu or 0:.0f}%",), 2), ((f"UI {last.app_cpu or 0:.0f}%",), 2)]
+        engine = ((f"{watched} {last.engine_cpu or 0:.0f}%",), 0)
+        self.set_titles([(("utilization",), 0)], [engine, *gpu, *host] if last.gpus else [engine, *host, *gpu])
+        legend = [(n, i) for i, (n, _) in enumerate(names)]
+        legend.sort(key=lambda entry: not entry[0].startswith("GPU"))  # the GPU's lines named first: whole entries are dropped from the end
+        return self.compose_text(canvas, 0.0, hi, lambda v: f"{v:.0f}%", legend)
 
 
 def _gpu_util(g: dict, count: int) -> tuple[tuple[str, ...], int]:
@@ -71,5 +75,8 @@ def _gpu_util(g: dict, count: int) -> tuple[tuple[str, ...], int]:
     # GPM's figures and the clock events, where the GPU has them (absent from older recordings)
     gpm = "".join(f" {label} {g[key]:.0f}%" for key, label in GPM_LABELS if g.get(key) is not None)
     slowed = f" slowed: {', '.join(g['slowed'])}" if g.get("slowed") else ""
-    short = f"{name} {g['sm_util']:.0f}%" + (" slowed" if slowed else "")
-    return (f"{name} {g['sm_util']:.0f}%{clock}{power}{gpm}{slowed}", f"{name} {g['sm_util']:.0f}%{gpm}{slowed}", short), 1 if g["index"] == 0 else 3
+    busy = f"{name} {g['sm_util']:.0f}%"
+    held = " slowed" if slowed else ""
+    # Narrower, GPM's figures go first (DRAM % is charted), then the word that clocks are held down
+    # (the clock shows it), and last the clock and power.
+    return (f"{busy}{clock}{power}{gpm}{slowed}", f"{busy}{clock}{power}{held}", f"{busy}{clock}{power}", f"{busy}{held}"), 1 if g["index"] == 0 else 3
