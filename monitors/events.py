@@ -127,7 +127,8 @@ class Step:
     read: no sync of its own). compute_ns: the step's own work, from its start after
     the command poll to its tokens in hand (forward, sampling, the host read); dt_ns - compute_ns
     is what the loop spends between steps (detokenizing, KV measurement, the emit, the poll).
-    Sources that cannot see inside a step (a server) leave forward_ns and compute_ns 0."""
+    Sources that cannot see inside a step (a server) leave forward_ns and compute_ns 0.
+    drafted_chars: how much of `text`, from its start, the accepted drafted tokens made."""
 
     run_id: int
     step: int
@@ -145,6 +146,7 @@ class Step:
     proposed: int = 0
     accepted: int = 0
     compute_ns: int = 0
+    drafted_chars: int = 0
 
 
 @dataclass(kw_only=True)

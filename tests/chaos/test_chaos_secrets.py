@@ -82,7 +82,7 @@ async def test_the_tui_its_export_screenshot_recording_and_log_never_say_the_key
         await pilot.press("ctrl+s")
         await until(pilot, lambda: len(list(tmp_path.glob("tokentop-*"))) == 2, what="the export and the screenshot")
         assert "tokentop:***@127.0.0.1" in app.sub_title
-        shown = [status_text(app), app.sub_title, app.title, *notes(app), *(text for text, _ in app.tokens.chunks)]
+        shown = [status_text(app), app.sub_title, app.title, *notes(app), *(text for text, *_ in app.tokens.chunks)]
         await pilot.press("q")
     written = [p.read_text(errors="replace") for p in tmp_path.iterdir() if p.is_file()]
     assert len(written) == 4  # the export, the screenshot, the recording, the client's log

@@ -65,6 +65,18 @@ def test_speculative_steps_report_proposals_and_gain_tokens_on_a_summary(plain, 
     assert sum(s.accepted for s in verify) > 0
     assert len(steps) < N  # some steps produced several tokens
 
+    # The accepted drafts' share of each step's text (the token pane's origin colouring), against
+    # the tokenizer's own decoding of the run's tokens up to each point.
+    def decoded(ids):
+        return plain.tok.decode(ids, skip_special_tokens=True)
+
+    done: list[int] = []
+    for s in steps:
+        before = len(decoded(done))
+        assert s.drafted_chars == len(decoded(done + s.token_ids[: s.accepted])) - before, s
+        done += s.token_ids
+    assert sum(s.drafted_chars > 0 for s in verify) == sum(s.accepted > 0 for s in verify)
+
 
 def test_batch_replicates_the_prompt_and_every_row_is_greedy(plain, collect, ref_short):
     apply_levers(plain, {"batch": 2})

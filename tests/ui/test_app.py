@@ -57,7 +57,7 @@ async def test_every_key_on_the_live_engine(tmp_path):
     async with app.run_test(size=APP_SIZE) as pilot:
         await until(pilot, lambda: finished(app) >= 1, what="the first run")
         assert "cache" in status_text(app) and "tok/s" in status_text(app)
-        assert "run 1" in "".join(t for t, _ in app.query_one(TokenStream).chunks)
+        assert "run 1" in "".join(t for t, *_ in app.query_one(TokenStream).chunks)
         assert app.session.samples, "the sampler feeds the memory and utilization charts"
 
         await pilot.press("k")
@@ -305,7 +305,7 @@ async def test_replay_step_mode_advances_one_step_per_space():
             await pilot.pause(0.4)
             assert app.session.token_count == n
         first_steps = [e.text for e in evs if isinstance(e, StepEvent)][:3]
-        assert "".join(t for t, _ in app.tokens.chunks).endswith("".join(first_steps))
+        assert "".join(t for t, *_ in app.tokens.chunks).endswith("".join(first_steps))
 
 
 async def test_restart_of_a_working_engine_asks_first_and_keeps_every_run(tmp_path):

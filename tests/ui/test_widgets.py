@@ -53,14 +53,14 @@ async def test_token_stream_wraps_incrementally_as_a_full_wrap_would():
         pane.add_text(" " + "y" * (FREEZE_CHARS + 10))  # a word longer than the freeze limit
         pane.redraw()
         shown = [strip.text.rstrip() for strip in pane._strips]
-        expected = wrapped_page(app, "".join(t for t, _ in pane.chunks), width, height)
+        expected = wrapped_page(app, "".join(t for t, *_ in pane.chunks), width, height)
         assert shown == expected, "the text from the top, blank below"
         assert expected[-1] == "", "the whole text is on screen, frozen lines included"
         await pilot.resize_terminal(70, 20)  # a new width re-wraps what is kept
         await pilot.pause()
         pane.redraw()
         shown = [strip.text.rstrip() for strip in pane._strips]
-        assert shown == wrapped_page(app, "".join(t for t, _ in pane.chunks), pane.content_size.width, pane.content_size.height)
+        assert shown == wrapped_page(app, "".join(t for t, *_ in pane.chunks), pane.content_size.width, pane.content_size.height)
 
 
 async def test_token_stream_pages_lines_keep_their_rows():
@@ -365,3 +365,66 @@ async def test_the_leak_view_is_one_key_away_in_the_memory_pane_and_the_demo_lea
         assert str(chart.border_title).startswith("memory — leak: suspected") and "DEMO LEAK" in str(chart.border_title)
         assert "leak view" in str(chart.border_subtitle) and "■ baseline after a run" in lines[-1]
         assert "9" in lines[0] and "MiB┤" in lines[0] and not lines[-2].lstrip().startswith("0")  # the baselines' own axis
+
+
+async def test_the_tokens_are_coloured_by_origin_and_by_latency_as_o_cycles():
+    """Steps through the screen as the engine sends them: a verify step's accepted drafts (its
+    drafted_chars) underlined in the origin colouring, each step's time a token against the run's
+    median in the latency colouring; `o` re-styles what is kept, and the legend says what is what."""
+    from monitors.events import Levers, RunStarted, Step
+    from tui_app.core.session import Session
+    from tui_app.ui.screens.monitor import MonitorScreen
+
+    def step(n, text, ms, tokens=1, accepted=0, drafted_chars=0, kind="decode"):
+        return Step(
+            run_id=1,
+            step=n,
+            kind=kind,
+            token_ids=[0] * tokens,
+            text=text,
+            n_tokens=tokens,
+            t_ns=0,
+            dt_ns=int(ms * 1e6),
+            forward_ns=0,
+            kv_bytes=0,
+            kv_alloc_bytes=0,
+            seq_len=0,
+            proposed=accepted,
+            accepted=accepted,
+            drafted_chars=drafted_chars,
+        )
+
+    screen = MonitorScreen(Session(), "engine")
+
+    class Screened(App):
+        def on_mount(self):
+            self.push_screen(screen)
+
+    async with Screened().run_test(size=(160, 45)) as pilot:
+        await pilot.pause()
+        screen.show(RunStarted(run_id=1, levers=Levers(spec="lookup"), prompt_tokens=3, max_new_tokens=30, prompt_text="Say it.", preset="short"))
+        screen.show(step(1, "Once", 80, kind="prefill"))  # before any median: no heat
+        for n in range(2, 12):
+            screen.show(step(n, " upon", 10))
+        screen.show(step(12, " a time there", 30, tokens=3, accepted=2, drafted_chars=7, kind="verify"))  # 10 ms a token
+        screen.show(step(13, " was", 50))  # 5× the median
+        screen.redraw(running=True, force=True)
+        pane = screen.tokens
+
+        def styled(want: str) -> str:
+            return "".join(seg.text for strip in pane._strips for seg in strip if seg.style and want in str(seg.style))
+
+        assert not styled("underline") and pane.colouring == "plain" and not pane.border_subtitle
+        assert pane.next_colouring() == "origin"
+        pane.redraw(force=True)
+        assert styled("underline") == " a time", "the two accepted drafts, not the target's own ' there'"
+        assert "accepted draft" in str(pane.border_subtitle)
+        assert pane.next_colouring() == "latency"
+        pane.redraw(force=True)
+        assert styled("reverse red") == " was" and not styled("underline")
+        assert styled("green").startswith(" upon") and " a time there" in styled("green")
+        assert "Once" not in styled("red") + styled("green") + styled("yellow"), "the first token had no median to be weighed by"
+        assert "≤1.25×" in str(pane.border_subtitle)
+        assert pane.next_colouring() == "plain"
+        pane.redraw(force=True)
+        assert not styled("reverse red") and not styled("underline")

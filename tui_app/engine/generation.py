@@ -77,7 +77,9 @@ class _Run:
         """The Step event of the step that just made `new` (row 0's tokens), its interval since the last emission."""
         # Every token but the newest is in the cache (verify steps crop the rejected ones).
         kv = measure_cache(self.cache, len(self.tokens[0]) - 1)
-        delta = self.text.push(new)
+        # The accepted drafts' text apart from the target's own token after them (the token pane's colouring).
+        drafted = self.text.push(new[:accepted]) if accepted else ""
+        delta = drafted + (self.text.push(new[accepted:]) if new[accepted:] else "")
         self.steps += 1
         t1 = now_ns()
         dt_ns = t1 - self.last_emit - (phases_ns - self.phases_at)
@@ -99,6 +101,7 @@ class _Run:
             proposed=proposed,
             accepted=accepted,
             compute_ns=compute_ns,
+            drafted_chars=len(drafted),
         )
 
 

@@ -364,6 +364,10 @@ class TokentopApp(PacedApp):
         self.monitor.leak_view()
         self.monitor.redraw(self.running, force=True)
 
+    def action_colouring(self) -> None:
+        self.notify(f"tokens coloured: {self.monitor.tokens.next_colouring()}")
+        self.monitor.redraw(self.running, force=True)
+
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 

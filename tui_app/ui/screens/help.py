@@ -25,6 +25,7 @@ HELP = """\
 | `r` | rerun the prompt |
 | `space` | pause / resume generation |
 | `a` | auto-repeat: run in a loop (demos, leak watching) |
+| `o` | colour the tokens: plain → by origin (accepted drafts underlined) → by latency (against the run's median) |
 | `m` | measure the memory read rate again (the `mem bw` figure's reference) |
 | `v` | next chart, when the terminal is too small for all of them (under 120×34) |
 | `x` | X-ray of an attached server's run: a bar per stream, the server's phases from the send, the client's chunks over them |
@@ -38,7 +39,7 @@ a lever (or `l`) applies to the next run, which `r` starts; a change that needs 
 cache rebuilt re-prefills the whole text, shown as a labelled spike. A lever the device or the
 current setting cannot do is refused with the reason.
 
-**Panes.** *tokens*: the prompt dimmed, lever switches inline. *per-token latency*: inter-token
+**Panes.** *tokens*: the prompt dimmed, lever switches inline, coloured as `o` says (its legend under the pane). *per-token latency*: inter-token
 latency of each token, TTFT marked, lever switches as vertical marks, mean and p95 lines.
 *KV cache*: bytes measured from the cache object over the formula
 2 × bytes/elem × batch × seq_len × layers × kv_heads × head_dim. *utilization*: CPU %, GPU busy %

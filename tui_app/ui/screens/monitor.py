@@ -5,7 +5,10 @@ not queries: with a modal open, queries search the modal's screen."""
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Iterable
+from itertools import groupby
+from statistics import median
 
 from textual.app import ComposeResult
 from textual.containers import Container, Horizontal
@@ -23,12 +26,33 @@ from tui_app.ui.widgets.memory_chart import MemoryChart
 from tui_app.ui.widgets.runs_table import RunsTable
 from tui_app.ui.widgets.server_pane import ServerPane
 from tui_app.ui.widgets.status_bar import StatusBar
-from tui_app.ui.widgets.token_stream import TokenStream
+from tui_app.ui.widgets.token_stream import TokenStream, heat
 from tui_app.ui.widgets.util_chart import UtilChart
 
 CHARTS = ("latency", "kv", "memory", "util")
 NARROW_W, NARROW_H = 120, 34
 TINY_W, TINY_H = 60, 16
+
+
+class RunLatency:
+    """The heat of a step's tokens for the token pane's latency colouring: its time a token over
+    the median of the run's decode steps so far (the last 256), taken again every 8 steps so that a
+    fast server's thousands of chunks a second cost little; -1 before the first median."""
+
+    def __init__(self):
+        self.per_token: deque[float] = deque(maxlen=256)
+        self.steps = 0
+        self.median = 0.0
+
+    def heat(self, ev: Step) -> int:
+        each = ev.dt_ns / max(ev.n_tokens, 1)
+        level = heat(each / self.median) if self.median > 0 else -1
+        if ev.kind != "prefill":
+            self.per_token.append(each)
+            self.steps += 1
+            if self.steps % 8 == 1:
+                self.median = median(self.per_token)
+        return level
 
 
 class MonitorScreen(Screen):
@@ -40,7 +64,8 @@ class MonitorScreen(Screen):
         self.session = session
         self.kind = kind
         self.above = list(above)
-        self._text: list[str] = []  # this frame's tokens, added to the text pane once per frame
+        self._text: list[tuple[str, str, int]] = []  # this frame's tokens (text, origin, heat), added once per frame
+        self._latency = RunLatency()
         self._table_t = 0.0
         self.status = StatusBar(id="status")
         self.tokens = TokenStream(id="tokens")
@@ -75,14 +100,18 @@ class MonitorScreen(Screen):
         """What an event changes on the panes: the text (lever switches and errors marked inline),
         which panes redraw at the end of the frame, and what it says in a notification."""
         if isinstance(ev, Step):
+            level = self._latency.heat(ev)
             if ev.text and not (self.session.levers.server and ev.segment):  # a server run's first stream is the one shown
-                self._text.append(ev.text)
+                if ev.drafted_chars:
+                    self._text.append((ev.text[: ev.drafted_chars], "drafted", level))
+                self._text.append((ev.text[ev.drafted_chars :], "", level))
             self.mark("latency", "kv")
             return
         self.flush_text()  # what follows in the pane comes after the text so far
         if isinstance(ev, Sampled):
             self.mark("memory", "util")
         elif isinstance(ev, RunStarted):
+            self._latency = RunLatency()
             self.tokens.add_prompt(ev.run_id, ev.prompt_text, ev.levers.label())
             self.mark("runs", "latency", "kv")
         elif isinstance(ev, RunFinished):
@@ -110,9 +139,9 @@ class MonitorScreen(Screen):
 
     def flush_text(self) -> None:
         """The frame's tokens into the text pane at once: a fast server sends thousands a second."""
-        if self._text:
-            self.tokens.add_text("".join(self._text))
-            self._text.clear()
+        for (origin, level), parts in groupby(self._text, key=lambda part: part[1:]):
+            self.tokens.add_text("".join(text for text, _, _ in parts), origin, level)
+        self._text.clear()
 
     def mark(self, *names: str) -> None:
         for name in names:

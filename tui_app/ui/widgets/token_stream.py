@@ -1,4 +1,7 @@
-"""The text as it is generated: the prompt dimmed, lever switches marked inline.
+"""The text as it is generated: the prompt dimmed, lever switches marked inline, and the tokens
+coloured (`o`) by what made them: plain, by origin under speculative decoding (the accepted drafts
+underlined, the target's own plain), or by latency (each step's time a token against the run's
+median so far). Every chunk keeps its origin and heat, so switching re-styles what is kept.
 
 Drawn through the line API from wrapped lines that are kept between frames: a finished paragraph
 is wrapped once, and a frame re-wraps only the paragraph still growing. Re-wrapping the visible
@@ -22,6 +25,22 @@ from tui_app.ui.widgets.pane import LinePane
 MAX_CHUNKS = 4000  # what a resize re-wraps from
 MAX_LINES = 1000  # wrapped lines kept; far more than any terminal shows
 FREEZE_CHARS = 2000  # a paragraph longer than this has all but its last line frozen
+COLOURINGS = ("plain", "origin", "latency")
+DRAFTED = "underline green"  # underlined: readable in 16 colours, without colour and in --ascii
+# Heat a token: its step's time a token over the run's median so far, up to HEAT_BOUNDS[i]; bold
+# and reverse say it without colour.
+HEAT_BOUNDS = (1.25, 2.0, 4.0)
+HEAT_STYLES = ("green", "yellow", "bold red", "bold reverse red")
+LEGENDS = {
+    "plain": "",
+    "origin": f"o: origin [{DRAFTED}]accepted draft[/]  the target's own",
+    "latency": "o: latency vs the run's median  "
+    + "  ".join(f"[{st}]{label}[/]" for st, label in zip(HEAT_STYLES, ("≤1.25×", "≤2×", "≤4×", "slower"), strict=True)),
+}
+
+
+def heat(ratio: float) -> int:
+    return next((i for i, bound in enumerate(HEAT_BOUNDS) if ratio <= bound), len(HEAT_BOUNDS))
 
 
 class TokenStream(LinePane):
@@ -36,7 +55,9 @@ class TokenStream(LinePane):
 
     def __init__(self, *, id: str | None = None, classes: str | None = None):
         super().__init__(id=id, classes=classes)
-        self.chunks: deque[tuple[str, str]] = deque(maxlen=MAX_CHUNKS)
+        # (text, its own style, origin "drafted" or "", heat or -1): the last two styled by the colouring
+        self.chunks: deque[tuple[str, str, str, int]] = deque(maxlen=MAX_CHUNKS)
+        self.colouring = "plain"
         self.border_title = "tokens"
         self._done: deque[Strip] = deque(maxlen=MAX_LINES)  # lines of finished paragraphs
         self._done_total = 0  # lines ever put in _done: the number of the line after its last
@@ -49,16 +70,31 @@ class TokenStream(LinePane):
         self._add(f" run {run_id} · {levers} ", "reverse")
         self._add("\n" + text.strip() + "\n", "dim")
 
-    def add_text(self, text: str) -> None:
+    def add_text(self, text: str, origin: str = "", heat: int = -1) -> None:
         if text:
-            self._add(text, "")
+            self._add(text, "", origin, heat)
 
     def add_mark(self, label: str, error: bool = False) -> None:
         self._add(f"⟨{label}⟩", "bold red" if error else "bold black on yellow")
 
-    def _add(self, text: str, style: str) -> None:
-        self.chunks.append((text, style))
-        self._feed(text, style)
+    def next_colouring(self) -> str:
+        self.colouring = COLOURINGS[(COLOURINGS.index(self.colouring) + 1) % len(COLOURINGS)]
+        self.border_subtitle = LEGENDS[self.colouring]
+        if self._width:
+            self._rewrap()
+        self.dirty = True
+        return self.colouring
+
+    def _style(self, style: str, origin: str, heat: int) -> str:
+        if style or self.colouring == "plain":
+            return style
+        if self.colouring == "origin":
+            return DRAFTED if origin == "drafted" else ""
+        return HEAT_STYLES[heat] if heat >= 0 else ""
+
+    def _add(self, text: str, style: str, origin: str = "", heat: int = -1) -> None:
+        self.chunks.append((text, style, origin, heat))
+        self._feed(text, self._style(style, origin, heat))
         self.dirty = True
 
     def _feed(self, text: str, style: str) -> None:
@@ -89,8 +125,8 @@ class TokenStream(LinePane):
         self._done.clear()
         self._done_total = 0
         self._para = Text()
-        for text, style in self.chunks:
-            self._feed(text, style)
+        for text, style, origin, heat in self.chunks:
+            self._feed(text, self._style(style, origin, heat))
 
     def draw(self, width: int, height: int) -> list[Strip]:
         if width != self._width:
