@@ -7,6 +7,7 @@ lookup on the long (summarize-this) prompt, so every pane has something to show;
 picture: the real llama.cpp server (xllamacpp) on the bundled GGUF, one stream, then four. The
 leak pictures: the leak view catching `--demo-leak 1` at 160×45 and 80×24. The anatomy picture:
 a step's anatomy under plain, compile and int4 side by side (p, with m's read ceiling). The
+colours picture: prompt lookup on the story prompt, its accepted drafts underlined (o). The
 demo picture: `tokentop demo`'s caption over three steps of the default tour. The fleet picture:
 a real Prometheus (Debian's) scraping three real llama.cpp servers every second, tokentop's own
 runs on the first, two streams of other traffic on the second, the third stopped (a replica down),
@@ -124,6 +125,20 @@ async def shoot_anatomy(size: tuple[int, int]) -> str:
         await pilot.pause(1.0)
         svg = app.save_screenshot(filename=f"tokentop-anatomy-{size[0]}x{size[1]}.svg", path=HERE)
         await pilot.press("escape", "q")
+    return to_png(svg, size)
+
+
+async def shoot_colours(size: tuple[int, int]) -> str:
+    """The tokens coloured by origin (o): prompt lookup on the story prompt, its accepted drafts
+    underlined."""
+    app = TokentopApp(engine_source(EngineConfig()), RunRequest(preset="story", max_new_tokens=120, ignore_eos=True), sampler=Sampler(hz=4), fps=8)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: not app.running and len(app.session.finished_ids) >= 1)
+        await pilot.press("s", "o", "r")
+        await until(pilot, lambda: not app.running and len(app.session.finished_ids) >= 2)
+        await pilot.pause(1.0)
+        svg = app.save_screenshot(filename=f"tokentop-colours-{size[0]}x{size[1]}.svg", path=HERE)
+        await pilot.press("q")
     return to_png(svg, size)
 
 
@@ -336,6 +351,9 @@ def main() -> int:
     if sys.argv[1:] == ["anatomy"]:  # this one alone: the model's runs under three lever mixes
         print("wrote", asyncio.run(shoot_anatomy((160, 45))))
         return 0
+    if sys.argv[1:] == ["colours"]:  # this one alone: two runs of the story prompt
+        print("wrote", asyncio.run(shoot_colours((160, 45))))
+        return 0
     if sys.argv[1:] == ["headroom"]:  # this one alone: a sweep of a few minutes, no browser
         print("wrote", headroom())
         return 0
@@ -351,6 +369,7 @@ def main() -> int:
         print("wrote", asyncio.run(shoot_leak(size)))
     print("wrote", asyncio.run(shoot_demo((160, 45))))
     print("wrote", asyncio.run(shoot_anatomy((160, 45))))
+    print("wrote", asyncio.run(shoot_colours((160, 45))))
     print("wrote", asyncio.run(shoot_fleet((160, 45))))
     with tempfile.TemporaryDirectory() as tmp:
         for png in xray_pictures(tmp):

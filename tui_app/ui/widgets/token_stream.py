@@ -33,9 +33,9 @@ HEAT_BOUNDS = (1.25, 2.0, 4.0)
 HEAT_STYLES = ("green", "yellow", "bold red", "bold reverse red")
 LEGENDS = {
     "plain": "",
-    "origin": f"o: origin [{DRAFTED}]accepted draft[/]  the target's own",
-    "latency": "o: latency vs the run's median  "
-    + "  ".join(f"[{st}]{label}[/]" for st, label in zip(HEAT_STYLES, ("≤1.25×", "≤2×", "≤4×", "slower"), strict=True)),
+    "origin": f"o: origin · [{DRAFTED}]accepted draft[/] · the target's own",
+    "latency": "o: latency vs the run's median · "
+    + " ".join(f"[{st}]{label}[/]" for st, label in zip(HEAT_STYLES, ("≤1.25×", "≤2×", "≤4×", "slower"), strict=True)),
 }
 
 
