@@ -1,14 +1,14 @@
 """The architectures people run, each lever on each (docs/models.md has the table): Qwen3, Mistral
 with a sliding window shorter than the run, Phi-3, GPT-2 and Qwen3-MoE, each a small config with
 seeded weights made here (tokentop downloads nothing). Every lever generates every token asked for,
-the exact ones (no cache, prompt lookup, a draft, batch 2) the plain greedy tokens; int8/int4 run,
+the exact ones (no cache, prompt lookup, a draft, batch 2, compile) the plain greedy tokens; int8/int4 run,
 or are refused with the reason where they would leave most weights in full precision (GPT-2's
 Conv1D, an MoE's 3-D experts). The MoE's bytes a step reads count its active experts only."""
 
 import pytest
 import torch
 
-from monitors.events import Bandwidth, EngineError, LeverRefused, Step
+from monitors.events import Bandwidth, EngineError, LeverRefused, Phase, Step
 from tests.helpers.tiny_models import save_tiny
 from tui_app.commands.bench import apply_levers
 from tui_app.engine.generation import Engine, EngineConfig
@@ -70,8 +70,10 @@ def _tokens(engine, combo) -> list[int]:
 @pytest.mark.slow
 def test_every_lever_on_each_architecture(arch):
     plain = _tokens(arch, {})
-    for combo in ({"cache": False}, {"spec": "lookup"}, {"spec": "draft"}, {"batch": 2}):
+    for combo in ({"cache": False}, {"spec": "lookup"}, {"spec": "draft"}, {"batch": 2}, {"compile": True}):
         assert _tokens(arch, combo) == plain, (arch.arch, combo)
+        if "compile" in combo:  # the decode step ran compiled, not refused or fallen back
+            assert arch.levers.compile and any(isinstance(e, Phase) and e.name == "compile" and e.done for e in arch.events), arch.arch
     for level in ("int8", "int4"):
         if arch.arch in ("gpt2", "qwen3moe"):
             arch.events.clear()
