@@ -3,7 +3,9 @@ with a sliding window shorter than the run, Phi-3, GPT-2 and Qwen3-MoE, each a s
 seeded weights made here (tokentop downloads nothing). Every lever generates every token asked for,
 the exact ones (no cache, prompt lookup, a draft, batch 2, compile) the plain greedy tokens; int8/int4 run,
 or are refused with the reason where they would leave most weights in full precision (GPT-2's
-Conv1D, an MoE's 3-D experts). The MoE's bytes a step reads count its active experts only."""
+Conv1D); an MoE's 3-D experts are quantized with the rest. The MoE's bytes a step reads count its active experts only."""
+
+import math
 
 import pytest
 import torch
@@ -11,6 +13,7 @@ import torch
 from monitors.events import Bandwidth, EngineError, LeverRefused, Phase, Step
 from tests.helpers.tiny_models import save_tiny
 from tui_app.commands.bench import apply_levers
+from tui_app.engine import levers as lv
 from tui_app.engine.generation import Engine, EngineConfig
 from tui_app.requests import Probe, RunRequest
 
@@ -75,15 +78,45 @@ def test_every_lever_on_each_architecture(arch):
         if "compile" in combo:  # the decode step ran compiled, not refused or fallen back
             assert arch.levers.compile and any(isinstance(e, Phase) and e.name == "compile" and e.done for e in arch.events), arch.arch
     for level in ("int8", "int4"):
-        if arch.arch in ("gpt2", "qwen3moe"):
+        if arch.arch == "gpt2":
             arch.events.clear()
             assert apply_levers(arch, {"quant": level}) != ""
             (refused,) = [e for e in arch.events if isinstance(e, LeverRefused)]
-            why = "Conv1D" if arch.arch == "gpt2" else "experts' 3-D parameters"
-            assert why in refused.reason and arch.levers.quant == "off", refused.reason
+            assert "Conv1D" in refused.reason and arch.levers.quant == "off", refused.reason
+        elif arch.arch == "qwen3moe" and not lv._own(arch.model, level, arch.device):  # no kernel of ours here: torchao's path
+            assert "torchao's" in apply_levers(arch, {"quant": level}) and arch.levers.quant == "off"
         else:
             _tokens(arch, {"quant": level})
             assert arch.levers.quant == level
+    apply_levers(arch, {})
+
+
+def test_an_moes_experts_are_quantized_and_counted_by_their_active_share(arch):
+    """Qwen3-MoE's 3-D experts under int8: each expert's two matrices int8 layers (experts.py), about
+    a quarter of the file's fp32 bytes of them (one byte a weight, a scale a row, rows padded); the
+    bytes a step reads count k/n of them, beside the fp model's count of the same kind."""
+    if arch.arch != "qwen3moe":
+        pytest.skip("the MoE's experts")
+    from safetensors import safe_open
+
+    from tui_app.engine import bandwidth
+    from tui_app.engine.experts import QuantExperts
+    from tui_app.engine.quant import Int8Linear
+
+    with safe_open(str(arch.folder / "model.safetensors"), "pt") as f:
+        file_experts = sum(4 * math.prod(f.get_slice(n).get_shape()) for n in f.keys() if ".experts." in n)  # noqa: SIM118
+    _tokens(arch, {"quant": "int8"})
+    variant = arch.control.variants["int8"]
+    blocks = [m for m in variant.modules() if isinstance(m, QuantExperts)]
+    assert len(blocks) == arch.model.config.num_hidden_layers
+    layers = [layer for m in blocks for layer in (*m.gate_up, *m.down)]
+    assert all(isinstance(layer, Int8Linear) for layer in layers) and len(layers) == 2 * 8 * len(blocks)
+    packed = sum(layer.nbytes() for layer in layers)
+    assert 0.25 * file_experts <= packed <= 0.3 * file_experts, packed / file_experts
+    cfg = arch.model.config
+    idle = 1 - cfg.num_experts_per_tok / cfg.num_experts
+    every = sum(bandwidth.tensor_bytes(t) for t in bandwidth._read_tensors(variant))
+    assert bandwidth.weight_bytes(variant) == every - round(idle * packed)
     apply_levers(arch, {})
 
 
@@ -92,7 +125,6 @@ def test_an_moe_step_reads_its_active_experts_only(arch):
     untied input embedding a row a token (left out), the experts' k/n of them."""
     if arch.arch != "qwen3moe":
         pytest.skip("the MoE's count; the dense models' is test_anatomy's roofline test")
-    import math
 
     from safetensors import safe_open
 

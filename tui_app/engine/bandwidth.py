@@ -19,6 +19,8 @@ import time
 
 import torch
 
+from tui_app.engine.experts import QuantExperts
+
 MIN_SPAN = 1 << 20
 ALIGN = 64  # pages.adopt starts each weight on a multiple of this
 REPEATS = 5
@@ -67,7 +69,10 @@ def weight_bytes(model) -> int:
     n for one token, so k/n of their bytes (a batch or a verify step reads more of them)."""
     moe = _experts(model)
     active = moe[1] / moe[0] if moe else 1.0
-    return sum(round(tensor_bytes(t) * (active if t.dim() >= 3 else 1.0)) for t in _read_tensors(model))
+    total = sum(round(tensor_bytes(t) * (active if t.dim() >= 3 else 1.0)) for t in _read_tensors(model))
+    # Quantized experts lie in the pools beside the other layers: their idle share is taken off by layer.
+    quantized = sum(layer.nbytes() for m in model.modules() if isinstance(m, QuantExperts) for layer in (*m.gate_up, *m.down))
+    return total - round(quantized * (1 - active))
 
 
 def spans(model, min_bytes: int = MIN_SPAN) -> list[torch.Tensor]:

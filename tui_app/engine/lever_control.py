@@ -98,7 +98,7 @@ class LeverControl:
                 impl = lv.quant_impl(self.device, self.dtype)[value]
                 if impl.startswith("refused"):
                     return f"{value} on {self.device}: {impl.removeprefix('refused: ')}"
-                if why := lv.quant_refusal(self.model, value):
+                if why := lv.quant_refusal(self.model, value, self.device):
                     return why
         elif name == "spec":
             if value not in SPEC_MODES:

@@ -21,7 +21,7 @@ import copy
 
 import torch
 
-from . import native
+from . import experts, native
 from .quant import GROUP, Int4Linear, int4_weights, int8_weights
 
 
@@ -54,8 +54,15 @@ def quant_note(level: str, device: str, variant: torch.nn.Module) -> str:
 
 
 def _own_int4(model: torch.nn.Module) -> bool:
-    """Our int4 needs its kernel and rows that split into whole groups; else torchao's."""
-    return native.load("int4_linear") is None and all(m.in_features % GROUP == 0 for m in model.modules() if isinstance(m, torch.nn.Linear))
+    """Our int4 needs its kernel and rows that split into whole groups (an expert's too); else torchao's."""
+    widths = [m.in_features for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    widths += [p.shape[-1] for m in model.modules() if experts.replaceable(m) for p in (m.gate_up_proj, m.down_proj)]
+    return native.load("int4_linear") is None and all(w % GROUP == 0 for w in widths)
+
+
+def _own(model: torch.nn.Module, level: str, device: str) -> bool:
+    """Whether tokentop's own int8/int4 (quant.py) does this level here, rather than torchao."""
+    return not device.startswith("cuda") and (level == "int8" or _own_int4(model))
 
 
 def _not_lm_head(module: torch.nn.Module, fqn: str) -> bool:
@@ -63,19 +70,21 @@ def _not_lm_head(module: torch.nn.Module, fqn: str) -> bool:
     return isinstance(module, torch.nn.Linear) and not fqn.endswith(("lm_head", "embed_out"))
 
 
-def quant_refusal(model: torch.nn.Module, level: str) -> str:
-    """Why int8/int4 cannot do on this model what they say (only nn.Linear layers are
-    replaced), or ''. GPT-2's Conv1D layers would stay in full precision; so would an MoE's
-    experts where transformers keeps them as 3-D parameters (Qwen3-MoE, Mixtral), most of its bytes."""
+def quant_refusal(model: torch.nn.Module, level: str, device: str) -> str:
+    """Why int8/int4 cannot do on this model what they say, or ''. GPT-2's Conv1D layers would stay
+    in full precision; so would an MoE's experts kept as 3-D parameters (Qwen3-MoE, Mixtral), most
+    of its bytes, where torchao quantizes (nn.Linear layers only) or the experts are of a kind
+    experts.py does not know; tokentop's own int8/int4 quantize them."""
     if not any(_not_lm_head(m, n) for n, m in model.named_modules()):
         return f"{level}: this model has no nn.Linear layers to quantize (GPT-2 style Conv1D)"
-    experts = sum(p.numel() * p.element_size() for p in model.parameters() if p.dim() >= 3)
+    handled = {id(p) for m in model.modules() if experts.replaceable(m) for p in m.parameters()} if _own(model, level, device) else set()
+    left = sum(p.numel() * p.element_size() for p in model.parameters() if p.dim() >= 3 and id(p) not in handled)
     linear = sum(m.weight.numel() * m.weight.element_size() for n, m in model.named_modules() if _not_lm_head(m, n))
-    if experts > linear:
-        share = experts / (experts + linear)
+    if left > linear:
+        share = left / (left + linear)
         return (
-            f"{level}: {share:.0%} of this model's layer weights are its experts' 3-D parameters, which tokentop's "
-            "int8/int4 (nn.Linear layers only) would leave in full precision"
+            f"{level}: {share:.0%} of this model's layer weights are its experts' 3-D parameters, which "
+            f"{'tokentop' if _own(model, level, device) else 'torchao'}'s {level} would leave in full precision"
         )
     return ""
 
@@ -85,9 +94,9 @@ def quantize(model: torch.nn.Module, level: str, device: str, dtype: torch.dtype
     impl = quant_impl(device, dtype)[level]
     if impl.startswith("refused"):
         raise LeverError(f"{level} on {device}: {impl.removeprefix('refused: ')}")
-    if why := quant_refusal(model, level):
+    if why := quant_refusal(model, level, device):
         raise LeverError(why)
-    if not device.startswith("cuda") and (level == "int8" or _own_int4(model)):
+    if _own(model, level, device):
         # The copy shares every fp tensor with the original (embedding, norms): only the linear
         # layers are replaced, so the variant costs its packed bytes, not a second fp model.
         shared = {id(t): t for t in list(model.parameters()) + list(model.buffers())}

@@ -30,6 +30,7 @@ from itertools import pairwise
 import torch
 
 from . import native, pages
+from .experts import replace_experts
 
 GROUP = 32  # int4 weights per scale and min
 TILE = 16  # rows stored together: one per int32 lane of the VNNI kernels' AVX-512 vectors
@@ -80,6 +81,10 @@ class _QuantLinear(torch.nn.Module):
             return t
         start, shape = self.pooled[name]
         return t[start : start + math.prod(shape)].view(shape)
+
+    def nbytes(self) -> int:
+        """Bytes of this layer's packed weights, its slices of the pools included."""
+        return sum((math.prod(self.pooled[n][1]) if n in self.pooled else getattr(self, n).numel()) * getattr(self, n).element_size() for n in self.packs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel and x.dtype == torch.float32:
@@ -168,11 +173,12 @@ class Int4Linear(_QuantLinear):
 
 
 def _replace_linears(model: torch.nn.Module, make) -> torch.nn.Module:
+    """Every nn.Linear of `model` and each expert of an MoE's 3-D experts (experts.py), in place."""
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if isinstance(child, torch.nn.Linear):
                 setattr(module, name, make(child))
-    return model
+    return replace_experts(model, make)
 
 
 def _pool(model: torch.nn.Module) -> torch.nn.Module:
