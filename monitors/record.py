@@ -24,7 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from monitors.events import EngineError, Event, EventDecodeError, LeverChanged, RunFinished, UnknownEventType, from_json, to_json
+from monitors.codec import Event, EventDecodeError, UnknownEventType, from_json, to_json
+from monitors.events import EngineError, LeverChanged, RunFinished
 from monitors.files import is_full, write_error
 from monitors.text import plural
 

@@ -21,7 +21,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from monitors.events import EngineError, Event
+from monitors.codec import Event
+from monitors.events import EngineError
 from tui_app.requests import Shutdown, Stop
 
 UI_NICE = 5  # how far the UI steps back from the processes it measures (yield_to_children)

@@ -1,6 +1,7 @@
 import pytest
 
-from monitors.events import Levers, Phase, RunFinished, RunStarted, Step, to_json
+from monitors.codec import to_json
+from monitors.events import Levers, Phase, RunFinished, RunStarted, Step
 from monitors.record import Recorder, RecordError, read_recording
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import errno
 
-from monitors.events import RunFinished, to_json
+from monitors.codec import to_json
+from monitors.events import RunFinished
 from monitors.files import write_error
 from monitors.record import FLUSH_BYTES, Recorder, read_recording
 from tests.helpers.synthetic import session_events

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from benchmarks._tmux import TmuxApp
-from monitors.events import to_json
+from monitors.codec import to_json
 from monitors.record import read_recording
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")

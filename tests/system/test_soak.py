@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from benchmarks.soak import heap_parts, replay_growth, soak
+from benchmarks._heap import heap_parts
+from benchmarks.soak import replay_growth, soak
 
 
 @pytest.mark.slow

@@ -21,7 +21,6 @@ import json
 import math
 import os
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -44,8 +43,8 @@ from monitors.redact import redact
 from monitors.servers import OPENAI, EngineTable, MetricsWindow, Quantiles
 from tui_app.attach.errors import AttachError, api_base, describe_failure, describe_status, host_port, server_root
 from tui_app.attach.metrics import detect, scrape
-from tui_app.attach.pooled import NotAStream, drained, env_proxy, sse_data, sse_post
-from tui_app.attach.sse import ChunkReader, StreamResult, run_end
+from tui_app.attach.pooled import NotAStream, env_proxy, sse_post, token_chunks
+from tui_app.attach.sse import Answers, StreamResult, run_end
 from tui_app.attach.tracing import Tracing
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32)
@@ -133,7 +132,7 @@ class ServerClient:
         self.pid: int | None = None
         self.n_ctx: int | None = None
         self.run_id = cfg.first_run_id - 1
-        self._answers = Answers(cfg)
+        self._answers = Answers(cfg.temperature)
         self._inflight: list[StreamResult] = []  # every stream now open, of every run (a bench runs several)
         self._metrics_error = ""
         self.tracing = Tracing(emit)
@@ -414,30 +413,6 @@ class ServerClient:
         return ev
 
 
-class Answers:
-    """Greedy output against this server's first greedy answer to the same request: a server that
-    batches or runs speculation may not be deterministic, and this shows it."""
-
-    def __init__(self, cfg: AttachConfig):
-        self.cfg = cfg
-        self._first: dict[tuple, str] = {}
-
-    def note(self, key: tuple, text: str, reason: str) -> str:
-        """The runs table's note for this answer to the request `key`; the first complete one is the reference."""
-        if self.cfg.temperature > 0:
-            return "sampled: not compared"
-        if reason not in ("eos", "max tokens"):
-            return reason
-        ref = self._first.get(key)
-        if ref is None:
-            self._first[key] = text
-            return "reference"
-        if ref == text:
-            return "identical"
-        at = next((i for i, (a, b) in enumerate(zip(ref, text, strict=False)) if a != b), min(len(ref), len(text)))
-        return f"differs at char {at}"
-
-
 def lever_answer(name: str, value, levers: Levers, engine: str) -> LeverChanged | LeverRefused:
     """What a server's client says to a lever: the number of streams it opens changes; the levers
     the server set when it started (SERVER_OWNED) and any other are refused, with what to do."""
@@ -451,21 +426,3 @@ def lever_answer(name: str, value, levers: Levers, engine: str) -> LeverChanged 
     if value not in CONCURRENCY:
         return LeverRefused(lever=name, value=value, reason=f"concurrency must be one of {', '.join(map(str, CONCURRENCY))}")
     return LeverChanged(run_id=None, lever="batch", value=value, levers=Levers(batch=value, server=levers.server))
-
-
-async def token_chunks(r: aiohttp.ClientResponse, out: StreamResult) -> AsyncIterator[tuple[str, int, int]]:
-    """(text, tokens, arrival ns) of each chunk of an SSE stream that brings tokens, read into `out`;
-    the stream ends at [DONE], at its end, or at an error (then without the text still waiting)."""
-    reader = ChunkReader(out)
-    events = sse_data(r)
-    async for data in events:
-        t = now_ns()
-        got = reader.read(data)
-        if out.error:
-            return
-        if out.done:
-            await drained(events)
-            break
-        if got is not None:
-            yield (*got, t)
-    reader.close()

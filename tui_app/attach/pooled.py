@@ -34,6 +34,9 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from monitors.events import now_ns
+from tui_app.attach.sse import ChunkReader, StreamResult
+
 DRAIN_S = 0.2  # a server that keeps the body open after [DONE] is not waited for longer
 
 
@@ -140,3 +143,21 @@ async def sse_post(session: aiohttp.ClientSession, url: str, body: dict, headers
                 if isinstance(exc, aiohttp.ClientConnectorError) or send == SENDS - 1:
                     raise  # no connection was made, or none answered: nothing more to send it on
         yield resp
+
+
+async def token_chunks(r: aiohttp.ClientResponse, out: StreamResult) -> AsyncIterator[tuple[str, int, int]]:
+    """(text, tokens, arrival ns) of each chunk of an SSE stream that brings tokens, read into `out`;
+    the stream ends at [DONE], at its end, or at an error (then without the text still waiting)."""
+    reader = ChunkReader(out)
+    events = sse_data(r)
+    async for data in events:
+        t = now_ns()
+        got = reader.read(data)
+        if out.error:
+            return
+        if out.done:
+            await drained(events)
+            break
+        if got is not None:
+            yield (*got, t)
+    reader.close()

@@ -1,7 +1,8 @@
 """A completion stream's chunks read one at a time: the text each brings and how many tokens, by
 the server's own running count where the stream carries one (llama.cpp `timings.predicted_n`, vLLM
 and SGLang `continuous_usage_stats`), else one per chunk with text. Pure: no network, no clock;
-the client (client.py) timestamps each chunk and turns each token-bearing one into a Step.
+the client (client.py) timestamps each chunk and turns each token-bearing one into a Step. And
+a run's text against the server's first answer to the same request (Answers).
 """
 
 from __future__ import annotations
@@ -142,3 +143,27 @@ def run_end(streams: list[StreamResult], stopped: bool) -> tuple[str, int, int |
         for key in ("prompt_ms", "prompt_n", "predicted_ms", "predicted_n", "predicted_per_token_ms", "predicted_per_second"):
             details[key] = lead.timings.get(key)
     return reason, n_tokens, prompt_tokens, details
+
+
+class Answers:
+    """Greedy output against this server's first greedy answer to the same request: a server that
+    batches or runs speculation may not be deterministic, and this shows it."""
+
+    def __init__(self, temperature: float):
+        self.temperature = temperature
+        self._first: dict[tuple, str] = {}
+
+    def note(self, key: tuple, text: str, reason: str) -> str:
+        """The runs table's note for this answer to the request `key`; the first complete one is the reference."""
+        if self.temperature > 0:
+            return "sampled: not compared"
+        if reason not in ("eos", "max tokens"):
+            return reason
+        ref = self._first.get(key)
+        if ref is None:
+            self._first[key] = text
+            return "reference"
+        if ref == text:
+            return "identical"
+        at = next((i for i, (a, b) in enumerate(zip(ref, text, strict=False)) if a != b), min(len(ref), len(text)))
+        return f"differs at char {at}"

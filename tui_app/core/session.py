@@ -8,13 +8,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from itertools import islice
 
+from monitors.codec import Event
 from monitors.events import (
     AllocatorHistory,
     Anatomy,
     Bandwidth,
     EngineError,
     EngineReady,
-    Event,
     FleetReady,
     FleetSample,
     LeverChanged,

@@ -7,7 +7,8 @@ import time
 from dataclasses import replace
 from typing import Protocol
 
-from monitors.events import EngineError, EngineReady, Event, FleetReady, Levers, Step
+from monitors.codec import Event
+from monitors.events import EngineError, EngineReady, FleetReady, Levers, Step
 from tui_app.requests import Command, Pause, Resume
 
 
