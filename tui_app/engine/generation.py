@@ -78,8 +78,8 @@ class _Run:
         # Every token but the newest is in the cache (verify steps crop the rejected ones).
         kv = measure_cache(self.cache, len(self.tokens[0]) - 1)
         # The accepted drafts' text apart from the target's own token after them (the token pane's colouring).
-        drafted = self.text.push(new[:accepted]) if accepted else ""
-        delta = drafted + (self.text.push(new[accepted:]) if new[accepted:] else "")
+        drafted, own = (self.text.push(new[:accepted]) if accepted else ""), new[accepted:]
+        delta = drafted + (self.text.push(own) if own else "")
         self.steps += 1
         t1 = now_ns()
         dt_ns = t1 - self.last_emit - (phases_ns - self.phases_at)

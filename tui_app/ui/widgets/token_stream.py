@@ -20,6 +20,7 @@ from itertools import islice
 from rich.text import Text
 from textual.strip import Strip
 
+from monitors.events import cycled
 from tui_app.ui.widgets.pane import LinePane
 
 MAX_CHUNKS = 4000  # what a resize re-wraps from
@@ -78,7 +79,7 @@ class TokenStream(LinePane):
         self._add(f"⟨{label}⟩", "bold red" if error else "bold black on yellow")
 
     def next_colouring(self) -> str:
-        self.colouring = COLOURINGS[(COLOURINGS.index(self.colouring) + 1) % len(COLOURINGS)]
+        self.colouring = cycled(COLOURINGS, self.colouring)
         self.border_subtitle = LEGENDS[self.colouring]
         if self._width:
             self._rewrap()
