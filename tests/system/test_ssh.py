@@ -133,8 +133,13 @@ def test_a_slower_link_lowers_the_frame_rate_says_so_and_keeps_up(over_ssh):
     assert max(rates) < 3.2
     placed = [x for _, _, x in _staleness(over_ssh.slow, runs) if x is not None]
     assert len(placed) >= 10, f"{len(placed)} of {len(over_ssh.slow)} screens of the slow phase placed in the run's text"
-    late = max(placed[len(placed) // 2 :])
-    assert late <= 5.0, f"the screen fell {late:.1f} s behind the engine at {min(rates)}-{max(rates)} fps"
+    # Behind by up to about two frames' time on the link as the frames come (0-2.5 s here; up to 5
+    # in CI, once a run's first, larger frame took a loaded machine several seconds), where a queue
+    # grows steadily: its late half would sit 10-20 s behind, its median as much as its worst.
+    late = sorted(placed[len(placed) // 2 :])
+    median, worst = statistics.median(late), late[-1]
+    said = f"behind the engine by {median:.1f} s median, {worst:.1f} s at worst, at {min(rates)}-{max(rates)} fps"
+    assert median <= 3.0 and worst <= 10.0, said
 
 
 def test_the_figures_are_those_of_a_local_terminal(over_ssh, tmp_path):

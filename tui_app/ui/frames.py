@@ -116,8 +116,8 @@ class FramePacer:
         self._arm(min(self._next - now, POLL_S) if now < self._reply_until else self._next - now)
 
     def _draw(self, now: float, first: bool = False) -> None:
+        self.drawn.append(now)  # before the frame: the rate its status line says counts the frame itself
         self.app.tick(first)
-        self.drawn.append(now)
         if self.asked and now - self.asked[0] > LOST_S:
             self.asked.clear()
         self.app.call_after_refresh(self._ask)  # after the frame's own bytes: its answer comes behind them
