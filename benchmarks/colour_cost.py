@@ -17,9 +17,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from monitors.events import Step
+from monitors.text import IncrementalDecoder
 from tui_app.commands.bench import apply_levers
 from tui_app.engine.config import EngineConfig
-from tui_app.engine.decoding import IncrementalDecoder
 from tui_app.engine.generation import Engine
 from tui_app.requests import RunRequest
 from tui_app.ui.screens.monitor import RunLatency

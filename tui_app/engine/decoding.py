@@ -200,28 +200,3 @@ def extend_rows(
                         new_rows[0] = add[: j + 1]
                     break
     return new_rows
-
-
-class IncrementalDecoder:
-    """Detokenizes a growing token list without re-decoding all of it each step, and without
-    emitting half a multi-byte character (byte-level BPE splits them across tokens)."""
-
-    def __init__(self, tok):
-        self.tok = tok
-        self.ids: list[int] = []
-        self.prefix = 0
-        self.read = 0
-        self.prefix_text = ""
-        self.text = ""
-
-    def push(self, new: list[int]) -> str:
-        self.ids.extend(new)
-        full = self.tok.decode(self.ids[self.prefix :], skip_special_tokens=True)
-        if full.endswith("\ufffd") or len(full) <= len(self.prefix_text):
-            return ""
-        delta = full[len(self.prefix_text) :]
-        # The next window starts at the tokens just consumed; its prefix text is decoded once here.
-        self.prefix, self.read = self.read, len(self.ids)
-        self.prefix_text = self.tok.decode(self.ids[self.prefix : self.read], skip_special_tokens=True)
-        self.text += delta
-        return delta

@@ -26,11 +26,12 @@ import torch
 from monitors.events import EngineError, EngineReady, LeverRefused, Levers, RunFinished, RunStarted, Step, now_ns
 from monitors.kvcache import measure_cache
 from monitors.system import rss_bytes, trim_heap
+from monitors.text import IncrementalDecoder
 from tui_app.engine import bandwidth
 from tui_app.engine import levers as lv
 from tui_app.engine.anatomy import StepAnatomy
 from tui_app.engine.config import EngineConfig
-from tui_app.engine.decoding import Decoder, IncrementalDecoder, PromptError, extend_rows, prompt_tokens
+from tui_app.engine.decoding import Decoder, PromptError, extend_rows, prompt_tokens
 from tui_app.engine.lever_control import MB, LeverControl, Phases, draft_model, freeze
 from tui_app.engine.memory import CudaHistory, MemoryWatch, demo_leak, history_refusal
 from tui_app.engine.models import eos_ids, load_model, model_shape, placement, resolve_device, resolve_dtype, weight_counts
