@@ -1,4 +1,5 @@
-"""Command line: `tokentop` (the TUI), `run --no-tui`, `attach`, `bench`, `replay`, `report`, `demo`, `leakcheck`, `serve`.
+"""Command line: `tokentop` (the TUI), `run --no-tui`, `attach`, `bench`, `replay`, `report`, `demo`, `leakcheck`, `serve`,
+and `tokentop -- python my_script.py` (`script`: the user's own script watched).
 
 A dispatch table: each subcommand is a module of tui_app/commands with its parser (`add_args`, from
 the shared option groups in commands/options.py), its typed `Options` and its `main`; the CLI
@@ -13,7 +14,7 @@ import sys
 
 from tui_app.core.options import EXIT_USAGE, UsageError, from_namespace, quiet_libraries
 
-COMMANDS = ("run", "serve", "bench", "replay", "attach", "report", "demo", "leakcheck")
+COMMANDS = ("run", "serve", "bench", "replay", "attach", "report", "demo", "leakcheck", "script")
 
 
 def command(name: str):
@@ -64,7 +65,9 @@ def parse(argv: list[str]):
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
+    if "--" in argv and argv[0] not in COMMANDS:  # tokentop [options] -- python my_script.py: the script watched
+        argv = ["script", *argv]
+    elif not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv = ["run", *argv]
     module, opts = parse(argv)
     if module is None:

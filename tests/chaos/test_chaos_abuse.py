@@ -43,6 +43,7 @@ class ManyRuns:
     live = False
     pid = None
     can_pause = False
+    restartable = False
     kind = "engine"
 
     def __init__(self, runs: int, per_frame: int = 200, tokens: int = 8):

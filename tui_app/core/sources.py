@@ -20,6 +20,7 @@ class EventSource(Protocol):
     can_pause: bool  # False: Pause is answered with why not (a server's stream goes on)
     step_mode: bool  # a replay released a step per key (advance) instead of on its schedule
     server_pid: int | None  # the attached server's own process, when it runs on this host
+    restartable: bool  # R starts its process again (not a user's script: it may not be safe to run twice)
 
     @property
     def pid(self) -> int | None:
@@ -60,6 +61,7 @@ class LiveSource:
     step_mode = False
     done = False
     server_pid: int | None = None
+    restartable = True
 
     def __init__(self, config, log_path: str | None = None, *, target):
         """`target`: what the process runs (the engine's `tui_app.engine.main.engine_main`); handed
@@ -178,6 +180,7 @@ class ReplaySource:
     """Releases a recording's events on their original schedule (× speed), or one step per advance()."""
 
     live = False
+    restartable = False
     pid = None
     server_pid = None
     can_pause = True

@@ -214,9 +214,13 @@ class TokentopApp(PacedApp):
     def _engine_died(self, message: str) -> None:
         self.running = False
         self.session.engine_died(message)
-        self.state = f"{message} — press R to restart; finished runs are kept"
-        self.tokens.add_mark(message, error=True)
-        self.notify(f"{message}. Press R to restart the engine.", title="engine", severity="error", timeout=15)
+        again = self.source.restartable
+        self.state = f"{message} — {'press R to restart' if again else 'q quits'}; finished runs are kept"
+        self.tokens.add_mark(message, error=again)
+        if again:
+            self.notify(f"{message}. Press R to restart the engine.", title="engine", severity="error", timeout=15)
+        else:
+            self.notify(message, title="finished", timeout=15)
         self.monitor.mark("runs")
 
     def _watching(self) -> bool:
@@ -379,8 +383,8 @@ class TokentopApp(PacedApp):
         self.push_screen(XrayScreen(self.session, Waterfall(self.session, ids[-1], id="waterfall")))
 
     def action_restart(self) -> None:
-        if not self.source.live:
-            self.notify("a replay has no engine to restart")
+        if not self.source.restartable:
+            self.notify("a replay has no engine to restart" if not self.source.live else "tokentop does not run a script again; start it again yourself")
             return
         if self.session.fatal is None and self.source.alive():
             self.push_screen(

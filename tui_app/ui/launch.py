@@ -37,7 +37,7 @@ def run_tui(opts, make_source: Callable, no_tui: str, make_app: Callable | None 
         source.close()
         if recorder is not None:
             recorder.close()
-    code = app.return_code or 0
+    code = app.return_code or getattr(source, "exit_code", None) or 0  # a watched script's exit code is tokentop's
     leave_if_stuck(code)
     return code
 

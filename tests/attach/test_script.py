@@ -1,0 +1,128 @@
+"""`tokentop -- python my_script.py`: a script that is not tokentop's (tests/attach/scripts/), on the
+default model's weights as a local folder, watched unchanged. Its text, its own per-token times
+and its exit code against what tokentop shows; Ctrl-C; a sitecustomize and a `monitors` package
+of the script's own left working; a command that cannot run, in one line."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks._tmux import TmuxApp
+from monitors.events import RunFinished, RunStarted, Step
+from monitors.record import read_recording
+
+SCRIPTS = Path(__file__).with_name("scripts")
+TOKENTOP = [sys.executable, "-m", "tui_app"]
+ROW = re.compile(r"^run (\d+) .* ITL p50 ([\d.]+) ms", re.M)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def folder() -> str:
+    from tui_app.engine.models import converted_default
+
+    return str(converted_default())
+
+
+def tokentop(*args, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([*TOKENTOP, *args], capture_output=True, text=True, timeout=300, **kw)
+
+
+def test_a_pipeline_script_is_watched_unchanged(folder, tmp_path):
+    """Each generate() of the script's pipeline is a run: its text is the script's, the ITL p50 is
+    the script's own (its own streamer's stamps) within 5 %, KV is measured from the real cache,
+    the script's stdout is its own alone, and its exit code is tokentop's."""
+    rec = tmp_path / "script.jsonl"
+    script = SCRIPTS / "pipeline_script.py"
+    done = tokentop("--no-tui", "--record", str(rec), "--", sys.executable, str(script), folder, "2", "3")
+    assert done.returncode == 3, done.stderr[-2000:]
+    texts = re.findall(r"^TEXT (.*)$", done.stdout, re.M)
+    theirs = [float(x) for x in re.findall(r"^ITL_MS ([\d.]+)$", done.stdout, re.M)]
+    assert len(texts) == 2 and "run 1" not in done.stdout, done.stdout
+    rows = ROW.findall(done.stderr)
+    assert [int(r) for r, _ in rows] == [1, 2], done.stderr[-2000:]
+    for (_, ours), script_ms in zip(rows, theirs, strict=True):
+        assert abs(float(ours) / script_ms - 1) <= 0.05, (ours, script_ms)
+    events = read_recording(str(rec)).events
+    finished = [ev for ev in events if isinstance(ev, RunFinished)]
+    assert [repr(ev.text) for ev in finished] == texts
+    started = [ev for ev in events if isinstance(ev, RunStarted)]
+    assert started[0].prompt_text == "The capital of France is" and started[0].max_new_tokens == 24
+    steps = [ev for ev in events if isinstance(ev, Step) and ev.run_id == 1]
+    assert "".join(s.text for s in steps) == finished[0].text and len(steps) == finished[0].n_tokens
+    last = steps[-1]
+    # The default model: 30 layers, 3 KV heads of 64, fp32; every token but the newest in the cache.
+    assert last.seq_len == 5 + 24 - 1 and last.kv_bytes == 2 * 4 * last.seq_len * 30 * 3 * 64
+
+
+def test_ctrl_c_stops_the_script_and_tokentop(folder):
+    """Ctrl-C at the terminal reaches both (one process group): the script ends as Python ends on
+    SIGINT, tokentop says so in one line and returns 130, with no traceback of its own."""
+    proc = subprocess.Popen(
+        [*TOKENTOP, "--no-tui", "--no-record", "--", sys.executable, str(SCRIPTS / "pipeline_script.py"), folder, "50"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout.readline().startswith("TEXT"), "the script's first call"
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-2000:]
+    assert "tokentop: interrupted" in err
+    # The script's own KeyboardInterrupt traceback is its own (its generate call passes through the hook)
+    assert "tui_app/cli.py" not in err and "tui_app/commands/" not in err, "no traceback of tokentop's own"
+
+
+def test_the_scripts_own_sitecustomize_and_monitors_still_load(tmp_path):
+    """tokentop's sitecustomize runs the one it hides, and its `monitors` is not the script's."""
+    (tmp_path / "sitecustomize.py").write_text("import builtins\nbuiltins.THEIRS = 'ran'\n")
+    (tmp_path / "monitors").mkdir()
+    (tmp_path / "monitors" / "__init__.py").write_text("WHOSE = 'theirs'\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    done = tokentop("--no-tui", "--no-record", "--", sys.executable, "-c", "import builtins, monitors; print(builtins.THEIRS, monitors.WHOSE)", env=env, cwd=tmp_path.parent)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ran", "theirs"], done.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "line"),
+    [
+        (["--no-tui", "--no-record", "--", "no-such-program-here"], 127, "tokentop: cannot run 'no-such-program-here': No such file or directory"),
+        (["--no-tui", "--"], 2, "tokentop: nothing to run"),
+    ],
+)
+def test_a_command_that_cannot_run_is_one_line(argv, code, line):
+    done = tokentop(*argv)
+    assert done.returncode == code and done.stderr.startswith(line) and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_the_tui_shows_the_scripts_runs_and_returns_its_exit_code(folder, tmp_path):
+    """Under the TUI (tmux): the script's text in the token pane, its runs in the table, its end
+    said with its exit code, and that code tokentop's once q is pressed."""
+    env = {"TOKENTOP_CACHE": str(tmp_path)}
+    app = TmuxApp("tt-script", ["--no-record", "--", sys.executable, str(SCRIPTS / "pipeline_script.py"), folder, "2", "5"], env=env)
+    try:
+        app.wait_for(lambda s: "the script process exited with code 5" in s, timeout=120)
+        screen = app.pane()
+        assert "The capital of France is" in screen and "Paris" in screen, screen
+        assert re.search(r"^│ 2 +cache +5 +24 ", screen, re.M), screen
+        app.keys("w")  # the script's levers are its own: said, not switched
+        app.wait_for(lambda s: "the script sets its own quant" in s, timeout=10)
+        app.keys("q")
+        app.wait_for(lambda s: "TOKENTOP-EXIT=5" in s, timeout=20)
+    finally:
+        app.close(wait=False)
+    assert "TEXT" in (tmp_path / "script.log").read_text(), "the script's output kept in the log"

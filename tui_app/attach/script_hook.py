@@ -1,0 +1,356 @@
+"""Inside a script tokentop watches (`tokentop -- python script.py`): each `generate()` of a
+transformers model becomes a run of tokentop's events (monitors/events.py), written as JSON lines
+to the pipe tokentop left open. attach/child/sitecustomize.py loads this before the script's first
+line; the script itself is not changed, and runs as it would alone.
+
+What a call is seen through, all public transformers API:
+- generate's own `streamer` argument: ours (a tee with the script's streamer, if it passed one)
+  stamps each token as generate hands it over, on the perf counter, in the generating thread;
+- a forward pre-hook on the model for the call's cache object, from which the KV bytes are read;
+- the latest tokenizer made (its `__init__` wrapped), copied for this hook's own use, so that
+  detokenizing here never touches an object the script is using at the same moment.
+Beam search streams no tokens (transformers refuses a streamer there): such a call is a run with
+its token count and end-to-end time only.
+
+Generation never waits on tokentop: a token's stamp goes into a bounded queue (a full one drops it
+and counts the drop), and a thread of this hook's own detokenizes, measures and writes; a slow or
+gone reader blocks or stops that thread alone.
+"""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import functools
+import importlib.abc
+import importlib.util
+import itertools
+import os
+import queue
+import sys
+import threading
+import weakref
+
+from monitors.codec import to_json
+from monitors.events import EngineError, EngineReady, Levers, RunFinished, RunStarted, Step, now_ns
+from monitors.kvcache import measure_cache
+from monitors.text import IncrementalDecoder
+
+QUEUE_MAX = 1 << 16  # stamps waiting for the writer: minutes of tokens at any rate a script reaches
+FLUSH_S = 2.0  # at the script's exit, how long the writer gets to send what is left
+PATCHES = {}  # module name → what to do to it once imported
+
+
+class Writer(threading.Thread):
+    """The hook's one thread: takes the generating thread's stamps, makes the events, writes them."""
+
+    def __init__(self, fd: int):
+        super().__init__(name="tokentop-hook", daemon=True)
+        self.out = os.fdopen(fd, "w", encoding="utf-8", buffering=1)
+        self.stamps: queue.Queue = queue.Queue(QUEUE_MAX)
+        self.dropped = 0
+        self.broken = False
+
+    def put(self, work, *args) -> None:
+        try:
+            self.stamps.put_nowait((work, args))
+        except queue.Full:
+            self.dropped += 1
+
+    def run(self) -> None:
+        while (item := self.stamps.get()) is not None:
+            work, args = item
+            try:
+                events = work(*args)
+            except Exception as exc:  # noqa: BLE001 - what cannot be measured is said, and the script goes on
+                events = [EngineError(message=f"watching the script: {type(exc).__name__}: {exc}")]
+            for ev in events:
+                self.send(ev)
+
+    def send(self, ev) -> None:
+        if self.broken:
+            return
+        try:
+            self.out.write(to_json(ev) + "\n")
+        except (OSError, ValueError):  # tokentop is gone: the script runs on unwatched
+            self.broken = True
+
+    def close(self) -> None:
+        self.stamps.put(None)
+        self.join(FLUSH_S)
+
+
+class Call:
+    """One generate() call, seen as a run: stamped in the generating thread, turned into events in the writer's."""
+
+    def __init__(self, hook: Hook, model, run_id: int, kwargs: dict):
+        self.hook, self.run_id, self.model = hook, run_id, model
+        self.text = IncrementalDecoder(hook.tokenizer_for(kwargs.get("tokenizer")))
+        self.cache = None
+        self.prompt: list[int] | None = None  # the writer's
+        self.first = True  # the generating thread's: the first put is the prompt
+        self.n = 0
+        self.steps = 0
+        config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+        self.max_new = kwargs.get("max_new_tokens") or getattr(config, "max_new_tokens", None) or 0
+        self.beams = kwargs.get("num_beams") or getattr(config, "num_beams", 1) or 1
+        spec = "draft" if kwargs.get("assistant_model") is not None else "lookup" if kwargs.get("prompt_lookup_num_tokens") else "off"
+        self.spec = spec
+        self.t0 = self.last = now_ns()
+
+    # ---------------------------------------------------------------- in the generating thread
+    def put(self, value) -> None:
+        t = now_ns()
+        rows = value.tolist() if hasattr(value, "tolist") else value
+        row = rows[0] if rows and isinstance(rows[0], list) else rows
+        self.hook.writer.put(self.started if self.first else self.tokens, t, list(row), len(rows))
+        self.first = False
+
+    def end(self) -> None:
+        pass
+
+    def on_forward(self, module, args, kwargs):
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))  # transformers 5.2x's name, and 4.x's
+        if cache is not None:
+            self.cache = cache
+
+    # ---------------------------------------------------------------- in the writer's thread
+    def started(self, t: int, ids: list, batch: int) -> list:
+        self.prompt = ids
+        ready = self.hook.ready(self.model)
+        levers = Levers(cache=True, spec=self.spec, batch=batch)
+        text = self.text.tok.decode(ids, skip_special_tokens=True) if self.text.tok is not None else ""
+        run = RunStarted(
+            run_id=self.run_id, levers=levers, prompt_tokens=len(ids), max_new_tokens=self.max_new, prompt_text=text, preset="script", t_ns=self.t0
+        )
+        return [*ready, run]
+
+    def tokens(self, t: int, ids: list, batch: int) -> list:
+        self.steps += 1
+        self.n += len(ids)
+        delta = self.text.push(ids) if self.text.tok is not None else ""
+        kv = measure_cache(self.cache, len(self.prompt) + self.n - 1)
+        dt, self.last = t - self.last, t
+        kind = "prefill" if self.steps == 1 else "decode"
+        return [
+            Step(
+                run_id=self.run_id,
+                step=self.steps,
+                kind=kind,
+                token_ids=ids,
+                text=delta,
+                n_tokens=len(ids),
+                t_ns=t,
+                dt_ns=dt,
+                forward_ns=0,
+                kv_bytes=kv.used_bytes,
+                kv_alloc_bytes=kv.alloc_bytes,
+                seq_len=kv.seq_len,
+            )
+        ]
+
+    def finished(self, t: int, reason: str, out_tokens: int | None) -> list:
+        events = [] if self.prompt is not None else self.started(t, [], 1)
+        n = self.n if self.steps else out_tokens or 0
+        if reason == "done":
+            reason = "max tokens" if self.max_new and n >= self.max_new else "eos"
+        rss = _rss()
+        fin = RunFinished(
+            run_id=self.run_id,
+            n_tokens=n,
+            stop_reason=reason,
+            text=self.text.text,
+            peak_rss=_peak_rss(),
+            baseline_rss=rss,
+            torch_peak=None,
+            gpu_baseline=None,
+            perplexity=None,
+            first_diff=None,
+            diff_note="the script's own run",
+            t_ns=t,
+        )
+        return [*events, fin]
+
+
+class Tee:
+    """generate's streamer: ours, and the script's own after it."""
+
+    def __init__(self, call: Call, theirs):
+        self.call, self.theirs = call, theirs
+
+    def put(self, value) -> None:
+        self.call.put(value)
+        if self.theirs is not None:
+            self.theirs.put(value)
+
+    def end(self) -> None:
+        if self.theirs is not None:
+            self.theirs.end()
+
+
+class Hook:
+    def __init__(self, fd: int):
+        self.writer = Writer(fd)
+        self.runs = itertools.count(1)
+        self.seen: weakref.WeakSet = weakref.WeakSet()  # models whose EngineReady was sent
+        self.latest = None  # the tokenizer made last (a weak reference)
+        self.copied: tuple = (None, None)  # (a weak reference to a tokenizer, this hook's copy of it)
+        self.local = threading.local()
+
+    def tokenizer_for(self, given):
+        tok = given if given is not None else self.latest() if self.latest is not None else None
+        if tok is None:
+            return None
+        ref, private = self.copied
+        if ref is None or ref() is not tok:
+            private = _private(tok)
+            self.copied = weakref.ref(tok), private
+        return private
+
+    def ready(self, model) -> list:
+        if model in self.seen:
+            return []
+        self.seen.add(model)
+        return [_engine_ready(model)]
+
+    def generate(self, original, model, *args, **kwargs):
+        if getattr(self.local, "inside", False):  # a generate within ours (a model's own override calling up)
+            return original(model, *args, **kwargs)
+        call = Call(self, model, next(self.runs), kwargs)
+        streams = call.beams == 1
+        if streams:
+            kwargs["streamer"] = Tee(call, kwargs.get("streamer"))
+        handle = model.register_forward_pre_hook(call.on_forward, with_kwargs=True)
+        self.local.inside = True
+        reason, out = "done", None
+        try:
+            out = original(model, *args, **kwargs)
+            return out
+        except KeyboardInterrupt:
+            reason = "stopped"
+            raise
+        except BaseException as exc:
+            reason = f"error: {type(exc).__name__}"
+            raise
+        finally:
+            self.local.inside = False
+            handle.remove()
+            made = None if streams or out is None else _new_tokens(out, kwargs, args)
+            self.writer.put(call.finished, now_ns(), reason, made)
+
+
+def _new_tokens(out, kwargs, args) -> int | None:
+    seqs = getattr(out, "sequences", out)
+    prompt = kwargs.get("input_ids", args[0] if args else kwargs.get("inputs"))
+    shape = getattr(seqs, "shape", None)
+    return shape[-1] - prompt.shape[-1] if shape is not None and hasattr(prompt, "shape") else None
+
+
+def _private(tok):
+    """A copy of the tokenizer for this hook's thread: a Rust tokenizer's decode borrows it, and
+    the script encoding with it at that moment would get "Already borrowed"."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is not None:
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_str(backend.to_str())
+    return copy.deepcopy(tok)
+
+
+def _engine_ready(model) -> EngineReady:
+    torch = sys.modules["torch"]  # the script's own, which its model was made with
+    cfg = model.config
+    text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    heads = getattr(text_cfg, "num_attention_heads", 0) or 0
+    kv_heads = getattr(text_cfg, "num_key_value_heads", None) or heads
+    head_dim = getattr(text_cfg, "head_dim", None) or (text_cfg.hidden_size // heads if heads else 0)
+    params = list(model.parameters())
+    dtype = getattr(model, "dtype", None) or params[0].dtype
+    experts, active = getattr(text_cfg, "num_experts", None) or getattr(text_cfg, "num_local_experts", None), getattr(text_cfg, "num_experts_per_tok", None)
+    return EngineReady(
+        model=getattr(cfg, "_name_or_path", "") or type(model).__name__,
+        source=f"the script {os.path.basename(sys.argv[0] or 'python')}",
+        device=str(getattr(model, "device", "cpu")),
+        dtype=str(dtype).removeprefix("torch."),
+        n_params=sum(p.numel() for p in params),
+        weight_bytes=sum(p.numel() * p.element_size() for p in params),
+        n_layers=getattr(text_cfg, "num_hidden_layers", 0) or 0,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        kv_bytes_per_elem=dtype.itemsize,
+        context_len=getattr(text_cfg, "max_position_embeddings", 0) or 0,
+        load_s=0.0,
+        threads=torch.get_num_threads(),
+        experts=f"{experts} experts, {active} a token" if experts and active else "",
+    )
+
+
+def _rss() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _peak_rss() -> int | None:
+    try:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    except (ImportError, OSError):
+        return None
+    return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB on Linux
+
+
+# -------------------------------------------------------------------- hooking transformers in
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Patches a module the moment it has been imported (PATCHES), whoever imports it."""
+
+    def find_spec(self, name, path, target=None):
+        patch = PATCHES.pop(name, None)
+        if patch is None:
+            return None
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            patch(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def install(fd: int) -> Hook:
+    hook = Hook(fd)
+
+    def on_generation(module) -> None:
+        mixin = module.GenerationMixin
+        original = mixin.generate
+
+        @functools.wraps(original)
+        def generate(self, *args, **kwargs):
+            return hook.generate(original, self, *args, **kwargs)
+
+        mixin.generate = generate
+
+    def on_tokenizers(module) -> None:
+        base = module.PreTrainedTokenizerBase
+        original = base.__init__
+
+        @functools.wraps(original)
+        def __init__(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            hook.latest = weakref.ref(self)
+
+        base.__init__ = __init__
+
+    PATCHES["transformers.generation.utils"] = on_generation
+    PATCHES["transformers.tokenization_utils_base"] = on_tokenizers
+    sys.meta_path.insert(0, _AfterImport())
+    hook.writer.start()
+    atexit.register(hook.writer.close)
+    return hook

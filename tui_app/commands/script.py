@@ -1,0 +1,111 @@
+"""`tokentop -- python my_script.py ARGS`: a user's own script watched, unchanged (attach/script.py).
+
+Without a TUI (`tokentop --no-tui -- …`) the script keeps the terminal: its output is on stdout and
+stderr as it would be alone, and tokentop's row for each generate() call goes to stderr, so a
+pipe or a redirect of the script's stdout gets the script's output alone. Either way the script's
+exit code is tokentop's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+
+from monitors.events import EngineError, EngineReady, RunFinished
+from monitors.record import RecordError
+from tui_app.commands.options import add_ui
+from tui_app.core.options import EXIT_USAGE, UiOptions, make_recorder
+from tui_app.core.session import Session
+
+PARSER = {"help": "watch your own script's generate() calls: tokentop [--no-tui] -- python my_script.py ARGS"}
+NO_TUI = "`tokentop --no-tui -- python my_script.py`"
+POLL_S = 0.05
+LOG = "script.log"
+
+
+@dataclass(kw_only=True)
+class Options(UiOptions):
+    no_tui: bool
+    script: list  # the command after --
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    add_ui(p)
+    p.add_argument("--no-tui", action="store_true", help="the script keeps the terminal; a row per generate() call on stderr")
+    p.add_argument("script", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command to run, after --")
+
+
+def main(opts: Options) -> int:
+    from tui_app.attach.script import ScriptError
+
+    if opts.script[:1] == ["--"]:
+        opts.script = opts.script[1:]
+    if not opts.script:
+        print("tokentop: nothing to run: give the command after --, for example `tokentop -- python my_script.py`", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return headless(opts) if opts.no_tui else tui(opts)
+    except ScriptError as exc:
+        print(f"tokentop: {exc}", file=sys.stderr)
+        return 127
+
+
+def tui(opts: Options) -> int:
+    from tui_app.attach.script import ScriptSource
+    from tui_app.folders import cache_root, require
+    from tui_app.ui.launch import run_tui
+
+    log = require(cache_root(), "the script's output", "TOKENTOP_CACHE") / LOG
+    source = ScriptSource(opts.script, str(log))
+    return run_tui(opts, lambda: source, NO_TUI, make_app=_app)
+
+
+def _app(opts: Options, source, recorder):
+    from monitors.sampler import Sampler
+    from tui_app.ui.app import TokentopApp
+
+    return TokentopApp(source, None, recorder=recorder, sampler=Sampler(hz=opts.hz or 4.0), fps=opts.fps, auto=False, out_dir=opts.out_dir, ascii=opts.ascii)
+
+
+def headless(opts: Options) -> int:
+    from tui_app.attach.script import Script
+    from tui_app.commands.run import row_line
+
+    try:
+        recorder = make_recorder(opts)
+    except RecordError as exc:
+        print(f"tokentop: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    session = Session(recorder=recorder)
+    script = Script(opts.script)
+    try:
+        while True:
+            ended = script.proc.poll() is not None and not script.reader.is_alive()
+            for ev in script.drain():
+                session.feed(ev)
+                _say(session, ev, row_line)
+            if ended:
+                return script.wait()
+            time.sleep(POLL_S)
+    except KeyboardInterrupt:  # the terminal's Ctrl-C reached the script too: its own handlers run
+        code = script.stop()
+        for ev in script.drain():
+            session.feed(ev)
+        print("tokentop: interrupted", file=sys.stderr)
+        return code or 130
+    finally:
+        if recorder is not None:
+            recorder.close()
+
+
+def _say(session: Session, ev, row_line) -> None:
+    if isinstance(ev, EngineReady):
+        print(f"tokentop: watching {ev.model} in {ev.source} ({ev.n_params / 1e6:.0f}M params, {ev.dtype} on {ev.device})", file=sys.stderr, flush=True)
+    elif isinstance(ev, EngineError):
+        print(f"tokentop: {ev.message.splitlines()[0]}", file=sys.stderr, flush=True)
+    elif isinstance(ev, RunFinished):
+        for row in session.rows():
+            if row.run_id == ev.run_id:
+                print(row_line(row), file=sys.stderr, flush=True)
