@@ -8,6 +8,7 @@ picture: the real llama.cpp server (xllamacpp) on the bundled GGUF, one stream, 
 leak pictures: the leak view catching `--demo-leak 1` at 160×45 and 80×24. The anatomy picture:
 a step's anatomy under plain, compile and int4 side by side (p, with m's read ceiling). The
 colours picture: prompt lookup on the story prompt, its accepted drafts underlined (o). The
+script picture: tests/attach/scripts/pipeline_script.py watched, its third call streaming. The
 demo picture: `tokentop demo`'s caption over three steps of the default tour. The fleet picture:
 a real Prometheus (Debian's) scraping three real llama.cpp servers every second, tokentop's own
 runs on the first, two streams of other traffic on the second, the third stopped (a replica down),
@@ -139,6 +140,23 @@ async def shoot_colours(size: tuple[int, int]) -> str:
         await pilot.pause(1.0)
         svg = app.save_screenshot(filename=f"tokentop-colours-{size[0]}x{size[1]}.svg", path=HERE)
         await pilot.press("q")
+    return to_png(svg, size)
+
+
+async def shoot_script(size: tuple[int, int]) -> str:
+    """A user's pipeline script watched (`tokentop -- python pipeline_script.py`): its third call streaming."""
+    from tui_app.attach.script import ScriptSource
+    from tui_app.engine.models import converted_default
+
+    script = os.path.join(os.path.dirname(HERE), "tests", "attach", "scripts", "pipeline_script.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        source = ScriptSource([sys.executable, script, str(converted_default()), "4"], os.path.join(tmp, "script.log"))
+        app = TokentopApp(source, None, sampler=Sampler(hz=4), fps=8)
+        async with app.run_test(size=size) as pilot:
+            await until(pilot, lambda: len(app.session.finished_ids) >= 2)
+            await pilot.pause(1.0)
+            svg = app.save_screenshot(filename=f"tokentop-script-{size[0]}x{size[1]}.svg", path=HERE)
+            await pilot.press("q")
     return to_png(svg, size)
 
 
@@ -354,6 +372,9 @@ def main() -> int:
     if sys.argv[1:] == ["colours"]:  # this one alone: two runs of the story prompt
         print("wrote", asyncio.run(shoot_colours((160, 45))))
         return 0
+    if sys.argv[1:] == ["script"]:  # this one alone: a user's pipeline script watched
+        print("wrote", asyncio.run(shoot_script((160, 45))))
+        return 0
     if sys.argv[1:] == ["headroom"]:  # this one alone: a sweep of a few minutes, no browser
         print("wrote", headroom())
         return 0
@@ -370,6 +391,7 @@ def main() -> int:
     print("wrote", asyncio.run(shoot_demo((160, 45))))
     print("wrote", asyncio.run(shoot_anatomy((160, 45))))
     print("wrote", asyncio.run(shoot_colours((160, 45))))
+    print("wrote", asyncio.run(shoot_script((160, 45))))
     print("wrote", asyncio.run(shoot_fleet((160, 45))))
     with tempfile.TemporaryDirectory() as tmp:
         for png in xray_pictures(tmp):

@@ -63,6 +63,22 @@ def test_a_pipeline_script_is_watched_unchanged(folder, tmp_path):
     assert last.seq_len == 5 + 24 - 1 and last.kv_bytes == 2 * 4 * last.seq_len * 30 * 3 * 64
 
 
+def test_a_hand_written_loop_over_model_is_watched(folder, tmp_path):
+    """A greedy loop over model(...) with no generate(): a run per prompt, a step per token the loop
+    feeds back (the last one, never fed back, is not counted), the script's own ITL within 5 %."""
+    rec = tmp_path / "loop.jsonl"
+    done = tokentop("--no-tui", "--record", str(rec), "--", sys.executable, str(SCRIPTS / "greedy_loop.py"), folder, "2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    theirs = [float(x) for x in re.findall(r"^ITL_MS ([\d.]+)$", done.stdout, re.M)]
+    rows = ROW.findall(done.stderr)
+    assert [int(r) for r, _ in rows] == [1, 2], done.stderr[-2000:]
+    for (_, ours), script_ms in zip(rows, theirs, strict=True):
+        assert abs(float(ours) / script_ms - 1) <= 0.05, (ours, script_ms)
+    finished = [ev for ev in read_recording(str(rec)).events if isinstance(ev, RunFinished)]
+    assert [repr(ev.text) for ev in finished] == re.findall(r"^TEXT (.*)$", done.stdout, re.M)
+    assert [ev.n_tokens for ev in finished] == [23, 23]
+
+
 def test_ctrl_c_stops_the_script_and_tokentop(folder):
     """Ctrl-C at the terminal reaches both (one process group): the script ends as Python ends on
     SIGINT, tokentop says so in one line and returns 130, with no traceback of its own."""
@@ -92,7 +108,8 @@ def test_the_scripts_own_sitecustomize_and_monitors_still_load(tmp_path):
     (tmp_path / "monitors").mkdir()
     (tmp_path / "monitors" / "__init__.py").write_text("WHOSE = 'theirs'\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    done = tokentop("--no-tui", "--no-record", "--", sys.executable, "-c", "import builtins, monitors; print(builtins.THEIRS, monitors.WHOSE)", env=env, cwd=tmp_path.parent)
+    code = "import builtins, monitors; print(builtins.THEIRS, monitors.WHOSE)"
+    done = tokentop("--no-tui", "--no-record", "--", sys.executable, "-c", code, env=env, cwd=tmp_path.parent)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["ran", "theirs"], done.stdout
 

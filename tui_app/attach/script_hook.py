@@ -7,6 +7,8 @@ What a call is seen through, all public transformers API:
 - generate's own `streamer` argument: ours (a tee with the script's streamer, if it passed one)
   stamps each token as generate hands it over, on the perf counter, in the generating thread;
 - a forward pre-hook on the model for the call's cache object, from which the KV bytes are read;
+- outside generate(), a hand-written loop's forwards (Loop), through hooks on every model that can
+  generate, registered as the model is made (`PreTrainedModel.post_init` wrapped);
 - the latest tokenizer made (its `__init__` wrapped), copied for this hook's own use, so that
   detokenizing here never touches an object the script is using at the same moment.
 Beam search streams no tokens (transformers refuses a streamer there): such a call is a run with
@@ -115,7 +117,8 @@ class Call:
             self.cache = cache
 
     # ---------------------------------------------------------------- in the writer's thread
-    def started(self, t: int, ids: list, batch: int) -> list:
+    def started(self, t: int, ids, batch: int) -> list:
+        ids = ids.tolist() if hasattr(ids, "tolist") else ids  # a loop's tensor is read here, off its thread
         self.prompt = ids
         ready = self.hook.ready(self.model)
         levers = Levers(cache=True, spec=self.spec, batch=batch)
@@ -125,7 +128,8 @@ class Call:
         )
         return [*ready, run]
 
-    def tokens(self, t: int, ids: list, batch: int) -> list:
+    def tokens(self, t: int, ids, batch: int) -> list:
+        ids = ids.tolist() if hasattr(ids, "tolist") else ids
         self.steps += 1
         self.n += len(ids)
         delta = self.text.push(ids) if self.text.tok is not None else ""
@@ -188,6 +192,54 @@ class Tee:
             self.theirs.end()
 
 
+class Loop:
+    """A hand-written decode loop over `model(...)`: the forwards outside generate() of a model that
+    can generate, seen by a forward pre-hook and a forward hook. A forward without a cache, or with
+    one the last forward did not return, begins a run with its input as the prompt; each forward
+    that goes on (the cache it was given back, or without a cache its input one token longer) is
+    fed the token the one before chose, as its input's last: that token's step, stamped when the
+    loop feeds it back. The last forward's token is never fed back, so it is not counted."""
+
+    def __init__(self, hook: Hook):
+        self.hook = hook
+        self.call: Call | None = None
+        self.cache = None
+        self.length = 0
+
+    def pre(self, model, args, kwargs) -> None:
+        if getattr(self.hook.local, "inside", False):
+            return
+        t = now_ns()
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if getattr(ids, "ndim", 0) != 2:  # embeddings fed in: no tokens to follow
+            return
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        n = ids.shape[-1]
+        same = self.call is not None and self.call.model is model
+        on = same and (cache is self.cache if cache is not None else self.cache is None and n == self.length + 1)
+        self.length = n
+        if on:
+            self.hook.writer.put(self.call.tokens, t, ids[0, -1:], ids.shape[0])
+            return
+        self.end(t)
+        self.call = Call(self.hook, model, next(self.hook.runs), {})
+        self.call.t0 = self.call.last = t
+        self.call.cache = cache
+        self.hook.writer.put(self.call.started, t, ids[0], ids.shape[0])
+
+    def post(self, model, args, kwargs, output) -> None:
+        if getattr(self.hook.local, "inside", False) or self.call is None:
+            return
+        cache = getattr(output, "cache", None)
+        self.cache = cache if cache is not None else getattr(output, "past_key_values", None)
+        self.call.cache = self.cache
+
+    def end(self, t: int) -> None:
+        if self.call is not None:
+            self.hook.writer.put(self.call.finished, t, "the loop ended", None)
+            self.call = None
+
+
 class Hook:
     def __init__(self, fd: int):
         self.writer = Writer(fd)
@@ -196,6 +248,11 @@ class Hook:
         self.latest = None  # the tokenizer made last (a weak reference)
         self.copied: tuple = (None, None)  # (a weak reference to a tokenizer, this hook's copy of it)
         self.local = threading.local()
+        self.loop = Loop(self)
+
+    def close(self) -> None:
+        self.loop.end(now_ns())
+        self.writer.close()
 
     def tokenizer_for(self, given):
         tok = given if given is not None else self.latest() if self.latest is not None else None
@@ -216,6 +273,7 @@ class Hook:
     def generate(self, original, model, *args, **kwargs):
         if getattr(self.local, "inside", False):  # a generate within ours (a model's own override calling up)
             return original(model, *args, **kwargs)
+        self.loop.end(now_ns())
         call = Call(self, model, next(self.runs), kwargs)
         streams = call.beams == 1
         if streams:
@@ -348,9 +406,23 @@ def install(fd: int) -> Hook:
 
         base.__init__ = __init__
 
+    def on_models(module) -> None:
+        base = module.PreTrainedModel
+        original = base.post_init
+
+        @functools.wraps(original)
+        def post_init(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            if type(self).can_generate():  # the whole model, not its inner stack (which runs post_init too)
+                self.register_forward_pre_hook(hook.loop.pre, with_kwargs=True)
+                self.register_forward_hook(hook.loop.post, with_kwargs=True)
+
+        base.post_init = post_init
+
     PATCHES["transformers.generation.utils"] = on_generation
     PATCHES["transformers.tokenization_utils_base"] = on_tokenizers
+    PATCHES["transformers.modeling_utils"] = on_models
     sys.meta_path.insert(0, _AfterImport())
     hook.writer.start()
-    atexit.register(hook.writer.close)
+    atexit.register(hook.close)
     return hook

@@ -1,0 +1,54 @@
+"""What watching a script costs it: the test scripts (tests/attach/scripts/) on the default model's
+weights, alone and under `tokentop --no-tui --no-record --`, in alternation, each round the same
+script both ways. The figure is the script's own: its median time from token to token (its
+streamer's or its loop's stamps), as tok/s, watched over alone.
+
+    .venv/bin/python benchmarks/script_overhead.py [--rounds 4] [--calls 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tui_app.engine.models import converted_default
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+SCRIPTS = {"pipeline": "pipeline_script.py", "loop": "greedy_loop.py"}
+
+
+def itl_ms(script: str, folder: str, calls: int, watched: bool) -> list[float]:
+    """The script's own ITL medians, one a call (the first call's warm-up left out)."""
+    cmd = [sys.executable, os.path.join(ROOT, "tests", "attach", "scripts", script), folder, str(calls)]
+    if watched:
+        cmd = [sys.executable, "-m", "tui_app", "--no-tui", "--no-record", "--", *cmd]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=True, timeout=600).stdout
+    return [float(x) for x in re.findall(r"^ITL_MS ([\d.]+)$", out, re.M)][1:]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--calls", type=int, default=3)
+    args = ap.parse_args()
+    folder = str(converted_default())
+    print("| script | alone tok/s | watched tok/s | watched / alone |\n|---|---:|---:|---:|")
+    for name, script in SCRIPTS.items():
+        alone, watched = [], []
+        for _ in range(args.rounds):
+            alone += itl_ms(script, folder, args.calls, False)
+            watched += itl_ms(script, folder, args.calls, True)
+        a, w = 1000 / statistics.median(alone), 1000 / statistics.median(watched)
+        print(f"| {name} | {a:.2f} | {w:.2f} | {w / a:.3f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
