@@ -112,6 +112,7 @@ def test_the_scripts_own_sitecustomize_and_monitors_still_load(tmp_path):
     done = tokentop("--no-tui", "--no-record", "--", sys.executable, "-c", code, env=env, cwd=tmp_path.parent)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["ran", "theirs"], done.stdout
+    assert done.stderr.strip() == "tokentop: no generation seen: the script made no generate() call or forward of a transformers model in its own Python process"
 
 
 @pytest.mark.parametrize(

@@ -136,6 +136,13 @@ def test_the_engine_extra_runs_the_bundled_model(wheel, tmp_path):
     r = outside(venv, "tokentop", "run", "--no-tui", "--no-record", "--max-new-tokens", "8", env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert any(line.startswith("run 1") and "new 8 tok" in line for line in r.stdout.splitlines()), r.stdout
+    # A user's script watched from the install (its hook loaded from site-packages), on that copy's folder
+    folder = next((tmp_path / "cache" / "models").glob("SmolLM2*"))
+    script = ROOT / "tests" / "attach" / "scripts" / "pipeline_script.py"
+    python = str(venv / "bin" / "python")
+    r = outside(venv, "tokentop", "--no-tui", "--no-record", "--", python, str(script), str(folder), "1", "4", env=env, timeout=300)
+    assert r.returncode == 4 and r.stdout.startswith("TEXT "), r.stderr[-2000:]
+    assert any(line.startswith("run 1") and "new 24 tok" in line for line in r.stderr.splitlines()), r.stderr[-2000:]
     shutil.rmtree(tmp_path, ignore_errors=True)  # the venv and the converted copy: over a GB
 
 

@@ -23,6 +23,7 @@ PARSER = {"help": "watch your own script's generate() calls: tokentop [--no-tui]
 NO_TUI = "`tokentop --no-tui -- python my_script.py`"
 POLL_S = 0.05
 LOG = "script.log"
+UNSEEN = "no generation seen: the script made no generate() call or forward of a transformers model in its own Python process"
 
 
 @dataclass(kw_only=True)
@@ -87,6 +88,8 @@ def headless(opts: Options) -> int:
                 session.feed(ev)
                 _say(session, ev, row_line)
             if ended:
+                if session.ready is None:
+                    print(f"tokentop: {UNSEEN}", file=sys.stderr)
                 return script.wait()
             time.sleep(POLL_S)
     except KeyboardInterrupt:  # the terminal's Ctrl-C reached the script too: its own handlers run
