@@ -8,8 +8,10 @@ from __future__ import annotations
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -145,3 +147,57 @@ def test_the_tui_shows_the_scripts_runs_and_returns_its_exit_code(folder, tmp_pa
     finally:
         app.close(wait=False)
     assert "TEXT" in (tmp_path / "script.log").read_text(), "the script's output kept in the log"
+
+
+def _listener(env: dict) -> subprocess.Popen:
+    proc = subprocess.Popen([*TOKENTOP, "listen", "--no-tui", "--no-record"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert "listening on" in proc.stderr.readline()
+    return proc
+
+
+def test_a_notebook_sends_to_a_listener_that_dies_and_comes_back(folder, tmp_path):
+    """`tui_app.watch(model, tok)` in a notebook-like process, `tokentop listen` killed (-9) after its
+    first row and started again two seconds later: generation never stalls (no call slower than
+    twice the median), the new listener replaces the dead one's socket and shows the later calls,
+    numbered on as the notebook numbers them; killing it never reaches the notebook."""
+    env = {**os.environ, "TOKENTOP_CACHE": str(tmp_path)}
+    first = _listener(env)
+    again = None
+    notebook = subprocess.Popen(
+        [sys.executable, str(SCRIPTS / "notebook.py"), folder, "8"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    try:
+        assert first.stdout.readline().startswith("run 1 "), "the first listener's first row"
+        first.kill()
+        first.wait()
+        time.sleep(2.0)
+        again = _listener(env)
+        out, _ = notebook.communicate(timeout=300)
+        time.sleep(0.5)
+        again.send_signal(signal.SIGINT)
+        rows, _ = again.communicate(timeout=30)
+    finally:
+        for proc in (first, notebook, again):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+    assert notebook.returncode == 0
+    seconds = [float(x) for x in re.findall(r"^CALL \d+ ([\d.]+)$", out, re.M)]
+    assert len(seconds) == 8 and max(seconds[1:]) < 2 * statistics.median(seconds), seconds
+    seen = [int(n) for n in re.findall(r"^run (\d+) ", rows, re.M)]
+    assert again.returncode == 0 and seen and seen[-1] == 8 and seen[0] > 1, rows
+    # The first may be a call the listener joined mid-way (sent the run in progress on connecting:
+    # the tokens since then, no TTFT); every one after it whole.
+    assert all("new 24 tok" in line for line in [r for r in rows.splitlines() if r.startswith("run ")][1:]), rows
+
+
+def test_a_second_listener_on_the_same_socket_is_one_line(tmp_path):
+    env = {**os.environ, "TOKENTOP_CACHE": str(tmp_path)}
+    first = _listener(env)
+    try:
+        second = tokentop("listen", "--no-tui", "--no-record", env=env)
+        assert second.returncode == 2 and second.stderr.strip() == f"tokentop: another tokentop listen is running on {tmp_path}/listen/tokentop.sock"
+        assert (tmp_path / "listen").stat().st_mode & 0o777 == 0o700 and (tmp_path / "listen" / "tokentop.sock").stat().st_mode & 0o777 == 0o600
+    finally:
+        first.send_signal(signal.SIGINT)
+        assert first.wait(30) == 0
+    assert not (tmp_path / "listen" / "tokentop.sock").exists(), "the socket removed at the end"

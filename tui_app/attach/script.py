@@ -27,11 +27,23 @@ from tui_app.requests import Pause, Probe, Profile, Resume, SetLever, Shutdown, 
 CHILD = Path(__file__).with_name("child")  # sitecustomize.py alone: nothing of tokentop's shadows the script's imports
 FD_ENV = "TOKENTOP_EVENTS_FD"
 STOP_S = 5.0  # after SIGINT, how long the script gets to end before SIGTERM, then as long before SIGKILL
-REFUSED = "the script sets its own {what}: change it in the script"
+REFUSED = "{who} sets its own {what}: change it there"
 
 
 class ScriptError(Exception):
     """The script could not be started (one line)."""
+
+
+def read_events(lines, into: deque) -> int:
+    """A hook's events, a JSON line each, into `into` until the stream ends: how many lines were
+    not events (a newer hook's types, a line torn by a process killed mid-write)."""
+    skipped = 0
+    for line in lines:
+        try:
+            into.append(from_json(line))
+        except (EventDecodeError, UnknownEventType):
+            skipped += 1
+    return skipped
 
 
 class Script:
@@ -57,11 +69,7 @@ class Script:
 
     def _read(self, fd: int) -> None:
         with open(fd, encoding="utf-8", errors="replace") as lines:
-            for line in lines:
-                try:
-                    self.events.append(from_json(line))
-                except (EventDecodeError, UnknownEventType):
-                    self.skipped += 1
+            self.skipped = read_events(lines, self.events)
 
     @property
     def pid(self) -> int:
@@ -92,8 +100,9 @@ class Script:
         return self.wait()
 
 
-class ScriptSource:
-    """The app's EventSource for a script, its output into `log_path`."""
+class OwnLevers:
+    """An EventSource for generation tokentop does not drive (a script, a process that calls
+    `tui_app.watch`): a key that would change it is answered with why not."""
 
     kind = "engine"
     live = True
@@ -102,11 +111,45 @@ class ScriptSource:
     done = False
     server_pid: int | None = None
     restartable = False
+    who = "the script"  # whose levers they are, in the refusals
+
+    def __init__(self):
+        self.answers: list[Event] = []
+
+    def send(self, cmd) -> None:
+        match cmd:
+            case SetLever(lever=name, value=value):
+                self.answers.append(LeverRefused(lever=name, value=value, reason=REFUSED.format(who=self.who, what=name)))
+            case Pause() | Resume():
+                self.answers.append(LeverRefused(lever="pause", value=isinstance(cmd, Pause), reason=f"{self.who}'s generation cannot be paused from here"))
+            case Probe() | Profile():
+                self.answers.append(EngineError(message=f"measured inside tokentop's own engine only, not in {self.who}"))
+            case Stop() | Shutdown():
+                self.close()
+
+    def pause(self, paused: bool) -> None:
+        self.send(Pause() if paused else Resume())
+
+    def advance(self) -> None:
+        """Its events come as they are made."""
+
+    def restart(self, levers, first_run_id: int = 1) -> None:
+        """Not asked (`restartable`): the code is the user's, and may not be safe to run twice."""
+
+    def number_from(self, first_run_id: int) -> None:
+        """Its calls are numbered from 1 by its hook."""
+
+    def close(self) -> None:
+        """Nothing of tokentop's to stop."""
+
+
+class ScriptSource(OwnLevers):
+    """The app's EventSource for a script, its output into `log_path`."""
 
     def __init__(self, argv: list[str], log_path: str):
+        super().__init__()
         self.argv, self.log_path = argv, log_path
         self.script: Script | None = None
-        self.answers: list[Event] = []
         self._reported = False
 
     def start(self) -> None:
@@ -137,29 +180,6 @@ class ScriptSource:
     @property
     def exit_code(self) -> int | None:
         return None if self.script is None or self.alive() else self.script.wait()
-
-    def send(self, cmd) -> None:
-        match cmd:
-            case SetLever(lever=name, value=value):
-                self.answers.append(LeverRefused(lever=name, value=value, reason=REFUSED.format(what=name)))
-            case Pause() | Resume():
-                self.answers.append(LeverRefused(lever="pause", value=isinstance(cmd, Pause), reason="a script's generation cannot be paused from here"))
-            case Probe() | Profile():
-                self.answers.append(EngineError(message="measured inside tokentop's own engine only, not in a watched script"))
-            case Stop() | Shutdown():
-                self.close()
-
-    def pause(self, paused: bool) -> None:
-        self.send(Pause() if paused else Resume())
-
-    def advance(self) -> None:
-        """A script's events come as it makes them."""
-
-    def restart(self, levers, first_run_id: int = 1) -> None:
-        """Not asked of a script (`restartable`): it is the user's, and may not be safe to run twice."""
-
-    def number_from(self, first_run_id: int) -> None:
-        """A script's calls are numbered from 1 by its hook."""
 
     def close(self) -> None:
         if self.script is not None:

@@ -46,9 +46,10 @@ PATCHES = {}  # module name → what to do to it once imported
 class Writer(threading.Thread):
     """The hook's one thread: takes the generating thread's stamps, makes the events, writes them."""
 
-    def __init__(self, fd: int):
+    def __init__(self, out=None):
+        """out: where the events go, a line each (the script's pipe); None in a subclass that sends them itself."""
         super().__init__(name="tokentop-hook", daemon=True)
-        self.out = os.fdopen(fd, "w", encoding="utf-8", buffering=1)
+        self.out = out
         self.stamps: queue.Queue = queue.Queue(QUEUE_MAX)
         self.dropped = 0
         self.broken = False
@@ -170,7 +171,7 @@ class Call:
             gpu_baseline=None,
             perplexity=None,
             first_diff=None,
-            diff_note="the script's own run",
+            diff_note="watched: its own code's run",
             t_ns=t,
         )
         return [*events, fin]
@@ -241,8 +242,8 @@ class Loop:
 
 
 class Hook:
-    def __init__(self, fd: int):
-        self.writer = Writer(fd)
+    def __init__(self, writer: Writer):
+        self.writer = writer
         self.runs = itertools.count(1)
         self.seen: weakref.WeakSet = weakref.WeakSet()  # models whose EngineReady was sent
         self.latest = None  # the tokenizer made last (a weak reference)
@@ -383,7 +384,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 
 def install(fd: int) -> Hook:
-    hook = Hook(fd)
+    hook = Hook(Writer(os.fdopen(fd, "w", encoding="utf-8", buffering=1)))
 
     def on_generation(module) -> None:
         mixin = module.GenerationMixin

@@ -60,10 +60,11 @@ def tui(opts: Options) -> int:
 
     log = require(cache_root(), "the script's output", "TOKENTOP_CACHE") / LOG
     source = ScriptSource(opts.script, str(log))
-    return run_tui(opts, lambda: source, NO_TUI, make_app=_app)
+    return run_tui(opts, lambda: source, NO_TUI, make_app=watched_app)
 
 
-def _app(opts: Options, source, recorder):
+def watched_app(opts: UiOptions, source, recorder):
+    """The TUI on a source tokentop does not drive: no request of its own, no auto-repeat."""
     from monitors.sampler import Sampler
     from tui_app.ui.app import TokentopApp
 
@@ -72,7 +73,6 @@ def _app(opts: Options, source, recorder):
 
 def headless(opts: Options) -> int:
     from tui_app.attach.script import Script
-    from tui_app.commands.run import row_line
 
     try:
         recorder = make_recorder(opts)
@@ -86,7 +86,7 @@ def headless(opts: Options) -> int:
             ended = script.proc.poll() is not None and not script.reader.is_alive()
             for ev in script.drain():
                 session.feed(ev)
-                _say(session, ev, row_line)
+                say(session, ev)
             if ended:
                 if session.ready is None:
                     print(f"tokentop: {UNSEEN}", file=sys.stderr)
@@ -103,7 +103,10 @@ def headless(opts: Options) -> int:
             recorder.close()
 
 
-def _say(session: Session, ev, row_line) -> None:
+def say(session: Session, ev, out=sys.stderr) -> None:
+    """What the headless commands print of a watched process's event: the model once, errors, a row a call."""
+    from tui_app.commands.run import row_line
+
     if isinstance(ev, EngineReady):
         print(f"tokentop: watching {ev.model} in {ev.source} ({ev.n_params / 1e6:.0f}M params, {ev.dtype} on {ev.device})", file=sys.stderr, flush=True)
     elif isinstance(ev, EngineError):
@@ -111,4 +114,4 @@ def _say(session: Session, ev, row_line) -> None:
     elif isinstance(ev, RunFinished):
         for row in session.rows():
             if row.run_id == ev.run_id:
-                print(row_line(row), file=sys.stderr, flush=True)
+                print(row_line(row), file=out, flush=True)
