@@ -32,6 +32,7 @@ import queue
 import sys
 import threading
 import weakref
+from collections.abc import Callable
 
 from monitors.codec import to_json
 from monitors.events import EngineError, EngineReady, Levers, RunFinished, RunStarted, Step, now_ns
@@ -40,7 +41,7 @@ from monitors.text import IncrementalDecoder
 
 QUEUE_MAX = 1 << 16  # stamps waiting for the writer: minutes of tokens at any rate a script reaches
 FLUSH_S = 2.0  # at the script's exit, how long the writer gets to send what is left
-PATCHES = {}  # module name → what to do to it once imported
+PATCHES: dict[str, Callable] = {}  # module name → what to do to it once imported
 
 
 class Writer(threading.Thread):
@@ -134,7 +135,7 @@ class Call:
         self.steps += 1
         self.n += len(ids)
         delta = self.text.push(ids) if self.text.tok is not None else ""
-        kv = measure_cache(self.cache, len(self.prompt) + self.n - 1)
+        kv = measure_cache(self.cache, len(self.prompt or ()) + self.n - 1)
         dt, self.last = t - self.last, t
         kind = "prefill" if self.steps == 1 else "decode"
         return [
@@ -216,11 +217,11 @@ class Loop:
             return
         cache = kwargs.get("cache", kwargs.get("past_key_values"))
         n = ids.shape[-1]
-        same = self.call is not None and self.call.model is model
-        on = same and (cache is self.cache if cache is not None else self.cache is None and n == self.length + 1)
+        call = self.call
+        on = call is not None and call.model is model and (cache is self.cache if cache is not None else self.cache is None and n == self.length + 1)
         self.length = n
-        if on:
-            self.hook.writer.put(self.call.tokens, t, ids[0, -1:], ids.shape[0])
+        if call is not None and on:
+            self.hook.writer.put(call.tokens, t, ids[0, -1:], ids.shape[0])
             return
         self.end(t)
         self.call = Call(self.hook, model, next(self.hook.runs), {})
@@ -246,7 +247,7 @@ class Hook:
         self.writer = writer
         self.runs = itertools.count(1)
         self.seen: weakref.WeakSet = weakref.WeakSet()  # models whose EngineReady was sent
-        self.latest = None  # the tokenizer made last (a weak reference)
+        self.latest: weakref.ref | None = None  # the tokenizer made last
         self.copied: tuple = (None, None)  # (a weak reference to a tokenizer, this hook's copy of it)
         self.local = threading.local()
         self.loop = Loop(self)
@@ -379,7 +380,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             run(module)
             patch(module)
 
-        spec.loader.exec_module = exec_module
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 

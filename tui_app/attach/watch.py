@@ -59,11 +59,14 @@ class SocketWriter(Writer):
             self.dropped += 1
 
     def _send(self, ev) -> bool:
+        sock = self.sock
+        if sock is None:
+            return False
         try:
-            self.sock.sendall((to_json(ev) + "\n").encode())
+            sock.sendall((to_json(ev) + "\n").encode())
             return True
         except OSError:  # the listener went away: looked for again in RETRY_S
-            self.sock.close()
+            sock.close()
             self.sock = None
             return False
 
