@@ -52,9 +52,15 @@ def test_the_parts_account_for_the_step_and_a_delay_in_one_mlp_lands_in_the_mlp_
         slow, _ = profiled(plain, collect, tmp_path / "b.json")
     finally:
         hook.remove()
-    assert slow.parts["mlp"] - ev.parts["mlp"] == pytest.approx(SPIN_MS, abs=0.3 * SPIN_MS), (ev.parts, slow.parts)
-    for part in ("attention", "norms", "lm_head"):  # the others keep their time (noise of a shared machine aside)
-        assert abs(slow.parts[part] - ev.parts[part]) < 0.3 * SPIN_MS, (part, ev.parts, slow.parts)
+    # Between the two windows the machine's own pace drifts (its memory bandwidth swings: a CI run
+    # once had attention 28.9 ms a step in the first and 22.0 in the second), so the first window's
+    # figures are taken at the second's pace, by the parts the delay does not touch.
+    untouched = ("attention", "norms", "lm_head")
+    pace = sum(slow.parts[p] for p in untouched) / sum(ev.parts[p] for p in untouched)
+    said = (pace, ev.parts, slow.parts)
+    assert slow.parts["mlp"] - pace * ev.parts["mlp"] == pytest.approx(SPIN_MS, abs=0.3 * SPIN_MS), said
+    for part in untouched:  # each keeps its share of the time (noise of a shared machine aside)
+        assert abs(slow.parts[part] - pace * ev.parts[part]) < 0.3 * SPIN_MS, (part, *said)
     # Within the slow window itself, free of the drift between windows: layer 3's MLP range in the
     # trace is longer than the other layers' by the delay.
     trace = json.loads((tmp_path / "b.json").read_text())
