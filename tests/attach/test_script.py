@@ -123,6 +123,8 @@ def test_the_scripts_own_sitecustomize_and_monitors_still_load(tmp_path):
     [
         (["--no-tui", "--no-record", "--", "no-such-program-here"], 127, "tokentop: cannot run 'no-such-program-here': No such file or directory"),
         (["--no-tui", "--"], 2, "tokentop: nothing to run"),
+        (["--no-tui", "--record", "/proc/no/such.jsonl", "--", "true"], 2, "tokentop: "),
+        (["listen", "--no-tui", "--record", "/proc/no/such.jsonl"], 2, "tokentop: "),
     ],
 )
 def test_a_command_that_cannot_run_is_one_line(argv, code, line):

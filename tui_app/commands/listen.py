@@ -9,9 +9,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from monitors.record import RecordError
 from tui_app.commands.options import add_ui
-from tui_app.core.options import EXIT_USAGE, UiOptions, make_recorder
+from tui_app.core.options import EXIT_USAGE, UiOptions, open_recording
 from tui_app.core.session import Session
 
 PARSER = {"help": "show the generation of processes that call tui_app.watch(model) (a notebook's): the TUI, or --no-tui for a row per call"}
@@ -50,11 +49,7 @@ def main(opts: Options) -> int:
 def headless(opts: Options, source) -> int:
     from tui_app.commands.script import say
 
-    try:
-        recorder = make_recorder(opts)
-    except RecordError as exc:
-        print(f"tokentop: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    recorder = open_recording(opts)
     session = Session(recorder=recorder)
     source.start()
     print(f"tokentop: listening on {source.path}; {HOW}", file=sys.stderr, flush=True)

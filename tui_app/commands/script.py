@@ -14,9 +14,8 @@ import time
 from dataclasses import dataclass
 
 from monitors.events import EngineError, EngineReady, RunFinished
-from monitors.record import RecordError
 from tui_app.commands.options import add_ui
-from tui_app.core.options import EXIT_USAGE, UiOptions, make_recorder
+from tui_app.core.options import EXIT_USAGE, UiOptions, open_recording
 from tui_app.core.session import Session
 
 PARSER = {"help": "watch your own script's generate() calls: tokentop [--no-tui] -- python my_script.py ARGS"}
@@ -74,14 +73,11 @@ def watched_app(opts: UiOptions, source, recorder):
 def headless(opts: Options) -> int:
     from tui_app.attach.script import Script
 
-    try:
-        recorder = make_recorder(opts)
-    except RecordError as exc:
-        print(f"tokentop: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    recorder = open_recording(opts)
     session = Session(recorder=recorder)
-    script = Script(opts.script)
+    script = None
     try:
+        script = Script(opts.script)  # within the try: a command that cannot run still closes the recording
         while True:
             ended = script.proc.poll() is not None and not script.reader.is_alive()
             for ev in script.drain():
@@ -93,6 +89,8 @@ def headless(opts: Options) -> int:
                 return script.wait()
             time.sleep(POLL_S)
     except KeyboardInterrupt:  # the terminal's Ctrl-C reached the script too: its own handlers run
+        if script is None:  # before it started: the CLI's own "interrupted"
+            raise
         code = script.stop()
         for ev in script.drain():
             session.feed(ev)

@@ -246,6 +246,17 @@ def make_recorder(args: RecordOptions):
         raise RecordError(f"{exc}; {fix}") from None
 
 
+def open_recording(args: RecordOptions):
+    """make_recorder for a command that cannot go on without the recording it was asked for: a
+    RecordError becomes the CLI's one line and exit 2 (UsageError)."""
+    from monitors.record import RecordError
+
+    try:
+        return make_recorder(args)
+    except RecordError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def quiet_libraries() -> None:
     """Before torch, torchao and transformers load: no library chatter on a headless command's
     output (torchao's optional kernels that this machine cannot load, torch's pytree deprecations,

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from tui_app.core.options import EXIT_USAGE, UsageError, make_recorder
+from tui_app.core.options import EXIT_USAGE, open_recording
 from tui_app.core.terminal import cannot_draw
 
 
@@ -20,12 +20,7 @@ def run_tui(opts, make_source: Callable, no_tui: str, make_app: Callable | None 
     if why:
         print(f"tokentop: {why}; for the numbers use {no_tui}", file=sys.stderr)
         return EXIT_USAGE
-    from monitors.record import RecordError
-
-    try:
-        recorder = make_recorder(opts)
-    except RecordError as exc:
-        raise UsageError(str(exc)) from None
+    recorder = open_recording(opts)
     source = make_source()
     if recorder is not None:  # appending to an earlier recording, runs are numbered on from its last
         source.number_from(recorder.first_run_id)
