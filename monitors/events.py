@@ -93,12 +93,15 @@ class EngineReady:
 
 @dataclass(kw_only=True)
 class Phase:
-    """A preparation phase (load, compile, quantize) with its own duration, never mixed into steady-state numbers."""
+    """A preparation phase (load, compile, quantize) with its own duration, never mixed into
+    steady-state numbers. cost_of: the lever setting it is a one-time cost of ("quant:int8",
+    "compile:int4", "recompile:off"), for the ledger; empty for the others."""
 
     name: str
     detail: str
     done: bool
     seconds: float = 0.0
+    cost_of: str = ""
     t_ns: int = field(default_factory=now_ns)
 
 
@@ -127,7 +130,12 @@ class Step:
     the command poll to its tokens in hand (forward, sampling, the host read); dt_ns - compute_ns
     is what the loop spends between steps (detokenizing, KV measurement, the emit, the poll).
     Sources that cannot see inside a step (a server) leave forward_ns and compute_ns 0.
-    drafted_chars: how much of `text`, from its start, the accepted drafted tokens made."""
+    drafted_chars: how much of `text`, from its start, the accepted drafted tokens made.
+    rejected_text: the text the rejected drafts would have made after them, not part of `text`.
+    confidence: the model's own probability (softmax at temperature 1) of each of `token_ids`, as
+    the engine picked them; empty unless asked for (the o key's confidence colouring), since it
+    costs a softmax over the vocabulary a step. token_chars: with it, how much of `text` each of
+    `token_ids` made, in order, so each token's text carries its own probability."""
 
     run_id: int
     step: int
@@ -146,6 +154,9 @@ class Step:
     accepted: int = 0
     compute_ns: int = 0
     drafted_chars: int = 0
+    rejected_text: str = ""
+    confidence: list = field(default_factory=list)
+    token_chars: list = field(default_factory=list)
 
 
 @dataclass(kw_only=True)

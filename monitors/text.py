@@ -31,3 +31,22 @@ class IncrementalDecoder:
         self.prefix_text = self.tok.decode(self.ids[self.prefix : self.read], skip_special_tokens=True)
         self.text += delta
         return delta
+
+    def peek(self, more: list[int]) -> str:
+        """The text `more` would add after the tokens so far, none of it kept (a rejected draft's)."""
+        window = self.ids[self.prefix :]
+        base = self.tok.decode(window, skip_special_tokens=True)
+        return self.tok.decode(window + more, skip_special_tokens=True)[len(base) :].replace("\ufffd", "")
+
+
+def step_text(text: IncrementalDecoder, new: list[int], accepted: int, rejected: list[int], each: bool) -> tuple[str, int, str, list[int]]:
+    """A step's tokens `new` pushed to `text`: the text they make, how much of it from its start
+    the accepted drafts (its first `accepted` tokens) made, the text the `rejected` drafts would
+    have made after those (peeked, kept nowhere), and with `each`, the length of each token's own
+    part (pushed one at a time, so each can carry its own probability)."""
+    kept, own = new[:accepted], new[accepted:]
+    parts = [text.push([t]) for t in kept] if each else [text.push(kept)] if kept else []
+    drafted = sum(map(len, parts))
+    ghost = text.peek(rejected) if rejected else ""
+    parts += [text.push([t]) for t in own] if each else [text.push(own)] if own else []
+    return "".join(parts), drafted, ghost, [len(part) for part in parts] if each else []

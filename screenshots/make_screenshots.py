@@ -7,7 +7,10 @@ lookup on the long (summarize-this) prompt, so every pane has something to show;
 picture: the real llama.cpp server (xllamacpp) on the bundled GGUF, one stream, then four. The
 leak pictures: the leak view catching `--demo-leak 1` at 160×45 and 80×24. The anatomy picture:
 a step's anatomy under plain, compile and int4 side by side (p, with m's read ceiling). The
-colours picture: prompt lookup on the story prompt, its accepted drafts underlined (o). The
+colours pictures: prompt lookup on the story prompt, its accepted drafts underlined (o), and the
+same run coloured by the model's confidence in each token (o three times). The ledger picture:
+plain, int8 and int4 in turns, twice, then int4 + compile, plain, no cache and prompt lookup, on
+the short prompt; then g. The
 script picture: tests/attach/scripts/pipeline_script.py watched, its third call streaming. The
 demo picture: `tokentop demo`'s caption over three steps of the default tour. The fleet picture:
 a real Prometheus (Debian's) scraping three real llama.cpp servers every second, tokentop's own
@@ -129,17 +132,35 @@ async def shoot_anatomy(size: tuple[int, int]) -> str:
     return to_png(svg, size)
 
 
-async def shoot_colours(size: tuple[int, int]) -> str:
-    """The tokens coloured by origin (o): prompt lookup on the story prompt, its accepted drafts
-    underlined."""
+async def shoot_colours(size: tuple[int, int], colouring: str = "origin") -> str:
+    """Prompt lookup on the story prompt, its tokens coloured by origin (o: the accepted drafts
+    underlined) or by confidence (o three times)."""
     app = TokentopApp(engine_source(EngineConfig()), RunRequest(preset="story", max_new_tokens=120, ignore_eos=True), sampler=Sampler(hz=4), fps=8)
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: not app.running and len(app.session.finished_ids) >= 1)
-        await pilot.press("s", "o", "r")
+        await pilot.press("s", *"o" * (1 if colouring == "origin" else 3), "r")
         await until(pilot, lambda: not app.running and len(app.session.finished_ids) >= 2)
         await pilot.pause(1.0)
-        svg = app.save_screenshot(filename=f"tokentop-colours-{size[0]}x{size[1]}.svg", path=HERE)
+        name = "colours" if colouring == "origin" else colouring
+        svg = app.save_screenshot(filename=f"tokentop-{name}-{size[0]}x{size[1]}.svg", path=HERE)
         await pilot.press("q")
+    return to_png(svg, size)
+
+
+async def shoot_ledger(size: tuple[int, int]) -> str:
+    """The lever ledger (g) after plain, int8 and int4 in turns, twice, then int4 + compile, plain,
+    no cache and prompt lookup once each, on the short prompt."""
+    app = TokentopApp(engine_source(EngineConfig()), RunRequest(preset="short", max_new_tokens=48, ignore_eos=True), sampler=Sampler(hz=4), fps=8)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: not app.running and len(app.session.finished_ids) >= 1)
+        for keys in ("w", "w", "w", "w", "w", "c", "cw", "k", "ks"):  # each then run by r
+            n = len(app.session.finished_ids)
+            await pilot.press(*keys, "r")
+            await until(pilot, lambda n=n: not app.running and len(app.session.finished_ids) > n)
+        await pilot.press("g")
+        await pilot.pause(1.0)
+        svg = app.save_screenshot(filename=f"tokentop-ledger-{size[0]}x{size[1]}.svg", path=HERE)
+        await pilot.press("g", "q")
     return to_png(svg, size)
 
 
@@ -369,8 +390,12 @@ def main() -> int:
     if sys.argv[1:] == ["anatomy"]:  # this one alone: the model's runs under three lever mixes
         print("wrote", asyncio.run(shoot_anatomy((160, 45))))
         return 0
-    if sys.argv[1:] == ["colours"]:  # this one alone: two runs of the story prompt
-        print("wrote", asyncio.run(shoot_colours((160, 45))))
+    if sys.argv[1:] == ["colours"]:  # these alone: two runs of the story prompt each
+        for colouring in ("origin", "confidence"):
+            print("wrote", asyncio.run(shoot_colours((160, 45), colouring)))
+        return 0
+    if sys.argv[1:] == ["ledger"]:  # this one alone: six runs of the short prompt
+        print("wrote", asyncio.run(shoot_ledger((160, 45))))
         return 0
     if sys.argv[1:] == ["script"]:  # this one alone: a user's pipeline script watched
         print("wrote", asyncio.run(shoot_script((160, 45))))
@@ -390,7 +415,9 @@ def main() -> int:
         print("wrote", asyncio.run(shoot_leak(size)))
     print("wrote", asyncio.run(shoot_demo((160, 45))))
     print("wrote", asyncio.run(shoot_anatomy((160, 45))))
-    print("wrote", asyncio.run(shoot_colours((160, 45))))
+    for colouring in ("origin", "confidence"):
+        print("wrote", asyncio.run(shoot_colours((160, 45), colouring)))
+    print("wrote", asyncio.run(shoot_ledger((160, 45))))
     print("wrote", asyncio.run(shoot_script((160, 45))))
     print("wrote", asyncio.run(shoot_fleet((160, 45))))
     with tempfile.TemporaryDirectory() as tmp:

@@ -61,6 +61,13 @@ class Probe:
 
 
 @dataclass(frozen=True)
+class Confidence:
+    """Measure each new token's probability from now (`on`), for the tokens' confidence colouring."""
+
+    on: bool
+
+
+@dataclass(frozen=True)
 class History:
     """Record the CUDA allocator's history from now for `runs` runs, then save it to `path`."""
 
@@ -81,4 +88,4 @@ class Shutdown:
     """End the process (after the run in flight stops)."""
 
 
-Command = Run | SetLever | Stop | Pause | Resume | Probe | History | Profile | Shutdown
+Command = Run | SetLever | Stop | Pause | Resume | Probe | Confidence | History | Profile | Shutdown

@@ -24,8 +24,6 @@ from benchmarks.gpu_check.checks import (
     check_observer_overhead,
     check_pytest,
     check_real_weights,
-    check_syncs,
-    check_timing,
     check_tui,
     make_model,
 )
@@ -33,6 +31,7 @@ from benchmarks.gpu_check.counters import check_gpm_and_clock_events
 from benchmarks.gpu_check.memory import check_cuda_snapshot, check_torch_memory
 from benchmarks.gpu_check.models import Bench, check_device_leak, lever_check, tokenizer_dir
 from benchmarks.gpu_check.report import Report, Skip, lever_cases, one_line
+from benchmarks.gpu_check.steps import check_syncs, check_timing
 from benchmarks.gpu_check.wheels import build_wheels
 
 
@@ -95,6 +94,7 @@ def run_all(report: Report, device: str, tok: Path, work: Path, small_overrides:
     singles, pairs = lever_cases()[:n_singles], lever_cases()[n_singles:]
     for name, combo in [("plain", {}), *singles]:
         report.check(f"syncs per token: {name} (bf16)", lambda c=combo: check_syncs(bench("bf16"), c, req))
+    report.check("syncs per token: confidence measured (bf16)", lambda: check_syncs(bench("bf16"), {}, req, confidence=True))
     for dtype in ("bf16", "fp16"):
         for name, combo in singles:
             report.check(f"lever {name} ({dtype})", lambda c=combo, d=dtype: lever_check(bench(d), c, req))

@@ -144,6 +144,8 @@ def test_the_tui_shows_the_scripts_runs_and_returns_its_exit_code(folder, tmp_pa
         assert re.search(r"^│ 2 +cache +5 +24 ", screen, re.M), screen
         app.keys("w")  # the script's levers are its own: said, not switched
         app.wait_for(lambda s: "the script sets its own quant" in s, timeout=10)
+        app.keys("o", "o", "o")  # the tokens' confidence is measured by tokentop's own engine only
+        app.wait_for(lambda s: "measured inside tokentop's own engine only" in s, timeout=10)
         app.keys("q")
         app.wait_for(lambda s: "TOKENTOP-EXIT=5" in s, timeout=20)
     finally:

@@ -4,10 +4,11 @@ tested on the CPU in test_gpu_check.py."""
 
 import pytest
 
-from benchmarks.gpu_check.checks import check_device_map, check_nvml_device, check_nvml_process, check_syncs, check_timing
+from benchmarks.gpu_check.checks import check_device_map, check_nvml_device, check_nvml_process
 from benchmarks.gpu_check.memory import check_torch_memory
 from benchmarks.gpu_check.models import Bench, check_device_leak, lever_check, random_llama, tokenizer_dir
 from benchmarks.gpu_check.report import Check, run_check
+from benchmarks.gpu_check.steps import check_syncs, check_timing
 from tui_app.requests import RunRequest
 
 pytestmark = pytest.mark.gpu

@@ -70,12 +70,19 @@ def test_speculative_steps_report_proposals_and_gain_tokens_on_a_summary(plain, 
     def decoded(ids):
         return plain.tok.decode(ids, skip_special_tokens=True)
 
+    # The rejected drafts' text (ghosted in that colouring): prompt lookup copies what it proposes
+    # from the text so far, so the drafts, kept and rejected, are found there whole.
+    prompt, _ = plain.prompt_ids(STORY)
     done: list[int] = []
     for s in steps:
         before = len(decoded(done))
         assert s.drafted_chars == len(decoded(done + s.token_ids[: s.accepted])) - before, s
+        assert bool(s.rejected_text) == (s.proposed > s.accepted), s
+        if s.rejected_text:
+            assert s.text[: s.drafted_chars] + s.rejected_text in decoded(prompt + done), s
         done += s.token_ids
     assert sum(s.drafted_chars > 0 for s in verify) == sum(s.accepted > 0 for s in verify)
+    assert any(s.rejected_text for s in verify), "a story's retelling departs from it somewhere"
 
 
 def test_batch_replicates_the_prompt_and_every_row_is_greedy(plain, collect, ref_short):

@@ -131,3 +131,18 @@ def session_events(runs: int = 3, tokens: int = 60) -> list:
             )
         )
     return out
+
+
+def timed_run(run_id: int, levers: Levers, step_ms: float, tokens: int = 20, prompt: int = 40, stop: str = "max tokens") -> list:
+    """A run at a steady pace: a 100 ms first token, then a token every `step_ms`."""
+    t = run_id * 10_000 * MS
+    out: list = [RunStarted(run_id=run_id, levers=levers, prompt_tokens=prompt, max_new_tokens=tokens, prompt_text="p", t_ns=t)]
+    for i in range(tokens):
+        dt = round((100 if i == 0 else step_ms) * MS)
+        t += dt
+        kind = "prefill" if i == 0 else "decode"
+        sizes = {"kv_bytes": 0, "kv_alloc_bytes": 0, "seq_len": prompt + i}
+        out.append(Step(run_id=run_id, step=i + 1, kind=kind, token_ids=[1], text="a", n_tokens=1, t_ns=t, dt_ns=dt, forward_ns=dt, **sizes))
+    fields = {"torch_peak": None, "gpu_baseline": None, "perplexity": None, "first_diff": None, "diff_note": ""}
+    out.append(RunFinished(run_id=run_id, n_tokens=tokens, stop_reason=stop, text="", peak_rss=0, baseline_rss=0, t_ns=t, **fields))
+    return out

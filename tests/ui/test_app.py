@@ -115,6 +115,13 @@ async def test_every_key_on_the_live_engine(tmp_path):
         await pilot.press("ctrl+s")
         await until(pilot, lambda: list(Path(tmp_path).glob("tokentop-*-screenshot.svg")), what="screenshot")
 
+        await pilot.press("o", "o", "o")  # by confidence: the engine measures each token's probability from now
+        n = finished(app)
+        await pilot.press("r")
+        await until(pilot, lambda: finished(app) > n, what="a run measured for confidence")
+        assert any(sure >= 0 for *_, sure in app.query_one(TokenStream).chunks), "the run's tokens coloured by confidence"
+        await pilot.press("o")
+
         await pilot.press("p")  # the anatomy of the next decode steps opens once they are profiled
         await until(pilot, lambda: isinstance(app.screen, AnatomyScreen), timeout=60, what="the anatomy")
         await until(pilot, lambda: str(app.screen.body.render()), what="the anatomy drawn")  # at its mount, after the push

@@ -22,7 +22,7 @@ from pathlib import Path
 from monitors.codec import Event, EventDecodeError, UnknownEventType, from_json
 from monitors.events import EngineError, LeverRefused
 from tui_app.process import describe_exit
-from tui_app.requests import Pause, Probe, Profile, Resume, SetLever, Shutdown, Stop
+from tui_app.requests import Confidence, Pause, Probe, Profile, Resume, SetLever, Shutdown, Stop
 
 CHILD = Path(__file__).with_name("child")  # sitecustomize.py alone: nothing of tokentop's shadows the script's imports
 FD_ENV = "TOKENTOP_EVENTS_FD"
@@ -122,7 +122,7 @@ class OwnLevers:
                 self.answers.append(LeverRefused(lever=name, value=value, reason=REFUSED.format(who=self.who, what=name)))
             case Pause() | Resume():
                 self.answers.append(LeverRefused(lever="pause", value=isinstance(cmd, Pause), reason=f"{self.who}'s generation cannot be paused from here"))
-            case Probe() | Profile():
+            case Probe() | Profile() | Confidence(on=True):
                 self.answers.append(EngineError(message=f"measured inside tokentop's own engine only, not in {self.who}"))
             case Stop() | Shutdown():
                 self.close()

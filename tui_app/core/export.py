@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict
 
 from monitors.files import write_whole
-from tui_app.core import fmt
+from tui_app.core import fmt, ledger
 from tui_app.core.session import Session
 
 
@@ -43,5 +43,6 @@ def export_session(session: Session, path: str) -> None:
         "engine": asdict(session.ready) if session.ready else None,
         "leak": asdict(session.verdict) if session.verdict else None,
         "runs": rows,
+        "ledger": [asdict(e) for e in ledger.entries(session)],
     }
     write_whole(path, json.dumps(fmt.strict_json(data), indent=2, default=str, allow_nan=False))

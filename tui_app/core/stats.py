@@ -56,6 +56,25 @@ def paired_ratio(
     return point, ci
 
 
+def unpaired_ratio(
+    a: Sequence[T], b: Sequence[T], statistic: Callable[[list[T]], float], resamples: int = RESAMPLES, seed: int = 0
+) -> tuple[float, tuple[float, float] | None]:
+    """statistic(b) ÷ statistic(a), and its interval from resampling each side on its own (runs
+    that did not run in pairs); None with fewer than two on either side."""
+    point = _ratio(statistic(list(b)), statistic(list(a)))
+    if len(a) < 2 or len(b) < 2:
+        return point, None
+    rng = random.Random(seed)
+    values = []
+    for _ in range(resamples):
+        v = _ratio(statistic([b[rng.randrange(len(b))] for _ in b]), statistic([a[rng.randrange(len(a))] for _ in a]))
+        if not math.isnan(v):
+            values.append(v)
+    values.sort()
+    tail = (1 - CONFIDENCE) / 2 * 100
+    return point, (percentile(values, tail, True), percentile(values, 100 - tail, True)) if values else None
+
+
 def _ratio(num: float, den: float) -> float:
     if num is None or den is None or math.isnan(num) or math.isnan(den) or den == 0:
         return math.nan

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, field, replace
 
 from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES, Levers
-from tui_app.core import fmt
+from tui_app.core import fmt, ledger
 from tui_app.core.session import Row, Session
 from tui_app.prompts import PRESETS
 from tui_app.requests import RunRequest
@@ -288,6 +288,7 @@ class StepResult:
     base_levers: Levers | None = None
     note: str = ""  # what the engine said it prepared for this step's levers (a kernel it had to do without)
     leak: str = ""  # the leak detector's verdict when the step ended
+    verdict: str = ""  # the ledger's on this step's levers against plain on its workload, where it has one
 
     def effect(self) -> str:
         """The measured effect in one line, e.g. 'int4: 2.6× plain tok/s (48.1 vs 18.3), ppl 24.57 vs 24.60'."""
@@ -297,7 +298,9 @@ class StepResult:
         if f is None:
             return f"{s.label}: no finished run to measure"
         parts = [self.leak if w == "leak" else _statement(w, f, b) for w in s.watch]
-        if self.pays() is False:
+        if self.verdict:
+            parts.append(self.verdict)
+        elif self.pays() is False:
             parts.append(f"{' + '.join(speedups(s.levers, self.base_levers))} does not pay on this machine" + (f" ({self.note})" if self.note else ""))
         if b is not None and f.quant != b.quant and f.perplexity is not None and b.perplexity is not None:
             parts.append(f"ppl {f.perplexity:.2f} vs {b.perplexity:.2f}")
@@ -342,6 +345,9 @@ class TourLog:
         result = StepResult(
             step, list(run_ids), list(refused), Figures.of(step.label, rows), base.figures if base else None, base.step.levers if base else None, note
         )
+        if result.figures is not None:
+            mine = [e for e in ledger.entries(session) if e.levers == result.figures.levers and e.prompt_tokens == result.figures.prompt_tokens]
+            result.verdict = mine[0].verdict if mine else ""
         if session.verdict is not None:
             # "leak suspected (…)", not "leak: …": the step's label leads the line, with its colon
             said = {"none": "no leak", "suspected": "leak suspected"}.get(session.verdict.status, "leak verdict " + session.verdict.status)

@@ -72,6 +72,15 @@ def part_of(name: str) -> str | None:
     return None
 
 
+def anatomy_refusal(lev, busy: bool) -> str | None:
+    """Why the next decode steps cannot be profiled now, or None."""
+    if not lev.cache:
+        return "without the KV cache every step is a prefill; turn the cache on first"
+    if lev.spec != "off":
+        return "speculative steps verify several tokens at once; turn speculation off first"
+    return "it is profiling already" if busy else None
+
+
 class StepAnatomy:
     """One window of `steps` decode steps, from the next: the engine calls `before_step` and
     `after_step` around each decode step and `end` when the run ends; each says True once the

@@ -88,6 +88,9 @@ class Decoder:
         # else a shared null context: four of them cost a step about 0.6 µs (docs/performance.md).
         self.mark = no_mark
         self.gpu_clock = GpuClock() if device.startswith("cuda") else None
+        self.confidence = False  # measure the chosen tokens' probabilities (the Confidence command)
+        self.last_p: list[float] = []  # row 0's, of the last step's new tokens, when measured
+        self.rejected: list[int] = []  # the last verify step's rejected proposals
 
     def lean_step(self, model) -> LeanDecode | None:
         key = id(model)
@@ -123,6 +126,22 @@ class Decoder:
         noise = torch.empty_like(probs).exponential_(1, generator=self.gen)
         return (probs / noise).argmax(-1)
 
+    def read(self, new: torch.Tensor, logits: torch.Tensor, chosen: bool = True) -> list[list[int]]:
+        """The step's one device→host transfer: the new tokens [B, k]; with confidence on, also the
+        model's probability of row 0's picks, from its logits [1, k, V] (`chosen` False: the top
+        probability at each of the logits' places, row 0's picks being the argmax there), packed into
+        the same transfer as float32 (exact for token ids below 2^24)."""
+        self.rejected = []
+        if not self.confidence:
+            self.last_p = []
+            return new.tolist()
+        logp = torch.log_softmax(logits[0].float(), dim=-1)
+        p = (logp.gather(-1, new[0].unsqueeze(-1)).squeeze(-1) if chosen else logp.amax(-1)).exp()
+        flat = torch.cat([new.flatten().float(), p]).tolist()
+        n, k = new.numel(), new.shape[1]
+        self.last_p = flat[n:]
+        return [[int(t) for t in flat[i : i + k]] for i in range(0, n, k)]
+
     def prefill(self, model, tokens: list[list[int]], cache) -> tuple[list[list[int]], int]:
         """The whole text in one forward; without the cache, every step is this."""
         ids = to_device(tokens, self.device)
@@ -135,7 +154,7 @@ class Decoder:
         if clock is not None:
             clock.end.record()
         forward_ns = time.perf_counter_ns() - f0
-        rows = new.tolist()  # the step's one device→host transfer
+        rows = self.read(new, logits[:1, -1:])
         return rows, clock.ns() if clock is not None else forward_ns
 
     def decode(self, model, tokens: list[list[int]], cache, fn=None) -> tuple[list[list[int]], int]:
@@ -154,7 +173,7 @@ class Decoder:
                 clock.end.record()
             forward_ns = time.perf_counter_ns() - f0
             with mark("tt.host_read"):
-                rows = new.tolist()  # the step's one device→host transfer
+                rows = self.read(new, logits[:1, -1:])
         return rows, clock.ns() if clock is not None else forward_ns
 
     def verify(self, model, row: list[int], cache, props: torch.Tensor) -> tuple[list[list[int]], int, int, int]:
@@ -173,11 +192,14 @@ class Decoder:
         forward_ns = time.perf_counter_ns() - f0
         n = len(props)
         # The proposals cross with the target's choices: the step's one device→host transfer.
-        checked_list = checked.tolist()
+        checked_list = self.read(checked.unsqueeze(0), logits[:1], chosen=False)[0]
         if clock is not None:
             forward_ns = clock.ns()
         props_list, choice_list = checked_list[:n], checked_list[n:]
         n_acc = accept_greedy(props_list, choice_list)
+        self.rejected = props_list[n_acc:]
+        # A kept token is the target's own choice at its place: its probability is that place's.
+        self.last_p = self.last_p[: n_acc + 1]
         gained = [*props_list[:n_acc], choice_list[n_acc]]
         cache.crop(-(n - n_acc))
         return [gained], forward_ns, n, n_acc

@@ -26,10 +26,10 @@ import torch
 from monitors.events import EngineError, EngineReady, LeverRefused, Levers, RunFinished, RunStarted, Step, now_ns
 from monitors.kvcache import measure_cache
 from monitors.system import rss_bytes, trim_heap
-from monitors.text import IncrementalDecoder
+from monitors.text import IncrementalDecoder, step_text
 from tui_app.engine import bandwidth
 from tui_app.engine import levers as lv
-from tui_app.engine.anatomy import StepAnatomy
+from tui_app.engine.anatomy import StepAnatomy, anatomy_refusal
 from tui_app.engine.config import EngineConfig
 from tui_app.engine.decoding import Decoder, PromptError, extend_rows, prompt_tokens
 from tui_app.engine.lever_control import MB, LeverControl, Phases, draft_model, freeze
@@ -37,7 +37,7 @@ from tui_app.engine.memory import CudaHistory, MemoryWatch, demo_leak, history_r
 from tui_app.engine.models import eos_ids, load_model, model_shape, placement, resolve_device, resolve_dtype, weight_counts
 from tui_app.engine.quality import Quality
 from tui_app.engine.speculative import sliding_layers
-from tui_app.requests import Command, History, Pause, Probe, Profile, Resume, Run, RunRequest, SetLever, Shutdown, Stop
+from tui_app.requests import Command, Confidence, History, Pause, Probe, Profile, Resume, Run, RunRequest, SetLever, Shutdown, Stop
 
 __all__ = ["Engine", "EngineConfig", "PromptError"]
 
@@ -74,13 +74,15 @@ class _Run:
     def remaining(self) -> int:
         return self.req.max_new_tokens - len(self.out_ids)
 
-    def step_event(self, kind: str, new: list[int], forward_ns: int, proposed: int, accepted: int, compute_ns: int, phases_ns: int) -> Step:
-        """The Step event of the step that just made `new` (row 0's tokens), its interval since the last emission."""
+    def step_event(self, kind: str, new: list[int], forward_ns: int, spec: tuple[int, int, list[int]], compute_ns: int, phases_ns: int, p: list[float]) -> Step:
+        """The Step event of the step that just made `new` (row 0's tokens, `p` their probabilities
+        if measured; spec: proposed, accepted, the rejected proposals), its interval since the last emission."""
+        proposed, accepted, rejected = spec
         # Every token but the newest is in the cache (verify steps crop the rejected ones).
         kv = measure_cache(self.cache, len(self.tokens[0]) - 1)
-        # The accepted drafts' text apart from the target's own token after them (the token pane's colouring).
-        drafted, own = (self.text.push(new[:accepted]) if accepted else ""), new[accepted:]
-        delta = drafted + (self.text.push(own) if own else "")
+        # The accepted drafts' text apart from the target's own (the token pane's colourings); a token's own with its probability.
+        p = p[: len(new)]
+        delta, drafted_chars, rejected_text, chars = step_text(self.text, new, accepted, rejected, each=bool(p))
         self.steps += 1
         t1 = now_ns()
         dt_ns = t1 - self.last_emit - (phases_ns - self.phases_at)
@@ -102,7 +104,10 @@ class _Run:
             proposed=proposed,
             accepted=accepted,
             compute_ns=compute_ns,
-            drafted_chars=len(drafted),
+            drafted_chars=drafted_chars,
+            rejected_text=rejected_text,
+            confidence=[round(x, 4) for x in p],
+            token_chars=chars,
         )
 
 
@@ -229,6 +234,8 @@ class Engine:
                 self._lever_in_run(run, name, value)
             case Probe(), _:
                 self.control.request_probe()
+            case Confidence(on=on), _:
+                self.decoder.confidence = on
             case History(path=path, runs=runs), _:
                 self._record_history(path, runs, run)
             case Profile(path=path, steps=steps), _:
@@ -343,7 +350,7 @@ class Engine:
         new_rows = extend_rows(run.tokens, new_rows, remaining, run.finished_rows, self.eos_ids, run.req.ignore_eos)
         run.out_ids.extend(new_rows[0])
         compute_ns = now_ns() - t0 - (self.phases.ns - phases_before)  # less a recompile inside the step
-        step = run.step_event(kind, new_rows[0], forward_ns, proposed, accepted, compute_ns, self.phases.ns)
+        step = run.step_event(kind, new_rows[0], forward_ns, (proposed, accepted, self.decoder.rejected), compute_ns, self.phases.ns, self.decoder.last_p)
         self.emit(step)
         run.memory.tick(step.t_ns)
         if all(run.finished_rows):
@@ -392,16 +399,7 @@ class Engine:
         return "decode", rows, forward_ns, 0, 0
 
     def _request_anatomy(self, path: str, steps: int) -> None:
-        lev = self.levers
-        reason = (
-            "without the KV cache every step is a prefill; turn the cache on first"
-            if not lev.cache
-            else "speculative steps verify several tokens at once; turn speculation off first"
-            if lev.spec != "off"
-            else "it is profiling already"
-            if self.anatomy is not None
-            else None
-        )
+        reason = anatomy_refusal(self.levers, busy=self.anatomy is not None)
         if reason:
             self.emit(LeverRefused(lever="profile", value=f"{steps} steps", reason=reason))
             return

@@ -39,9 +39,9 @@ class Phases:
     def start(self, name: str, detail: str) -> None:
         self.emit(Phase(name=name, detail=detail, done=False))
 
-    def done(self, name: str, detail: str, seconds: float) -> None:
+    def done(self, name: str, detail: str, seconds: float, cost_of: str = "") -> None:
         self.ns += round(seconds * 1e9)
-        self.emit(Phase(name=name, detail=detail, done=True, seconds=seconds))
+        self.emit(Phase(name=name, detail=detail, done=True, seconds=seconds, cost_of=cost_of))
 
 
 class LeverControl:
@@ -157,7 +157,7 @@ class LeverControl:
             self.phases.start("quantize", f"{level}: {lv.quant_impl(self.device, self.dtype)[level]}")
             self.variants[level] = lv.quantize(self.model, level, self.device, self.dtype)
             freeze()
-            self.phases.done("quantize", lv.quant_note(level, self.device, self.variants[level]), time.perf_counter() - t0)
+            self.phases.done("quantize", lv.quant_note(level, self.device, self.variants[level]), time.perf_counter() - t0, f"quant:{level}")
         return self.variants[level]
 
     def draft_proposer(self) -> DraftProposer:
@@ -269,7 +269,7 @@ class LeverControl:
             t0 = time.perf_counter()
             self.phases.start("compile", f"recompiling the decode step at a state the warm-up did not reach ({level}, batch {ids.shape[0]})")
             logits = compiled(ids, cache, position_ids)
-            self.phases.done("compile", f"batch {ids.shape[0]}, {level}: recompiled", time.perf_counter() - t0)
+            self.phases.done("compile", f"batch {ids.shape[0]}, {level}: recompiled", time.perf_counter() - t0, f"recompile:{level}")
             return logits
 
         self._compiled[level] = call
@@ -302,7 +302,7 @@ class LeverControl:
         self.warm.add(key)
         freeze()
         how = "one C++ op (decode_step)" if getattr(self.decoder.lean_step(model), "fused", None) is not None else "torch.compile"
-        self.phases.done("compile", f"batch {batch}, {self.levers.quant}: {how}", time.perf_counter() - t0)
+        self.phases.done("compile", f"batch {batch}, {self.levers.quant}: {how}", time.perf_counter() - t0, f"compile:{self.levers.quant}")
         self.probe_if_due()  # the fp weights moved onto huge pages (pages.adopt)
 
     def prepare_compile(self, needed: int) -> None:

@@ -40,13 +40,14 @@ from tui_app.core.export import export_session
 from tui_app.core.session import Session
 from tui_app.core.sources import EventSource
 from tui_app.process import yield_to_children
-from tui_app.requests import History, Pause, Probe, Profile, Run, SetLever, Stop
+from tui_app.requests import Confidence, History, Pause, Probe, Profile, Run, SetLever, Stop
 from tui_app.ui import status_text
 from tui_app.ui.frames import FramePacer, PacedApp
 from tui_app.ui.palette import KEYS, KeyCommands
 from tui_app.ui.screens.anatomy import AnatomyScreen
 from tui_app.ui.screens.confirm import ConfirmScreen
 from tui_app.ui.screens.help import HelpScreen
+from tui_app.ui.screens.ledger import LedgerScreen
 from tui_app.ui.screens.monitor import MonitorScreen
 from tui_app.ui.screens.prompt import PromptScreen
 from tui_app.ui.screens.xray import XrayScreen
@@ -175,7 +176,7 @@ class TokentopApp(PacedApp):
             self.running = True
         elif isinstance(ev, RunFinished):
             self.running = False
-            if isinstance(self.screen, AnatomyScreen):  # its roofline verdicts come at the run's end
+            if isinstance(self.screen, AnatomyScreen | LedgerScreen):  # a roofline verdict, a ledger's run: at the run's end
                 self.screen.show()
             self.session.trim()
             trim_heap()  # the UI's own RSS then tracks its live memory, which the soak checks stays flat
@@ -195,6 +196,8 @@ class TokentopApp(PacedApp):
         elif isinstance(ev, EngineReady):
             self.sub_title = status_text.subtitle(ev)
             self._follow()
+            if self.monitor.tokens.colouring == "confidence" and self.source.live and not ev.server:  # a restarted engine
+                self.source.send(Confidence(on=True))
             if self.profile_steps and self.source.live and self.request is not None and not ev.server:
                 self.action_anatomy(self.profile_steps)  # it starts the first run
                 self.profile_steps = None
@@ -369,8 +372,20 @@ class TokentopApp(PacedApp):
         self.monitor.redraw(self.running, force=True)
 
     def action_colouring(self) -> None:
-        self.notify(f"tokens coloured: {self.monitor.tokens.next_colouring()}")
+        before = self.monitor.tokens.colouring
+        colouring = self.monitor.tokens.next_colouring()
+        said = f"tokens coloured: {colouring}"
+        if "confidence" in (colouring, before):  # the engine measures it only while it is shown: a softmax a step
+            own = self.source.live and not (self.session.ready is not None and self.session.ready.server)
+            if own:
+                self.source.send(Confidence(on=colouring == "confidence"))
+            if colouring == "confidence":
+                said += " from the next token" if own else "; measured by tokentop's own engine only (a replay shows what was recorded)"
+        self.notify(said)
         self.monitor.redraw(self.running, force=True)
+
+    def action_ledger(self) -> None:
+        self.push_screen(LedgerScreen(self.session))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

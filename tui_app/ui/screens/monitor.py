@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterable
-from itertools import groupby
+from itertools import accumulate, groupby
 from statistics import median
 
 from textual.app import ComposeResult
@@ -26,7 +26,7 @@ from tui_app.ui.widgets.memory_chart import MemoryChart
 from tui_app.ui.widgets.runs_table import RunsTable
 from tui_app.ui.widgets.server_pane import ServerPane
 from tui_app.ui.widgets.status_bar import StatusBar
-from tui_app.ui.widgets.token_stream import TokenStream, heat
+from tui_app.ui.widgets.token_stream import TokenStream, heat, sureness
 from tui_app.ui.widgets.util_chart import UtilChart
 
 CHARTS = ("latency", "kv", "memory", "util")
@@ -64,7 +64,8 @@ class MonitorScreen(Screen):
         self.session = session
         self.kind = kind
         self.above = list(above)
-        self._text: list[tuple[str, str, int]] = []  # this frame's tokens (text, origin, heat), added once per frame
+        self._text: list[tuple[str, str, int, int]] = []  # this frame's tokens (text, origin, heat, sureness), added once per frame
+        self._drafts: tuple[int, int, str] | None = None  # this frame's accepted and rejected drafts, and the last step's rejected text
         self._latency = RunLatency()
         self._table_t = 0.0
         self.status = StatusBar(id="status")
@@ -102,9 +103,16 @@ class MonitorScreen(Screen):
         if isinstance(ev, Step):
             level = self._latency.heat(ev)
             if ev.text and not (self.session.levers.server and ev.segment):  # a server run's first stream is the one shown
-                if ev.drafted_chars:
-                    self._text.append((ev.text[: ev.drafted_chars], "drafted", level))
-                self._text.append((ev.text[ev.drafted_chars :], "", level))
+                accepted, rejected, _ = self._drafts or (0, 0, "")
+                self._drafts = (accepted + ev.accepted, rejected + ev.proposed - ev.accepted, ev.rejected_text)
+                if ev.token_chars:  # each token's text with its own probability
+                    ends = list(accumulate(ev.token_chars))
+                    for i, (p, start, end) in enumerate(zip(ev.confidence, [0, *ends], ends, strict=False)):
+                        self._text.append((ev.text[start:end], "drafted" if i < ev.accepted else "", level, sureness(p)))
+                else:
+                    if ev.drafted_chars:
+                        self._text.append((ev.text[: ev.drafted_chars], "drafted", level, -1))
+                    self._text.append((ev.text[ev.drafted_chars :], "", level, -1))
             self.mark("latency", "kv")
             return
         self.flush_text()  # what follows in the pane comes after the text so far
@@ -139,8 +147,11 @@ class MonitorScreen(Screen):
 
     def flush_text(self) -> None:
         """The frame's tokens into the text pane at once: a fast server sends thousands a second."""
-        for (origin, level), parts in groupby(self._text, key=lambda part: part[1:]):
-            self.tokens.add_text("".join(text for text, _, _ in parts), origin, level)
+        for marks, parts in groupby(self._text, key=lambda part: part[1:]):
+            self.tokens.add_text("".join(text for text, *_ in parts), *marks)
+        if self._drafts is not None:  # after the frame's text: the ghost is its last verify step's
+            self.tokens.count_drafts(*self._drafts)
+            self._drafts = None
         self._text.clear()
 
     def mark(self, *names: str) -> None:

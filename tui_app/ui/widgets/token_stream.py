@@ -1,7 +1,10 @@
 """The text as it is generated: the prompt dimmed, lever switches marked inline, and the tokens
 coloured (`o`) by what made them: plain, by origin under speculative decoding (the accepted drafts
-underlined, the target's own plain), or by latency (each step's time a token against the run's
-median so far). Every chunk keeps its origin and heat, so switching re-styles what is kept.
+underlined, the target's own plain, the last step's rejected drafts ghosted at the tail until the
+next text comes, and the run's counts of both in the legend), by latency (each step's time a token against the run's
+median so far), or by confidence (the model's probability of the token it picked, measured by the
+engine once this colouring is chosen). Every chunk keeps its origin, heat and confidence, so
+switching re-styles what is kept.
 
 Drawn through the line API from wrapped lines that are kept between frames: a finished paragraph
 is wrapped once, and a frame re-wraps only the paragraph still growing. Re-wrapping the visible
@@ -26,22 +29,33 @@ from tui_app.ui.widgets.pane import LinePane
 MAX_CHUNKS = 4000  # what a resize re-wraps from
 MAX_LINES = 1000  # wrapped lines kept; far more than any terminal shows
 FREEZE_CHARS = 2000  # a paragraph longer than this has all but its last line frozen
-COLOURINGS = ("plain", "origin", "latency")
+COLOURINGS = ("plain", "origin", "latency", "confidence")
 DRAFTED = "underline green"  # underlined: readable in 16 colours, without colour and in --ascii
+REJECTED = "dim strike"  # dim: readable where a terminal draws no strike
 # Heat a token: its step's time a token over the run's median so far, up to HEAT_BOUNDS[i]; bold
 # and reverse say it without colour.
 HEAT_BOUNDS = (1.25, 2.0, 4.0)
 HEAT_STYLES = ("green", "yellow", "bold red", "bold reverse red")
+# Confidence in the same four styles: a token whose probability is at least SURE_BOUNDS[i].
+SURE_BOUNDS = (0.9, 0.5, 0.2)
 LEGENDS = {
     "plain": "",
-    "origin": f"o: origin · [{DRAFTED}]accepted draft[/] · the target's own",
+    "origin": f"o: origin · [{DRAFTED}]accepted draft[/] · the target's own · [{REJECTED}]rejected[/]",
     "latency": "o: latency vs the run's median · "
     + " ".join(f"[{st}]{label}[/]" for st, label in zip(HEAT_STYLES, ("≤1.25×", "≤2×", "≤4×", "slower"), strict=True)),
+    "confidence": "o: the model's probability of each token · "
+    + " ".join(f"[{st}]{label}[/]" for st, label in zip(HEAT_STYLES, ("≥90%", "≥50%", "≥20%", "<20%"), strict=True))
+    + " · unmeasured plain",
 }
 
 
 def heat(ratio: float) -> int:
     return next((i for i, bound in enumerate(HEAT_BOUNDS) if ratio <= bound), len(HEAT_BOUNDS))
+
+
+def sureness(p: float) -> int:
+    """The style index of a token the model gave probability `p`."""
+    return next((i for i, bound in enumerate(SURE_BOUNDS) if p >= bound), len(SURE_BOUNDS))
 
 
 class TokenStream(LinePane):
@@ -56,46 +70,65 @@ class TokenStream(LinePane):
 
     def __init__(self, *, id: str | None = None, classes: str | None = None):
         super().__init__(id=id, classes=classes)
-        # (text, its own style, origin "drafted" or "", heat or -1): the last two styled by the colouring
-        self.chunks: deque[tuple[str, str, str, int]] = deque(maxlen=MAX_CHUNKS)
+        # (text, its own style, origin "drafted" or "", heat or -1, sureness or -1): the last three styled by the colouring
+        self.chunks: deque[tuple[str, str, str, int, int]] = deque(maxlen=MAX_CHUNKS)
         self.colouring = "plain"
         self.border_title = "tokens"
         self._done: deque[Strip] = deque(maxlen=MAX_LINES)  # lines of finished paragraphs
         self._done_total = 0  # lines ever put in _done: the number of the line after its last
         self._para = Text()  # the paragraph still growing
         self._width = 0
+        self.ghost = ""  # the last step's rejected drafts, drawn after the text in the origin colouring
+        self.drafts = [0, 0]  # the run's accepted and rejected drafts
 
     def add_prompt(self, run_id: int, text: str, levers: str) -> None:
+        self.drafts = [0, 0]
+        self._legend()
         if self.chunks:
             self._add("\n\n", "")
         self._add(f" run {run_id} · {levers} ", "reverse")
         self._add("\n" + text.strip() + "\n", "dim")
 
-    def add_text(self, text: str, origin: str = "", heat: int = -1) -> None:
+    def add_text(self, text: str, origin: str = "", heat: int = -1, sure: int = -1) -> None:
         if text:
-            self._add(text, "", origin, heat)
+            self._add(text, "", origin, heat, sure)
 
     def add_mark(self, label: str, error: bool = False) -> None:
         self._add(f"⟨{label}⟩", "bold red" if error else "bold black on yellow")
 
+    def count_drafts(self, accepted: int, rejected: int, ghost: str) -> None:
+        """A verify step's drafts: counted for the run, its rejected ones' text the ghost after the text."""
+        self.drafts[0] += accepted
+        self.drafts[1] += rejected
+        self.ghost = ghost
+        self._legend()
+
+    def _legend(self) -> None:
+        legend = LEGENDS[self.colouring]
+        if self.colouring == "origin" and any(self.drafts):
+            legend = legend.replace("accepted draft[/]", f"accepted draft[/] {self.drafts[0]}") + f" {self.drafts[1]}"
+        self.border_subtitle = legend
+
     def next_colouring(self) -> str:
         self.colouring = cycled(COLOURINGS, self.colouring)
-        self.border_subtitle = LEGENDS[self.colouring]
+        self._legend()
         if self._width:
             self._rewrap()
         self.dirty = True
         return self.colouring
 
-    def _style(self, style: str, origin: str, heat: int) -> str:
+    def _style(self, style: str, origin: str, heat: int, sure: int) -> str:
         if style or self.colouring == "plain":
             return style
         if self.colouring == "origin":
             return DRAFTED if origin == "drafted" else ""
-        return HEAT_STYLES[heat] if heat >= 0 else ""
+        level = heat if self.colouring == "latency" else sure
+        return HEAT_STYLES[level] if level >= 0 else ""
 
-    def _add(self, text: str, style: str, origin: str = "", heat: int = -1) -> None:
-        self.chunks.append((text, style, origin, heat))
-        self._feed(text, self._style(style, origin, heat))
+    def _add(self, text: str, style: str, origin: str = "", heat: int = -1, sure: int = -1) -> None:
+        self.ghost = ""
+        self.chunks.append((text, style, origin, heat, sure))
+        self._feed(text, self._style(style, origin, heat, sure))
         self.dirty = True
 
     def _feed(self, text: str, style: str) -> None:
@@ -126,15 +159,17 @@ class TokenStream(LinePane):
         self._done.clear()
         self._done_total = 0
         self._para = Text()
-        for text, style, origin, heat in self.chunks:
-            self._feed(text, self._style(style, origin, heat))
+        for text, style, *marks in self.chunks:
+            self._feed(text, self._style(style, *marks))
 
     def draw(self, width: int, height: int) -> list[Strip]:
         if width != self._width:
             self._width = width
             self._rewrap()
         lines = self._lines(self._para)
-        if len(self._para) > FREEZE_CHARS and len(lines) > 1:
+        if self.ghost and self.colouring == "origin":  # drawn, never kept: the next text takes its place
+            lines = self._lines(self._para + Text(self.ghost.replace("\n", " "), REJECTED))
+        elif len(self._para) > FREEZE_CHARS and len(lines) > 1:
             # A paragraph with no newline in sight: stop re-wrapping the lines it has filled.
             self._finish(lines[:-1])
             self._para = lines[-1]

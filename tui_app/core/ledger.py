@@ -1,0 +1,127 @@
+"""The lever ledger (`g`): for each lever mix the session ran, what it paid on this machine against
+plain (every lever off but the cache) on the same prompt and length. Decode tok/s and TTFT as
+ratios of the medians over the runs, with a bootstrap interval (stats.py); the one-time costs apart
+(quantizing, compiling, recompiles, from the engine's phases); the tokens it takes to win them
+back; and a verdict in words. From the Session's run records, the runs table's own numbers: a run
+switched midway, stopped or failed, or of a server, is not a measurement of one mix and is left out.
+No Textual, no torch.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+
+from monitors.events import Levers
+from monitors.timing import TimingStats
+from tui_app.core import fmt
+from tui_app.core.session import Session
+from tui_app.core.stats import unpaired_ratio, with_interval
+
+FINISHED = ("eos", "max tokens")
+EVEN = 0.05  # a ratio within 5 % of 1, or an interval that holds 1, is no difference to speak of
+
+
+@dataclass(frozen=True)
+class Entry:
+    levers: str
+    prompt_tokens: int
+    new_tokens: int
+    runs: int
+    plain_runs: int
+    decode: float  # the mix's median decode tok/s ÷ plain's
+    decode_ci: tuple[float, float] | None
+    ttft: float  # the mix's median TTFT ÷ plain's: below 1, the first token came sooner
+    ttft_ci: tuple[float, float] | None
+    one_time_s: float  # quantizing and compiling for this mix, recompiles included
+    recompiles: int
+    payback_tokens: float  # tokens to win the one-time cost back; inf: never (no faster); 0: nothing to win back
+    accept: float  # speculation's accepted share of the proposed tokens; nan without it
+    note: str  # what the engine said runs instead of a lever's kernel on this machine
+    verdict: str
+
+    def row(self) -> tuple[str, ...]:
+        payback = "never" if math.isinf(self.payback_tokens) else "–" if not self.one_time_s else f"{self.payback_tokens:,.0f} tok"
+        return (
+            self.levers,
+            f"{self.prompt_tokens}+{self.new_tokens}",
+            f"{self.runs} vs {self.plain_runs}",
+            with_interval(f"{self.decode:.2f}×", self.decode_ci, lambda v: f"{v:.2f}"),
+            with_interval(f"{self.ttft:.2f}×", self.ttft_ci, lambda v: f"{v:.2f}"),
+            f"{self.one_time_s:.1f} s" + (f" ({self.recompiles} recompiles)" if self.recompiles else "") if self.one_time_s else "–",
+            payback,
+            self.verdict,
+        )
+
+
+HEADER = ("levers", "prompt+new", "runs", "decode tok/s vs plain", "TTFT vs plain", "one-time", "pays back after", "verdict")
+
+
+def whole_runs(session: Session) -> dict[tuple[int, int], dict[Levers, list[TimingStats]]]:
+    """The runs that measure one mix each, by (prompt tokens, new tokens asked) and levers."""
+    out: dict[tuple[int, int], dict[Levers, list[TimingStats]]] = defaultdict(lambda: defaultdict(list))
+    for rec in session.timer.runs.values():
+        fin, lev = rec.finished, rec.started.levers
+        if fin is None or fin.stop_reason not in FINISHED or len(rec.segments) != 1 or lev.server or not rec.total.decode_s:
+            continue
+        out[(rec.started.prompt_tokens, rec.started.max_new_tokens)][lev].append(rec.total)
+    return out
+
+
+def one_time(session: Session, lev: Levers) -> tuple[float, int]:
+    """Seconds the engine spent preparing this mix (its quantization, its compiles) and its recompiles."""
+    keys = ([f"quant:{lev.quant}"] if lev.quant != "off" else []) + ([f"compile:{lev.quant}", f"recompile:{lev.quant}"] if lev.compile else [])
+    spent = sum(session.one_time.get(k, (0.0, 0))[0] for k in keys)
+    return spent, session.one_time.get(f"recompile:{lev.quant}", (0.0, 0))[1] if lev.compile else 0
+
+
+def _median_of(attr: str):
+    return lambda runs: statistics.median(getattr(s, attr) for s in runs)
+
+
+def entries(session: Session) -> list[Entry]:
+    """An entry per mix and workload that has plain runs of the same workload to weigh it by."""
+    out = []
+    for (prompt, new), mixes in sorted(whole_runs(session).items()):
+        plain = mixes.get(Levers())
+        if not plain:
+            continue
+        for lev, runs in mixes.items():
+            if lev == Levers():
+                continue
+            decode, decode_ci = unpaired_ratio(plain, runs, _median_of("decode_tps"))
+            ttft, ttft_ci = unpaired_ratio(plain, runs, _median_of("ttft_s"))
+            spent, recompiles = one_time(session, lev)
+            saved = 1 / statistics.median(s.decode_tps for s in plain) - 1 / statistics.median(s.decode_tps for s in runs)
+            payback = (spent / saved if saved > 0 else math.inf) if spent else 0.0
+            proposed = sum(s.proposed for s in runs)
+            accept = sum(s.accepted for s in runs) / proposed if proposed else math.nan
+            note = session.prepared_for.get(f"quant:{lev.quant}", "") if lev.quant != "off" else ""
+            note = note if note != lev.quant else ""
+            entry = Entry(lev.label(), prompt, new, len(runs), len(plain), decode, decode_ci, ttft, ttft_ci, spent, recompiles, payback, accept, note, "")
+            out.append(_judged(entry))
+    return out
+
+
+def _judged(e: Entry) -> Entry:
+    r, ci = e.decode, e.decode_ci
+    x = f"{r:.1f}× decode" if r >= 0.95 else f"{r:.2f}× decode"
+    if r > 1 + EVEN and (ci is None or ci[0] > 1):
+        won = f"; its {e.one_time_s:.1f} s one-time won back after {e.payback_tokens:,.0f} tokens" if e.one_time_s else ""
+        verdict = f"pays here: {x}{won}"
+    elif r < 1 - EVEN and (ci is None or ci[1] < 1):
+        why = f"speculation at {fmt.pct(e.accept)} acceptance" if not math.isnan(e.accept) else e.note
+        verdict = f"does not pay here: {x}" + (f" ({why})" if why else "")
+    else:
+        verdict = f"no clear difference here: {x}" + (f" ({ci[0]:.2f}–{ci[1]:.2f})" if ci else "")
+    return Entry(**{**e.__dict__, "verdict": verdict})
+
+
+def lines(session: Session) -> list[str]:
+    """The ledger as text lines (the export, `run --no-tui`'s end, the screen without a table)."""
+    found = entries(session)
+    if not found:
+        return ["no lever mix to weigh yet: run plain (every lever off but the cache) and a mix on the same prompt and length"]
+    return [f"{e.levers} ({e.prompt_tokens}+{e.new_tokens} tokens, {e.runs} vs {e.plain_runs} plain runs): {e.verdict}" for e in found]
