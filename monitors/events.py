@@ -95,13 +95,15 @@ class EngineReady:
 class Phase:
     """A preparation phase (load, compile, quantize) with its own duration, never mixed into
     steady-state numbers. cost_of: the lever setting it is a one-time cost of ("quant:int8",
-    "compile:int4", "recompile:off"), for the ledger; empty for the others."""
+    "compile:int4", "recompile:off"), for the ledger; empty for the others. graph_breaks: a
+    compile's, by dynamo's own count."""
 
     name: str
     detail: str
     done: bool
     seconds: float = 0.0
     cost_of: str = ""
+    graph_breaks: int = 0
     t_ns: int = field(default_factory=now_ns)
 
 

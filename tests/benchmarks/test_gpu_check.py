@@ -10,7 +10,7 @@ import torch
 
 from benchmarks._tmux import runs_finished
 from benchmarks.gpu_check import LEVER_GROUPS, SWITCH_AT
-from benchmarks.gpu_check.checks import check_bandwidth, check_device_map, check_observer_overhead, check_syncs, check_timing, check_tui
+from benchmarks.gpu_check.checks import check_bandwidth, check_device_map, check_observer_overhead, check_tui
 from benchmarks.gpu_check.memory import check_cuda_snapshot
 from benchmarks.gpu_check.models import Bench, check_device_leak, lever_check, random_llama, save_tokenizer, tokenizer_dir
 from benchmarks.gpu_check.report import (
@@ -27,6 +27,7 @@ from benchmarks.gpu_check.report import (
     run_check,
 )
 from benchmarks.gpu_check.run import main, run_all
+from benchmarks.gpu_check.steps import check_syncs, check_timing
 from benchmarks.gpu_check.wheels import carry_tmux
 from monitors.events import Levers
 from tui_app.requests import RunRequest

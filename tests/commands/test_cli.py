@@ -57,8 +57,9 @@ def test_binary_prompt_file_and_unwritable_record_path(tmp_path):
     assert r.returncode == 2 and "looks binary" in r.stderr
     blocker = tmp_path / "f"
     blocker.write_text("")
-    r = tokentop("run", "--no-tui", "--record", str(blocker / "x.jsonl"))
-    assert r.returncode == 2 and "cannot write the recording" in r.stderr
+    for argv in (["run"], ["demo"], ["attach", "http://127.0.0.1:9"], ["attach", "--prometheus", "http://127.0.0.1:9"]):  # each headless command alike
+        r = tokentop(*argv, "--no-tui", "--record", str(blocker / "x.jsonl"))
+        assert r.returncode == 2 and r.stderr.strip().startswith("tokentop: cannot write the recording") and "Traceback" not in r.stderr, argv
 
 
 def test_prompt_longer_than_the_context_offers_truncation(tmp_path):

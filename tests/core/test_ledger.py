@@ -31,7 +31,7 @@ def test_each_mix_is_weighed_against_plain_on_the_same_workload_with_its_one_tim
     int8, int4c = Levers(quant="int8"), Levers(quant="int4", compile=True)
     events = [Phase(name="quantize", detail="int8", done=True, seconds=2.0, cost_of="quant:int8")]
     events += [Phase(name="compile", detail="batch 1, int4: torch.compile", done=True, seconds=30.0, cost_of="compile:int4")]
-    events += [Phase(name="compile", detail="batch 1, int4: recompiled", done=True, seconds=4.0, cost_of="recompile:int4")]
+    events += [Phase(name="compile", detail="batch 1, int4: recompiled", done=True, seconds=4.0, cost_of="recompile:int4", graph_breaks=2)]
     events += [Phase(name="quantize", detail="int4", done=True, seconds=1.0, cost_of="quant:int4")]
     paces = [(Levers(), 50), (int8, 25), (Levers(), 52), (int8, 26), (Levers(), 48), (int8, 24), (int4c, 60), (int4c, 61), (int4c, 59)]
     for i, (lev, ms) in enumerate(paces, 1):
@@ -48,9 +48,9 @@ def test_each_mix_is_weighed_against_plain_on_the_same_workload_with_its_one_tim
     assert e.payback_tokens == pytest.approx(2.0 / (0.050 - 0.025), rel=0.02)  # 80 tokens at 25 ms saved a token
     assert e.verdict.startswith("pays here: 2.0× decode") and "80 tokens" in e.verdict
     slow = found["cache compile int4"]
-    assert slow.one_time_s == 35.0 and slow.recompiles == 1 and math.isinf(slow.payback_tokens)
+    assert slow.one_time_s == 35.0 and slow.recompiles == 1 and slow.graph_breaks == 2 and math.isinf(slow.payback_tokens)
     assert slow.verdict.startswith("does not pay here: 0.83× decode")
-    assert "never" in slow.row() and "(1 recompiles)" in " ".join(slow.row())
+    assert "never" in slow.row() and "35.0 s (1 recompile, 2 graph breaks)" in slow.row()
 
 
 def test_a_difference_the_interval_does_not_bear_out_is_no_difference():

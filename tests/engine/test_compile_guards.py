@@ -3,6 +3,7 @@ batch size or cache length must still recompile, and every shape must give the e
 
 import pytest
 import torch
+from transformers import StaticCache
 
 from benchmarks.framework_overhead import tiny_llama
 from monitors.events import Step
@@ -49,3 +50,45 @@ def test_each_compiled_shape_gives_the_eager_tokens(tiny):
         assert all(tiny.trusted)  # each compiled decode step ran on the reduced guards
     assert not tiny.control.trusting  # a run gives the process its default stance back
     assert {(b, n) for _, b, n in tiny.control.warm} == {(1, 256), (2, 256), (1, 512)}
+
+
+@pytest.mark.slow
+def test_a_graph_break_in_the_step_is_counted_and_a_clean_step_has_none(tmp_path, device):
+    """The compile phase carries dynamo's own count of graph breaks: none for the tiny Llama's step,
+    some once an MLP activation that leaves the graph is planted (a break torch._dynamo.explain
+    sees too), and the ledger's one-time cost of the mix sums them."""
+    from monitors.events import Phase
+    from tui_app.core.ledger import one_time
+    from tui_app.core.session import Session
+
+    class Leaving(torch.nn.Module):
+        def __init__(self, act):
+            super().__init__()
+            self.act = act
+
+        def forward(self, x):
+            torch._dynamo.graph_break()
+            return self.act(x)
+
+    tiny_llama(str(tmp_path))
+    session = Session()
+    engine = Engine(EngineConfig(model=str(tmp_path), device=device, dtype="fp32"), session.feed)
+    engine.load()
+    phases: list[Phase] = []
+    session.listeners.append(lambda ev: phases.append(ev) if isinstance(ev, Phase) and ev.name == "compile" and ev.done else None)
+    req = RunRequest(prompt_ids=[3, 5, 7], max_new_tokens=4, ignore_eos=True)
+    assert apply_levers(engine, {"compile": True}) == ""
+    engine.run(req)
+    assert phases and all(p.graph_breaks == 0 for p in phases) and "graph break" not in phases[0].detail
+    mlp = engine.model.model.layers[0].mlp
+    mlp.act_fn = Leaving(mlp.act_fn)
+    clean = len(phases)
+    assert apply_levers(engine, {"compile": True, "batch": 2}) == ""  # a new shape: traced again, through the plant
+    engine.run(req)
+    broken = sum(p.graph_breaks for p in phases[clean:])
+    assert broken >= 1 and "graph break" in phases[clean].detail, phases[clean:]
+    assert one_time(session, engine.levers)[2] == broken
+    step = engine.decoder.lean_step(engine.model).static_step
+    cache = StaticCache(config=engine.model.config, max_cache_len=64, max_batch_size=1)
+    zeros = torch.zeros((1, 1), dtype=torch.long, device=device)
+    assert torch._dynamo.explain(step)(zeros, cache, zeros).graph_count > 1  # the planted break is real

@@ -15,7 +15,7 @@ from tui_app.commands.fleet import FleetOptions, add_fleet_args
 from tui_app.commands.options import COUNT, add_generation, add_ui
 from tui_app.core import fmt, readings
 from tui_app.core.fmt import figure_text
-from tui_app.core.options import EXIT_USAGE, PromptOptions, SamplingOptions, UiOptions, UsageError, bounded, make_recorder, run_request
+from tui_app.core.options import EXIT_USAGE, PromptOptions, SamplingOptions, UiOptions, UsageError, bounded, open_recording, run_request
 from tui_app.core.tour import server_tour
 
 PARSER = {
@@ -211,15 +211,11 @@ async def connected(args, configs):
     """(servers, session) for a headless command: the servers connected and said, their metrics
     scraped, every event into a recording Session; all closed however the command ends.
     UsageError where the recording or a server cannot be had."""
-    from monitors.record import RecordError
     from tui_app.attach.errors import AttachError
     from tui_app.attach.loop import Servers
     from tui_app.core.session import Session
 
-    try:
-        recorder = make_recorder(args)
-    except RecordError as exc:
-        raise UsageError(str(exc)) from None
+    recorder = open_recording(args)
     session = Session(recorder=recorder)
 
     def tell(ev) -> None:
@@ -301,17 +297,13 @@ async def _watch_headless(args: Options, servers) -> int:
 
 def fleet_main(args: Options) -> int:
     """`attach --prometheus URL`: the fleet's TUI (runs to URL, or to replicas found), or --no-tui's table."""
-    from monitors.record import RecordError
     from tui_app.commands.fleet import fleet_config, headless
 
     if args.no_tui:
         if args.url:
             raise UsageError("--no-tui with --prometheus prints the fleet and sends nothing; for runs of your own beside it, leave out --no-tui")
         cfg = fleet_config(args, [])
-        try:
-            recorder = make_recorder(args)
-        except RecordError as exc:
-            raise UsageError(str(exc)) from None
+        recorder = open_recording(args)
         try:
             return asyncio.run(headless(cfg, args.once, args.output, recorder))
         finally:

@@ -10,11 +10,10 @@ import sys
 from dataclasses import dataclass, replace
 
 from monitors.events import EngineError, LeverRefused
-from monitors.record import RecordError
 from tui_app.commands.bench import apply_levers
 from tui_app.commands.options import add_demo_leak, add_model, add_ui, check_engine
 from tui_app.commands.run import load_engine
-from tui_app.core.options import EXIT_USAGE, EngineOptions, UiOptions, UsageError, bounded, default_record_path, make_recorder, require_writable
+from tui_app.core.options import EXIT_USAGE, EngineOptions, UiOptions, UsageError, bounded, default_record_path, open_recording, require_writable
 from tui_app.core.session import Session
 from tui_app.core.tour import FINISHED, LEVERS, TourError, TourLog, TourStep, default_tour, load_tour
 
@@ -154,10 +153,7 @@ async def run_server_tour(servers, session: Session, steps: list[TourStep], say=
 
 
 def run_headless_tour(args, steps: list[TourStep]) -> int:
-    try:
-        recorder = make_recorder(args)
-    except RecordError as exc:
-        raise UsageError(str(exc)) from None
+    recorder = open_recording(args)
     session = Session(recorder=recorder)
     try:
         engine = load_engine(args, session)

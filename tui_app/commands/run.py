@@ -10,11 +10,10 @@ import sys
 from dataclasses import dataclass, replace
 
 from monitors.events import EngineError, LeverRefused
-from monitors.record import RecordError
 from monitors.text import plural
 from tui_app.commands.options import COUNT, add_engine, add_ui, check_engine
 from tui_app.core import fmt, readings
-from tui_app.core.options import EXIT_USAGE, EngineOptions, PromptOptions, UiOptions, engine_config, make_recorder, run_request
+from tui_app.core.options import EXIT_USAGE, EngineOptions, PromptOptions, UiOptions, engine_config, open_recording, run_request
 from tui_app.core.session import Row, Session
 from tui_app.requests import Profile
 
@@ -123,11 +122,7 @@ def row_line(row: Row) -> str:
 
 
 def run_headless(args: Options) -> int:
-    try:
-        recorder = make_recorder(args)
-    except RecordError as exc:
-        print(f"tokentop: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    recorder = open_recording(args)
     session = Session(recorder=recorder)
     errors: list[str] = []
     session.listeners.append(lambda ev: errors.append(ev.message) if isinstance(ev, EngineError) else None)

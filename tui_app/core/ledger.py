@@ -15,6 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from monitors.events import Levers
+from monitors.text import plural
 from monitors.timing import TimingStats
 from tui_app.core import fmt
 from tui_app.core.session import Session
@@ -37,6 +38,7 @@ class Entry:
     ttft_ci: tuple[float, float] | None
     one_time_s: float  # quantizing and compiling for this mix, recompiles included
     recompiles: int
+    graph_breaks: int  # in its compiles, by dynamo's count: each a return to Python inside the step
     payback_tokens: float  # tokens to win the one-time cost back; inf: never (no faster); 0: nothing to win back
     accept: float  # speculation's accepted share of the proposed tokens; nan without it
     note: str  # what the engine said runs instead of a lever's kernel on this machine
@@ -50,10 +52,14 @@ class Entry:
             f"{self.runs} vs {self.plain_runs}",
             with_interval(f"{self.decode:.2f}×", self.decode_ci, lambda v: f"{v:.2f}"),
             with_interval(f"{self.ttft:.2f}×", self.ttft_ci, lambda v: f"{v:.2f}"),
-            f"{self.one_time_s:.1f} s" + (f" ({self.recompiles} recompiles)" if self.recompiles else "") if self.one_time_s else "–",
+            f"{self.one_time_s:.1f} s{self._compiles()}" if self.one_time_s else "–",
             payback,
             self.verdict,
         )
+
+    def _compiles(self) -> str:
+        said = [plural(n, what) for n, what in ((self.recompiles, "recompile"), (self.graph_breaks, "graph break")) if n]
+        return f" ({', '.join(said)})" if said else ""
 
 
 HEADER = ("levers", "prompt+new", "runs", "decode tok/s vs plain", "TTFT vs plain", "one-time", "pays back after", "verdict")
@@ -70,11 +76,14 @@ def whole_runs(session: Session) -> dict[tuple[int, int], dict[Levers, list[Timi
     return out
 
 
-def one_time(session: Session, lev: Levers) -> tuple[float, int]:
-    """Seconds the engine spent preparing this mix (its quantization, its compiles) and its recompiles."""
-    keys = ([f"quant:{lev.quant}"] if lev.quant != "off" else []) + ([f"compile:{lev.quant}", f"recompile:{lev.quant}"] if lev.compile else [])
-    spent = sum(session.one_time.get(k, (0.0, 0))[0] for k in keys)
-    return spent, session.one_time.get(f"recompile:{lev.quant}", (0.0, 0))[1] if lev.compile else 0
+def one_time(session: Session, lev: Levers) -> tuple[float, int, int]:
+    """Seconds the engine spent preparing this mix (its quantization, its compiles), its recompiles
+    and its compiles' graph breaks."""
+    quant = [f"quant:{lev.quant}"] if lev.quant != "off" else []
+    compiles = [f"compile:{lev.quant}", f"recompile:{lev.quant}"] if lev.compile else []
+    spent = sum(session.one_time.get(k, (0.0, 0, 0))[0] for k in quant + compiles)
+    breaks = sum(session.one_time.get(k, (0.0, 0, 0))[2] for k in compiles)
+    return spent, session.one_time.get(f"recompile:{lev.quant}", (0.0, 0, 0))[1] if lev.compile else 0, breaks
 
 
 def _median_of(attr: str):
@@ -93,14 +102,15 @@ def entries(session: Session) -> list[Entry]:
                 continue
             decode, decode_ci = unpaired_ratio(plain, runs, _median_of("decode_tps"))
             ttft, ttft_ci = unpaired_ratio(plain, runs, _median_of("ttft_s"))
-            spent, recompiles = one_time(session, lev)
+            spent, recompiles, breaks = one_time(session, lev)
             saved = 1 / statistics.median(s.decode_tps for s in plain) - 1 / statistics.median(s.decode_tps for s in runs)
             payback = (spent / saved if saved > 0 else math.inf) if spent else 0.0
             proposed = sum(s.proposed for s in runs)
             accept = sum(s.accepted for s in runs) / proposed if proposed else math.nan
             note = session.prepared_for.get(f"quant:{lev.quant}", "") if lev.quant != "off" else ""
             note = note if note != lev.quant else ""
-            entry = Entry(lev.label(), prompt, new, len(runs), len(plain), decode, decode_ci, ttft, ttft_ci, spent, recompiles, payback, accept, note, "")
+            figures = (decode, decode_ci, ttft, ttft_ci, spent, recompiles, breaks, payback, accept)
+            entry = Entry(lev.label(), prompt, new, len(runs), len(plain), *figures, note, "")
             out.append(_judged(entry))
     return out
 

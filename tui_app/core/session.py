@@ -111,7 +111,7 @@ class Session:
     levers: Levers = field(default_factory=Levers)
     phase: Phase | None = None
     prepared: dict = field(default_factory=dict)  # a finished phase's name → its last detail (what quantize says it built)
-    one_time: dict = field(default_factory=dict)  # a lever setting (Phase.cost_of) → (seconds, phases) spent preparing it
+    one_time: dict = field(default_factory=dict)  # a lever setting (Phase.cost_of) → (seconds, phases, graph breaks) preparing it
     prepared_for: dict = field(default_factory=dict)  # a lever setting → its last phase's detail
     timer: RunTimer = field(default_factory=RunTimer)
     leak: LeakDetector = field(default_factory=LeakDetector)
@@ -229,8 +229,8 @@ class Session:
                 self.verdict = None
                 self.device_verdicts.clear()
             if ev.done and ev.cost_of:
-                spent, n = self.one_time.get(ev.cost_of, (0.0, 0))
-                self.one_time[ev.cost_of], self.prepared_for[ev.cost_of] = (spent + ev.seconds, n + 1), ev.detail
+                spent, n, breaks = self.one_time.get(ev.cost_of, (0.0, 0, 0))
+                self.one_time[ev.cost_of], self.prepared_for[ev.cost_of] = (spent + ev.seconds, n + 1, breaks + ev.graph_breaks), ev.detail
             if ev.done:
                 self.prepared[ev.name] = ev.detail
                 self.say(f"{ev.name}: {ev.detail} ({ev.seconds:.1f} s)")

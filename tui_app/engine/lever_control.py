@@ -16,6 +16,7 @@ from dataclasses import replace
 import torch
 
 from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES, Bandwidth, LeverChanged, LeverRefused, Levers, Phase
+from monitors.text import plural
 from tui_app.engine import bandwidth, pages
 from tui_app.engine import levers as lv
 from tui_app.engine.lean import use_own_attention
@@ -39,9 +40,9 @@ class Phases:
     def start(self, name: str, detail: str) -> None:
         self.emit(Phase(name=name, detail=detail, done=False))
 
-    def done(self, name: str, detail: str, seconds: float, cost_of: str = "") -> None:
+    def done(self, name: str, detail: str, seconds: float, cost_of: str = "", graph_breaks: int = 0) -> None:
         self.ns += round(seconds * 1e9)
-        self.emit(Phase(name=name, detail=detail, done=True, seconds=seconds, cost_of=cost_of))
+        self.emit(Phase(name=name, detail=detail, done=True, seconds=seconds, cost_of=cost_of, graph_breaks=graph_breaks))
 
 
 class LeverControl:
@@ -266,10 +267,11 @@ class LeverControl:
             # are checked from now on, and its new graph is compiled as a phase of its own.
             self.warm.discard(key)
             self.stop_trusting()
-            t0 = time.perf_counter()
+            t0, breaks = time.perf_counter(), graph_breaks()
             self.phases.start("compile", f"recompiling the decode step at a state the warm-up did not reach ({level}, batch {ids.shape[0]})")
             logits = compiled(ids, cache, position_ids)
-            self.phases.done("compile", f"batch {ids.shape[0]}, {level}: recompiled", time.perf_counter() - t0, f"recompile:{level}")
+            n = graph_breaks() - breaks
+            self.phases.done("compile", f"batch {ids.shape[0]}, {level}: recompiled", time.perf_counter() - t0, f"recompile:{level}", n)
             return logits
 
         self._compiled[level] = call
@@ -291,7 +293,7 @@ class LeverControl:
         first = not any(k[0] == key[0] for k in self.warm)  # later shapes reuse much of the first's work
         slow = "; a first compile takes a minute or more" if first else ""
         self.phases.start("compile", f"compiling the decode step (static cache {max_len}, batch {batch}, {self.levers.quant}){slow}")
-        t0 = time.perf_counter()
+        t0, breaks = time.perf_counter(), graph_breaks()
         fn = self.compiled_fn(model, self.levers.quant)
         cache = StaticCache(config=model.config, max_cache_len=max_len)
         tok = torch.zeros((batch, 1), dtype=torch.long, device=self.device)
@@ -302,7 +304,9 @@ class LeverControl:
         self.warm.add(key)
         freeze()
         how = "one C++ op (decode_step)" if getattr(self.decoder.lean_step(model), "fused", None) is not None else "torch.compile"
-        self.phases.done("compile", f"batch {batch}, {self.levers.quant}: {how}", time.perf_counter() - t0, f"compile:{self.levers.quant}")
+        n = graph_breaks() - breaks
+        said = f", {plural(n, 'graph break')}" if n else ""
+        self.phases.done("compile", f"batch {batch}, {self.levers.quant}: {how}{said}", time.perf_counter() - t0, f"compile:{self.levers.quant}", n)
         self.probe_if_due()  # the fp weights moved onto huge pages (pages.adopt)
 
     def prepare_compile(self, needed: int) -> None:
@@ -348,6 +352,11 @@ def _stream_gemv_on_cpu(inductor, on: bool) -> None:
         for name, value in limits.items():
             setattr(decompose_mem_bound_mm, name, value)
     inductor.post_grad_fusion_options = options
+
+
+def graph_breaks() -> int:
+    """Dynamo's count of graph breaks in this process so far (its counters, by reason)."""
+    return sum(torch._dynamo.utils.counters["graph_break"].values())
 
 
 def freeze() -> None:
