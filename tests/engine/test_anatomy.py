@@ -52,8 +52,8 @@ def test_the_parts_account_for_the_step_and_a_delay_in_one_mlp_lands_in_the_mlp_
         slow, _ = profiled(plain, collect, tmp_path / "b.json")
     finally:
         hook.remove()
-    # Between the two windows the machine's own pace drifts (its memory bandwidth swings: a CI run
-    # once had attention 28.9 ms a step in the first and 22.0 in the second), so the first window's
+    # Between the two windows the machine's own pace drifts with its memory bandwidth (attention
+    # 28.9 ms a step in the first, 22.0 in the second: 045617a, 2026-11-27, Zen 4 EPYC), so the first window's
     # figures are taken at the second's pace, by the parts the delay does not touch.
     untouched = ("attention", "norms", "lm_head")
     pace = sum(slow.parts[p] for p in untouched) / sum(ev.parts[p] for p in untouched)

@@ -101,8 +101,9 @@ def graph_breaks_of(folder: str, device: str) -> dict:
 def test_a_graph_break_in_the_step_is_counted_and_a_clean_step_has_none(tmp_path, device):
     """The compile phase carries dynamo's own count of graph breaks: none for the tiny Llama's step,
     some once a break is planted (one torch._dynamo.explain sees too: more than one graph), and
-    the ledger's one-time cost of the mix sums them. In a process of its own: dynamo's caches are
-    per code object, and the other engines of this session run the same step function."""
+    the ledger's one-time cost of the mix sums them. In a process of its own: dynamo keeps its
+    caches per code object, every engine in a process runs the same step function, and a planted
+    break's entries there make another engine's trusted compiled step miss and recompile."""
     code = "import json, sys; from tests.engine.test_compile_guards import graph_breaks_of as g; print(json.dumps(g(*sys.argv[1:])))"
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path), device], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
