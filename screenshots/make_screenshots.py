@@ -50,6 +50,7 @@ from tui_app.core.sources import AttachSource  # noqa: E402
 from tui_app.engine.config import EngineConfig  # noqa: E402
 from tui_app.requests import RunRequest  # noqa: E402
 from tui_app.ui.app import TokentopApp  # noqa: E402
+from tui_app.ui.look import Look  # noqa: E402
 from tui_app.ui.screens.anatomy import AnatomyScreen  # noqa: E402
 
 SIZES = [(160, 45), (80, 24)]
@@ -72,8 +73,9 @@ def to_png(svg: str, size: tuple[int, int]) -> str:
 
 
 async def shoot(size: tuple[int, int], look: str = "") -> str:
-    """look: "" (the full palette), "ascii" (--ascii) or "16-colours" (a terminal with 16)."""
-    app = TokentopApp(engine_source(EngineConfig()), RunRequest(max_new_tokens=120, ignore_eos=True), sampler=Sampler(hz=4), fps=8, ascii=look == "ascii")
+    """look: "" (the full palette), "ascii" (--ascii), "16-colours" (a terminal with 16) or "present-light"."""
+    shown = Look(ascii=look == "ascii", theme="light" if "light" in look else "dark", present="present" in look)
+    app = TokentopApp(engine_source(EngineConfig()), RunRequest(max_new_tokens=120, ignore_eos=True), sampler=Sampler(hz=4), fps=8, look=shown)
     if look == "16-colours":
         app.colors = 16
     steps = lambda: sum(1 for p in app.session.latency)  # noqa: E731
@@ -254,8 +256,9 @@ async def shoot_fleet(size: tuple[int, int]) -> str:
     return to_png(svg, size)
 
 
-async def shoot_demo(size: tuple[int, int]) -> str:
-    """`tokentop demo`'s caption: three steps of the default tour, held on int4 once its effect is measured."""
+async def shoot_demo(size: tuple[int, int], look: str = "") -> str:
+    """`tokentop demo`'s caption: three steps of the default tour, held on int4 once its effect is
+    measured; look "present-light": `--present --theme light`."""
     from dataclasses import replace
 
     from tui_app.core.tour import default_tour
@@ -263,11 +266,12 @@ async def shoot_demo(size: tuple[int, int]) -> str:
 
     tour = {s.label: s for s in default_tour(tokens=48, seconds=0)}
     steps = [tour["plain"], tour["int8"], replace(tour["int4"], seconds=600)]
-    app = DemoApp(steps, engine_source(EngineConfig()), sampler=Sampler(hz=4), fps=8)
+    shown = Look(theme="light" if "light" in look else "dark", present="present" in look)
+    app = DemoApp(steps, engine_source(EngineConfig()), sampler=Sampler(hz=4), fps=8, look=shown)
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: "int4" in app.tour_log.results)
         await pilot.pause(1.0)
-        name = f"tokentop-demo-{size[0]}x{size[1]}"
+        name = f"tokentop-demo-{look + '-' if look else ''}{size[0]}x{size[1]}"
         svg = app.save_screenshot(filename=name + ".svg", path=HERE)
         await pilot.press("q")
     return to_png(svg, size)
@@ -400,6 +404,9 @@ def main() -> int:
     if sys.argv[1:] == ["script"]:  # this one alone: a user's pipeline script watched
         print("wrote", asyncio.run(shoot_script((160, 45))))
         return 0
+    if sys.argv[1:] == ["present"]:  # this one alone: the tour on the presenter's screen, light
+        print("wrote", asyncio.run(shoot_demo((80, 24), "present-light")))
+        return 0
     if sys.argv[1:] == ["headroom"]:  # this one alone: a sweep of a few minutes, no browser
         print("wrote", headroom())
         return 0
@@ -414,6 +421,7 @@ def main() -> int:
     for size in SIZES:
         print("wrote", asyncio.run(shoot_leak(size)))
     print("wrote", asyncio.run(shoot_demo((160, 45))))
+    print("wrote", asyncio.run(shoot_demo((80, 24), "present-light")))
     print("wrote", asyncio.run(shoot_anatomy((160, 45))))
     for colouring in ("origin", "confidence"):
         print("wrote", asyncio.run(shoot_colours((160, 45), colouring)))

@@ -12,6 +12,7 @@ from tests.helpers.synthetic import session_events
 from tests.ui.test_app import until
 from tui_app.core.sources import ReplaySource
 from tui_app.ui.app import TokentopApp
+from tui_app.ui.look import Look
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 
@@ -110,7 +111,7 @@ async def test_terminal_mode_snapshots(mode, monkeypatch):
     border drawn (ASCII: nothing outside it in the lines that carry them)."""
     if mode == "no-color":
         monkeypatch.setenv("NO_COLOR", "1")  # Textual reads it as the app starts
-    app = TokentopApp(ReplaySource(session_events(runs=2), speed=0), None, ascii=mode == "ascii")
+    app = TokentopApp(ReplaySource(session_events(runs=2), speed=0), None, look=Look(ascii=mode == "ascii"))
     if mode == "16-colours":
         app.colors = 16
     async with app.run_test(size=(120, 40)) as pilot:

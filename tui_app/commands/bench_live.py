@@ -156,5 +156,6 @@ def run_live(opts, lengths, target: Callable, headless: Callable[[], int]) -> in
 def make_app(opts: UiOptions, source, recorder=None):
     from monitors.sampler import Sampler
     from tui_app.ui.bench_app import BenchApp
+    from tui_app.ui.look import look_of
 
-    return BenchApp(source, None, recorder=recorder, sampler=Sampler(hz=opts.hz), fps=opts.fps, out_dir=opts.out_dir, ascii=opts.ascii)
+    return BenchApp(source, None, recorder=recorder, sampler=Sampler(hz=opts.hz), fps=opts.fps, out_dir=opts.out_dir, look=look_of(opts))

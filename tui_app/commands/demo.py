@@ -86,13 +86,14 @@ def demo_main(args: Options) -> int:
 def tui_tour(args: UiOptions, steps: list[TourStep], make_source, no_tui: str) -> int:
     from tui_app.ui.demo_app import DemoApp
     from tui_app.ui.launch import run_tui
+    from tui_app.ui.look import look_of
 
     apps: list[DemoApp] = []
 
     def make(args, source, recorder) -> DemoApp:
         from monitors.sampler import Sampler
 
-        app = DemoApp(steps, source, recorder=recorder, sampler=Sampler(hz=args.hz or 4.0), fps=args.fps, ascii=args.ascii)
+        app = DemoApp(steps, source, recorder=recorder, sampler=Sampler(hz=args.hz or 4.0), fps=args.fps, look=look_of(args))
         apps.append(app)
         return app
 

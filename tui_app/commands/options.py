@@ -118,10 +118,16 @@ def add_ui(p: argparse.ArgumentParser) -> None:
         "--fps", type=FPS, default="auto", help="redraws per second, or auto (the default: 4, lower while the terminal cannot keep up, as over a slow link)"
     )
     p.add_argument("--ascii", action="store_true", help="charts, borders and marks in plain ASCII (terminals or fonts without braille or box drawing)")
+    add_look(p)
     p.add_argument("--hz", type=HZ, default=4.0, help="system/GPU samples per second (default 4)")
     add_record(p)
     p.add_argument("--out-dir", default=None, help="folder for exports (e) and screenshots (ctrl+s) (default: the recordings folder)")
     p.add_argument("--auto", action="store_true", help="start in auto-repeat mode")
+
+
+def add_look(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--theme", choices=("dark", "light"), default="dark", help="dark (the default) or light, for light terminals and rooms")
+    p.add_argument("--present", action="store_true", help="start on the presenter's screen (P): big figures, thick charts, for a projector")
 
 
 def check_engine(threads: int | None = None) -> None:

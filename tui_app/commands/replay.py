@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass
 
 from monitors.record import read_recording
-from tui_app.commands.options import FPS
+from tui_app.commands.options import FPS, add_look
 from tui_app.core.options import EXIT_USAGE, bounded
 from tui_app.core.session import Session
 from tui_app.core.terminal import cannot_draw
@@ -22,6 +22,8 @@ class Options:
     step: bool
     fps: float | str
     ascii: bool
+    theme: str = "dark"
+    present: bool = False
     stats: bool
 
 
@@ -31,6 +33,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step", action="store_true", help="advance one step per key press (space)")
     p.add_argument("--fps", type=FPS, default=8.0, help="redraws per second, or auto (default 8)")
     p.add_argument("--ascii", action="store_true", help="charts, borders and marks in plain ASCII")
+    add_look(p)
     p.add_argument("--stats", action="store_true", help="print the per-run statistics instead of drawing the TUI")
 
 
@@ -53,8 +56,9 @@ def main(args: Options) -> int:
     from tui_app.core.sources import ReplaySource
     from tui_app.ui.app import TokentopApp
     from tui_app.ui.launch import leave_if_stuck
+    from tui_app.ui.look import look_of
 
-    app = TokentopApp(ReplaySource(rec.events, speed=args.speed, step_mode=args.step, error=rec.error), None, fps=args.fps, ascii=args.ascii)
+    app = TokentopApp(ReplaySource(rec.events, speed=args.speed, step_mode=args.step, error=rec.error), None, fps=args.fps, look=look_of(args))
     app.run()
     code = app.return_code or 0
     leave_if_stuck(code)  # a terminal closed while it quit (a multiplexer killed, an SSH drop)

@@ -66,8 +66,9 @@ def watched_app(opts: UiOptions, source, recorder):
     """The TUI on a source tokentop does not drive: no request of its own, no auto-repeat."""
     from monitors.sampler import Sampler
     from tui_app.ui.app import TokentopApp
+    from tui_app.ui.look import look_of
 
-    return TokentopApp(source, None, recorder=recorder, sampler=Sampler(hz=opts.hz or 4.0), fps=opts.fps, auto=False, out_dir=opts.out_dir, ascii=opts.ascii)
+    return TokentopApp(source, None, recorder=recorder, sampler=Sampler(hz=opts.hz or 4.0), fps=opts.fps, auto=False, out_dir=opts.out_dir, look=look_of(opts))
 
 
 def headless(opts: Options) -> int:

@@ -20,6 +20,7 @@ BLANK = 0x2800
 class Canvas:
     width: int  # cells
     height: int  # cells
+    thick: bool = False  # each dot two high: lines that read from the back of a room
 
     def __post_init__(self) -> None:
         self.bits = [[0] * self.width for _ in range(self.height)]
@@ -35,11 +36,12 @@ class Canvas:
         return self.height * 4
 
     def dot(self, x: int, y: int, series: int) -> None:
-        """Set pixel (x, y), y = 0 at the top."""
-        if 0 <= x < self.px_w and 0 <= y < self.px_h:
-            cx, cy = x >> 1, y >> 2
-            self.bits[cy][cx] |= _DOT[y & 3][x & 1]
-            self.owner[cy][cx] = series
+        """Set pixel (x, y), y = 0 at the top (thick: and the one below it)."""
+        for py in (y, y + 1) if self.thick else (y,):
+            if 0 <= x < self.px_w and 0 <= py < self.px_h:
+                cx, cy = x >> 1, py >> 2
+                self.bits[cy][cx] |= _DOT[py & 3][x & 1]
+                self.owner[cy][cx] = series
 
     def vline(self, x: int, series: int) -> None:
         for y in range(self.px_h):

@@ -96,6 +96,8 @@ class RecordOptions:
 class UiOptions(RecordOptions):
     fps: float | str  # a number, or "auto" (ui/frames.py)
     ascii: bool  # charts, borders and marks in plain ASCII
+    theme: str = "dark"  # dark or light (ui/look.py)
+    present: bool = False  # start on the presenter's screen
     hz: float  # the sampler's readings per second
     out_dir: str | None  # exports and screenshots (None: the recordings folder)
     auto: bool

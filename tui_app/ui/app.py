@@ -43,6 +43,7 @@ from tui_app.process import yield_to_children
 from tui_app.requests import Confidence, History, Pause, Probe, Profile, Run, SetLever, Stop
 from tui_app.ui import status_text
 from tui_app.ui.frames import FramePacer, PacedApp
+from tui_app.ui.look import Look
 from tui_app.ui.palette import KEYS, KeyCommands
 from tui_app.ui.screens.anatomy import AnatomyScreen
 from tui_app.ui.screens.confirm import ConfirmScreen
@@ -83,12 +84,11 @@ class TokentopApp(PacedApp):
         prompt_file: str | None = None,
         out_dir: str | None = None,
         history: int = 4000,
-        ascii: bool = False,
+        look: Look | None = None,
         profile_steps: int | None = None,
     ):
-        super().__init__()
+        super().__init__(look=look)
         self.profile_steps = profile_steps  # --profile-steps: the first run's first decode steps, profiled
-        self.ascii = ascii
         self.source = source
         self.request = request
         self.sampler = sampler
@@ -113,7 +113,7 @@ class TokentopApp(PacedApp):
         super().notify(message, **kwargs)
 
     def get_default_screen(self) -> Screen:
-        self.monitor = m = MonitorScreen(self.session, kind=self.source.kind, above=self.above_status)
+        self.monitor = m = MonitorScreen(self.session, kind=self.source.kind, above=self.above_status, present=self.look.present)
         self.status, self.tokens, self.panes, self.key_bar = m.status, m.tokens, m.panes, m.key_bar
         return m
 

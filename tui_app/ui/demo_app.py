@@ -24,8 +24,8 @@ class DemoApp(TokentopApp):
         *(b for b in TokentopApp.BINDINGS if not (isinstance(b, Binding) and b.key == "space")),
     ]
 
-    def __init__(self, steps: list[TourStep], source, *, recorder=None, sampler=None, fps: float | str = 8.0, out_dir: str | None = None, ascii: bool = False):
-        super().__init__(source, steps[0].request(), recorder=recorder, sampler=sampler, fps=fps, out_dir=out_dir, ascii=ascii)
+    def __init__(self, steps: list[TourStep], source, *, recorder=None, sampler=None, fps: float | str = 8.0, out_dir: str | None = None, look=None):
+        super().__init__(source, steps[0].request(), recorder=recorder, sampler=sampler, fps=fps, out_dir=out_dir, look=look)
         self.steps = steps
         self.tour_log = TourLog(steps)
         self.step_index = -1

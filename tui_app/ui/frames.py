@@ -32,6 +32,7 @@ from textual.app import App
 from textual.filter import LineFilter
 
 from monitors.events import Sampled, ServerSample, Step
+from tui_app.ui.look import Look, apply_theme
 from tui_app.ui.terminal import AsciiFilter, SixteenColors
 
 AUTO_FPS = 4.0  # by measurement: at 8 the UI took 30 % of a core on a 2-core machine and slowed decode
@@ -207,7 +208,7 @@ class PacedApp(App):
     """An App whose frames a FramePacer clocks; keys drawn at once, the terminal's answers read;
     drawn in plain ASCII (`ascii`) and in 16 colours where the terminal has no more (terminal.py)."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, look: Look | None = None, **kwargs):
         if sys.__stdout__ is not None and sys.__stdout__.isatty():
             # An exported COLUMNS or LINES (a pane's shell that exported them at 80×24 before its
             # first resize) outranks the terminal in what Textual asks (shutil.get_terminal_size):
@@ -215,15 +216,16 @@ class PacedApp(App):
             for name in ("COLUMNS", "LINES"):
                 os.environ.pop(name, None)
         super().__init__(*args, **kwargs)
+        self.look = look or Look()
+        apply_theme(self, self.look.theme)
 
     pacer: FramePacer
-    ascii = False
     colors: int | None = None  # 16: draw in 16 colours; None: as many as the terminal says it has
     _look: list[LineFilter] | None = None
 
     def get_line_filters(self) -> Sequence[LineFilter]:
         if self._look is None:
-            self._look = [AsciiFilter()] if self.ascii else []
+            self._look = [AsciiFilter()] if self.look.ascii else []
             terminal = None if self.is_headless else self.console.color_system
             if self.colors == 16 or (self.colors is None and terminal == "standard"):
                 self._look.append(SixteenColors())

@@ -42,6 +42,7 @@ def _app(opts, source, recorder):
     from monitors.sampler import Sampler
     from tui_app.core.options import run_request
     from tui_app.ui.app import TokentopApp
+    from tui_app.ui.look import look_of
 
     watch = getattr(opts, "watch", False)  # attach --watch: no request of tokentop's own
     return TokentopApp(
@@ -53,7 +54,7 @@ def _app(opts, source, recorder):
         auto=opts.auto,
         prompt_file=opts.prompt_file,
         out_dir=opts.out_dir,
-        ascii=opts.ascii,
+        look=look_of(opts),
         profile_steps=getattr(opts, "profile_steps", None),
     )
 

@@ -18,6 +18,7 @@ from textual.widgets import Static
 
 from monitors.events import EngineError, EngineReady, FleetReady, FleetSample, LeverChanged, LeverRefused, RunFinished, RunStarted, Sampled, ServerSample, Step
 from tui_app.core.readings import short_value
+from tui_app.ui.widgets.big_numbers import BigNumbers
 from tui_app.ui.widgets.fleet_pane import FleetPane
 from tui_app.ui.widgets.key_bar import KeyBar
 from tui_app.ui.widgets.kv_chart import KVChart
@@ -56,10 +57,10 @@ class RunLatency:
 
 
 class MonitorScreen(Screen):
-    def __init__(self, session, kind: str, above: Iterable[Widget] = ()):
+    def __init__(self, session, kind: str, above: Iterable[Widget] = (), present: bool = False):
         """`kind`: the source's ("engine", "server", "fleet"): on a server the KV pane is its own
         figures (its cache is not ours to measure), a fleet adds a row per replica; `above`:
-        widgets over the status line (the demo's caption)."""
+        widgets over the status line (the demo's caption); `present`: start on the presenter's screen."""
         super().__init__()
         self.session = session
         self.kind = kind
@@ -80,12 +81,18 @@ class MonitorScreen(Screen):
         if kind == "fleet":  # a fleet through Prometheus: a row per replica, full width
             self.panes["fleet"] = FleetPane(session, id="fleet")
         self.key_bar = KeyBar(id="keys")
+        self.numbers = BigNumbers(id="numbers")
+        self.present = present  # the presenter's screen (P): big figures, thick charts, one at a time, no table
+        self.set_class(present, "-present")
+        for chart in self.charts:
+            chart.thick = present
         self.mode = ""  # wide, narrow or tiny, once laid out
         self.view = 0  # the chart shown where only one fits
 
     def compose(self) -> ComposeResult:
         yield from self.above
         yield self.status
+        yield self.numbers
         with Horizontal(id="main"):
             yield self.tokens
             with Container(id="charts"):
@@ -169,6 +176,8 @@ class MonitorScreen(Screen):
             self.mark("runs")
         for widget in self.panes.values():
             widget.redraw(force)
+        if self.present:
+            self.numbers.show(self.session)
 
     def key_applies(self, action: str) -> bool:
         """Whether a key does something here (the key bar leaves out those that do not)."""
@@ -188,7 +197,7 @@ class MonitorScreen(Screen):
     # ------------------------------------------------------------ layout
     def fit(self, width: int, height: int) -> None:
         """The layout for this size; cheap when its class (wide, narrow, tiny) is unchanged."""
-        mode = "tiny" if (width < TINY_W or height < TINY_H) else "narrow" if (width < NARROW_W or height < NARROW_H) else "wide"
+        mode = "tiny" if (width < TINY_W or height < TINY_H) else "narrow" if (width < NARROW_W or height < NARROW_H or self.present) else "wide"
         if mode == self.mode:
             return
         self.mode = mode
@@ -197,6 +206,22 @@ class MonitorScreen(Screen):
         self.show_view()
         if self.key_bar.is_mounted:
             self.key_bar.draw()  # v shows where it does something
+
+    def set_present(self, on: bool) -> None:
+        """The presenter's screen on or off: the figures in Digits over the text and one chart (v
+        cycles them), drawn two dots thick; the runs table and the other charts make room."""
+        self.present = on
+        self.set_class(on, "-present")
+        for chart in self.charts:
+            chart.thick = on
+        self.mode = ""  # laid out again at this size
+        self.fit(*self.app.size)
+        if on:
+            self.numbers.show(self.session)
+
+    def action_present(self) -> None:
+        self.set_present(not self.present)
+        self.notify(f"presenter's screen {'on: v cycles the charts' if self.present else 'off'}")
 
     def show_view(self) -> None:
         single = self.mode != "wide"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from functools import cache
 from itertools import groupby, islice
+from typing import ClassVar
 
 from rich.segment import Segment
 from rich.style import Style
@@ -20,7 +22,7 @@ BLANK_CELL = chr(BLANK)
 class Chart(LinePane):
     DEFAULT_CSS = """
     Chart {
-        border: round $primary-darken-2;
+        border: round $primary;
         border-title-color: $text;
         border-subtitle-color: $text-muted;
         padding: 0 0;
@@ -31,14 +33,19 @@ class Chart(LinePane):
     # The charts of sampler data (memory, utilization): samples arrive at --hz (4) and are all
     # drawn, two at a time; these two panes are a third of the UI's drawing cost (ui_cost.py).
     SAMPLED_HZ = 2.0
-    COLORS: tuple[str, ...] = ("#5fd7ff", "#ffaf00", "#87d75f", "#ff5f87", "#af87ff", "#d7d7d7")
+    # A series' colour on a dark and on a light background (look.py): the same hues, each reading
+    # at 3:1 or more on its background as a line must.
+    COLORS: ClassVar[dict[bool, tuple[str, ...]]] = {
+        True: ("#5fd7ff", "#ffaf00", "#87d75f", "#ff5f87", "#af87ff", "#d7d7d7"),
+        False: ("#0070a8", "#a65f00", "#2e7d32", "#c2185b", "#6a3fb5", "#5c5c5c"),
+    }
 
     SCALE_FLOOR = 0.0  # the y-axis's smallest upper bound
 
     def __init__(self, session, *, id: str | None = None, classes: str | None = None):
         super().__init__(id=id, classes=classes)
         self.session = session
-        self._styles = [Style(color=c) for c in self.COLORS]
+        self.thick = False  # the presenter's screen: lines two dots thick
         self.pager = Pager()  # the x-axis: the first point shown (core/axes.py)
         self.scale = Scale(floor=self.SCALE_FLOOR)  # the y-axis's upper bound
 
@@ -64,8 +71,12 @@ class Chart(LinePane):
         """The chart on a canvas `width` cells wide (the y-axis labels take the rest), or a message."""
         raise NotImplementedError
 
+    def canvas(self, width: int, height: int) -> Canvas:
+        return Canvas(width, height, thick=self.thick)
+
     def _series_style(self, series: int) -> Style:
-        return self._styles[series % len(self._styles)]
+        colours = self.COLORS[self.app.current_theme.dark]
+        return _colour(colours[series % len(colours)])
 
     def compose_text(self, canvas: Canvas, lo: float, hi: float, unit_fmt, legend: list[tuple[str, int]]) -> list[Strip]:
         """Canvas + y-axis labels + a legend in the last row, as strips of styled segments."""
@@ -100,6 +111,11 @@ class Chart(LinePane):
         room = max(self.size.width - 6, 0)  # the corners, the rule before the title and a space each side
         self.border_title = "  ".join(t for t in fmt.fit(list(title), room) if t is not None)
         self.border_subtitle = "  ".join(t for t in fmt.fit(list(subtitle), room) if t is not None)
+
+
+@cache
+def _colour(colour: str) -> Style:
+    return Style(color=colour)
 
 
 def runs(row: list[tuple[str, int]]) -> list[tuple[str, int]]:

@@ -31,7 +31,7 @@ def sparkline(values: list[float | None], width: int) -> str:
 class FleetPane(LinePane):
     DEFAULT_CSS = """
     FleetPane {
-        border: round $primary-darken-2;
+        border: round $primary;
         border-title-color: $text;
         border-subtitle-color: $text-muted;
         height: auto;

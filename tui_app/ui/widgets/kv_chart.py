@@ -8,7 +8,7 @@ from rich.text import Text
 
 from tui_app.core import fmt
 from tui_app.core.axes import Scale
-from tui_app.core.braille import Canvas, plot
+from tui_app.core.braille import plot
 from tui_app.ui.widgets.chart import Chart
 
 
@@ -19,7 +19,7 @@ class KVChart(Chart):
 
     def draw_chart(self, width: int, height: int) -> list | Text:
         s = self.session
-        canvas = Canvas(width, height - 1)
+        canvas = self.canvas(width, height - 1)
         # The current run's points only: a run without the cache must not show the last one's bytes.
         run = s.current.started.run_id if s.current is not None else None
         pts = [p for p in s.kv if p.seq_len and p.run_id == run]

@@ -10,14 +10,14 @@ from rich.text import Text
 
 from monitors.timing import mean, percentile
 from tui_app.core import fmt
-from tui_app.core.braille import Canvas, plot, y_to_px
+from tui_app.core.braille import plot, y_to_px
 from tui_app.ui.widgets.chart import Chart
 
 
 class LatencyChart(Chart):
     def draw_chart(self, width: int, height: int) -> list | Text:
         s = self.session
-        canvas = Canvas(width, height - 1)
+        canvas = self.canvas(width, height - 1)
         self.border_title = "per-token latency"
         if not s.latency:
             return Text("waiting for tokens…", style="dim")

@@ -23,7 +23,7 @@ class MemoryChart(Chart):
 
     def draw_chart(self, width: int, height: int) -> list | Text:
         s = self.session
-        canvas = Canvas(width, height - 1)
+        canvas = self.canvas(width, height - 1)
         verdict = s.verdict.text() if s.verdict else "leak: collecting (0 runs)"
         title = [((f"memory — {verdict}", f"memory — {verdict.split(' (')[0]}", "memory"), 0)]
         if s.ready is not None and s.ready.demo_leak:  # after the verdict: it shortens first, and stays

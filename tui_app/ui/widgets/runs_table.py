@@ -30,7 +30,7 @@ class RunsTable(LinePane):
     DEFAULT_CSS = """
     RunsTable {
         height: 10;
-        border: round $primary-darken-2;
+        border: round $primary;
         border-title-color: $text;
         padding: 0 1;
     }

@@ -8,7 +8,7 @@ from rich.style import Style
 from textual.strip import Strip
 
 from monitors.servers import FIGURE_LABELS
-from tui_app.core.braille import Canvas, plot
+from tui_app.core.braille import plot
 from tui_app.core.fmt import figure_text
 from tui_app.ui.widgets.chart import Chart
 
@@ -52,7 +52,7 @@ class ServerPane(Chart):
         if chart_h < 3:  # too small for a chart: the figures alone
             lines.insert(0, Strip([Segment(figure_text("kv_usage", kv[-1].values["kv_usage"]), bold)]))
             return lines[:height]
-        canvas = Canvas(width - self.AXIS, chart_h - 1)
+        canvas = self.canvas(width - self.AXIS, chart_h - 1)
         t0, t1 = kv[0].t_ns, max(kv[-1].t_ns, kv[0].t_ns + 1)
         pct = [x.values["kv_usage"] * 100 for x in kv]
         plot(canvas, [pct], 0.0, 100.0, xs=[[x.t_ns for x in kv]], x_lo=t0, x_hi=t1)

@@ -38,13 +38,22 @@ HEAT_BOUNDS = (1.25, 2.0, 4.0)
 HEAT_STYLES = ("green", "yellow", "bold red", "bold reverse red")
 # Confidence in the same four styles: a token whose probability is at least SURE_BOUNDS[i].
 SURE_BOUNDS = (0.9, 0.5, 0.2)
+
+
+def _markup(style: str) -> str:
+    """A pane style as a border title's markup: there a bare "green" is CSS's (#008000, 3.6:1 on
+    the dark background), so the terminal colour is named as Textual names it, drawn in the theme's."""
+    return " ".join(f"ansi_{word}" if word in ANSI else word for word in style.split())
+
+
+ANSI = ("black", "red", "green", "yellow", "blue", "magenta", "cyan", "white")
 LEGENDS = {
     "plain": "",
-    "origin": f"o: origin · [{DRAFTED}]accepted draft[/] · the target's own · [{REJECTED}]rejected[/]",
+    "origin": f"o: origin · [{_markup(DRAFTED)}]accepted draft[/] · the target's own · [{REJECTED}]rejected[/]",
     "latency": "o: latency vs the run's median · "
-    + " ".join(f"[{st}]{label}[/]" for st, label in zip(HEAT_STYLES, ("≤1.25×", "≤2×", "≤4×", "slower"), strict=True)),
+    + " ".join(f"[{_markup(st)}]{label}[/]" for st, label in zip(HEAT_STYLES, ("≤1.25×", "≤2×", "≤4×", "slower"), strict=True)),
     "confidence": "o: the model's probability of each token · "
-    + " ".join(f"[{st}]{label}[/]" for st, label in zip(HEAT_STYLES, ("≥90%", "≥50%", "≥20%", "<20%"), strict=True))
+    + " ".join(f"[{_markup(st)}]{label}[/]" for st, label in zip(HEAT_STYLES, ("≥90%", "≥50%", "≥20%", "<20%"), strict=True))
     + " · unmeasured plain",
 }
 
@@ -61,8 +70,9 @@ def sureness(p: float) -> int:
 class TokenStream(LinePane):
     DEFAULT_CSS = """
     TokenStream {
-        border: round $primary-darken-2;
+        border: round $primary;
         border-title-color: $text;
+        border-subtitle-color: $text;
         height: 1fr;
         padding: 0 1;
     }
@@ -94,7 +104,7 @@ class TokenStream(LinePane):
             self._add(text, "", origin, heat, sure)
 
     def add_mark(self, label: str, error: bool = False) -> None:
-        self._add(f"⟨{label}⟩", "bold red" if error else "bold black on yellow")
+        self._add(f"⟨{label}⟩", "bold red" if error else "bold reverse yellow")  # reverse: the pane's own background on yellow, in either theme
 
     def count_drafts(self, accepted: int, rejected: int, ghost: str) -> None:
         """A verify step's drafts: counted for the run, its rejected ones' text the ghost after the text."""

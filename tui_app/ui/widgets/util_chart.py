@@ -9,7 +9,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from tui_app.core import readings
-from tui_app.core.braille import Canvas, plot
+from tui_app.core.braille import plot
 from tui_app.ui.widgets.chart import Chart, gpu_unread
 
 GPM_LABELS = (("dram_pct", "DRAM"), ("sm_active_pct", "SM active"), ("tensor_pct", "tensor"))
@@ -21,7 +21,7 @@ class UtilChart(Chart):
 
     def draw_chart(self, width: int, height: int) -> list | Text:
         s = self.session
-        canvas = Canvas(width, height - 1)
+        canvas = self.canvas(width, height - 1)
         samples = self.sample_page(canvas.px_w)
         self.border_title = "utilization"
         if not samples:
