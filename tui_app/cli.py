@@ -63,13 +63,18 @@ def parse(argv: list[str]):
     return module, from_namespace(module.Options, namespace)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def normalized(argv: list[str]) -> list[str]:
+    """A command line with its subcommand named: `tokentop [options] -- CMD` watches a script, and
+    `tokentop [options]` is `run`."""
     if "--" in argv and argv[0] not in COMMANDS:  # tokentop [options] -- python my_script.py: the script watched
-        argv = ["script", *argv]
-    elif not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
-        argv = ["run", *argv]
-    module, opts = parse(argv)
+        return ["script", *argv]
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
+        return ["run", *argv]
+    return argv
+
+
+def main(argv: list[str] | None = None) -> int:
+    module, opts = parse(normalized(sys.argv[1:] if argv is None else argv))
     if module is None:
         return EXIT_USAGE
     if not getattr(opts, "verbose", False):
