@@ -25,6 +25,21 @@ def normalized_svg(svg: str) -> str:
     return re.sub(r"terminal-\d+", "terminal", svg)
 
 
+def check_snapshot(svg: str, name: str, what: str) -> None:
+    """The screen against its snapshot `name`.svg; TOKENTOP_UPDATE_SNAPSHOTS=1 rewrites it (look at
+    it), and a difference is written beside it as failed-`name`.svg."""
+    svg = normalized_svg(svg)
+    path = SNAPSHOTS / f"{name}.svg"
+    if os.environ.get("TOKENTOP_UPDATE_SNAPSHOTS"):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(svg, encoding="utf-8")
+    assert path.exists(), f"no snapshot {path.name}: run with TOKENTOP_UPDATE_SNAPSHOTS=1 and look at it"
+    if svg != path.read_text(encoding="utf-8"):
+        got = path.with_name(f"failed-{path.name}")
+        got.write_text(svg, encoding="utf-8")
+        raise AssertionError(f"{what} changed: compare {got} with {path}")
+
+
 @pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 60)], ids=lambda s: f"{s[0]}x{s[1]}")
 async def test_layout_snapshots(size):
     """Deterministic data (no model, no clock); TOKENTOP_UPDATE_SNAPSHOTS=1 rewrites the files.
@@ -36,17 +51,8 @@ async def test_layout_snapshots(size):
         await until(pilot, lambda: app.state == "replay finished", timeout=30, what="replay drawn")
         await pilot.pause(0.5)
         await until(pilot, lambda: not any(w.pending for w in app.panes.values() if w.display), timeout=30, what="panes drawn")
-
-        svg = normalized_svg(app.export_screenshot())
-    path = SNAPSHOTS / f"layout-{size[0]}x{size[1]}.svg"
-    if os.environ.get("TOKENTOP_UPDATE_SNAPSHOTS"):
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(svg, encoding="utf-8")
-    assert path.exists(), f"no snapshot {path.name}: run with TOKENTOP_UPDATE_SNAPSHOTS=1 and look at it"
-    if svg != path.read_text(encoding="utf-8"):
-        got = path.with_name(f"failed-{path.name}")
-        got.write_text(svg, encoding="utf-8")
-        raise AssertionError(f"the {size[0]}x{size[1]} layout changed: compare {got} with {path}")
+        svg = app.export_screenshot()
+    check_snapshot(svg, f"layout-{size[0]}x{size[1]}", f"the {size[0]}x{size[1]} layout")
 
 
 LEGEND_NAMES = {"decode", "spec verify", "mean", "p95", "prefill", "lever", "measured", "formula", "allocated", "engine RSS", "UI RSS", "GPU proc"}
@@ -119,7 +125,7 @@ async def test_terminal_mode_snapshots(mode, monkeypatch):
         await pilot.pause(0.5)
         await until(pilot, lambda: not any(w.pending for w in app.panes.values() if w.display), timeout=30, what="panes drawn")
         strips = app.screen._compositor.render_strips()
-        svg = normalized_svg(app.export_screenshot())
+        svg = app.export_screenshot()
     for strip in strips:
         for text, style, _ in strip:
             if style is not None and text.strip() and style.color is not None and style.bgcolor is not None and not style.reverse:
@@ -128,11 +134,4 @@ async def test_terminal_mode_snapshots(mode, monkeypatch):
         charts_and_borders = "".join(strip.text for strip in strips[1:-1])  # not the status line's lever marks nor the prompt text
         drawn = {ch for ch in charts_and_borders if not ch.isascii()}
         assert not drawn, drawn
-    path = SNAPSHOTS / f"terminal-{mode}-120x40.svg"
-    if os.environ.get("TOKENTOP_UPDATE_SNAPSHOTS"):
-        path.write_text(svg, encoding="utf-8")
-    assert path.exists(), f"no snapshot {path.name}: run with TOKENTOP_UPDATE_SNAPSHOTS=1 and look at it"
-    if svg != path.read_text(encoding="utf-8"):
-        got = path.with_name(f"failed-{path.name}")
-        got.write_text(svg, encoding="utf-8")
-        raise AssertionError(f"the {mode} look changed: compare {got} with {path}")
+    check_snapshot(svg, f"terminal-{mode}-120x40", f"the {mode} look")

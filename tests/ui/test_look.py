@@ -2,7 +2,6 @@
 presenter's screen on and off), the presenter's figures are the status line's, and snapshots of
 the presenter's screen, the light theme and each colouring at 80×24 and 160×45."""
 
-import os
 import re
 from dataclasses import replace
 
@@ -12,7 +11,7 @@ from textual.constants import DIM_FACTOR
 from monitors.events import Step
 from tests.helpers.synthetic import session_events
 from tests.ui.test_app import until
-from tests.ui.test_app_layout import SNAPSHOTS, normalized_svg
+from tests.ui.test_app_layout import check_snapshot
 from tui_app.core.sources import ReplaySource
 from tui_app.ui.app import TokentopApp
 from tui_app.ui.look import Look
@@ -158,12 +157,5 @@ async def test_look_snapshots(name, size):
             await pilot.press("o")
         await pilot.pause(0.5)
         await drawn(app, pilot)
-        svg = normalized_svg(app.export_screenshot())
-    path = SNAPSHOTS / f"look-{name}-{size[0]}x{size[1]}.svg"
-    if os.environ.get("TOKENTOP_UPDATE_SNAPSHOTS"):
-        path.write_text(svg, encoding="utf-8")
-    assert path.exists(), f"no snapshot {path.name}: run with TOKENTOP_UPDATE_SNAPSHOTS=1 and look at it"
-    if svg != path.read_text(encoding="utf-8"):
-        got = path.with_name(f"failed-{path.name}")
-        got.write_text(svg, encoding="utf-8")
-        raise AssertionError(f"the {name} look at {size[0]}x{size[1]} changed: compare {got} with {path}")
+        svg = app.export_screenshot()
+    check_snapshot(svg, f"look-{name}-{size[0]}x{size[1]}", f"the {name} look at {size[0]}x{size[1]}")
