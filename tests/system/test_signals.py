@@ -97,7 +97,7 @@ def test_a_terminal_that_reads_no_more_cannot_keep_the_app_from_ending(tmp_path)
     The loop's own signal handler never ran there, and Textual's shutdown blocks on the same write:
     the app outlived its terminal for hours."""
     from tests.helpers.synthetic import session_events
-    from tui_app.ui.app import EXIT_GRACE_S
+    from tui_app.ui.frames import EXIT_GRACE_S
 
     rec = tmp_path / "r.jsonl"
     rec.write_text("".join(to_json(e) + "\n" for e in session_events(runs=3)))

@@ -6,11 +6,6 @@ the events to the Session, and redraws only the panes whose data changed, at --f
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
-import signal
-import threading
 import time
 from collections import deque
 from dataclasses import replace
@@ -56,12 +51,6 @@ from tui_app.ui.widgets.waterfall import Waterfall
 
 ANATOMY_STEPS = 8  # the p key's window: enough steps for a stable mean, few enough that the slowed steps pass in a second
 HISTORY_RUNS = 3  # the H key's window: enough for a leak's step to repeat, and a dump of seconds
-EXIT_GRACE_S = 10.0  # from SIGTERM or SIGHUP to leaving without Textual's shutdown: an engine stopping in a compile takes a few seconds
-
-
-def _leave_after(seconds: float, code: int) -> None:
-    time.sleep(seconds)
-    os._exit(code)
 
 
 class TokentopApp(PacedApp):
@@ -106,7 +95,6 @@ class TokentopApp(PacedApp):
         self._phase_since: float | None = None  # when the phase in progress began, on this clock
         self.told: deque[str] = deque(maxlen=50)  # what notify() said, for tests and export
         self.above_status: list = []  # widgets over the status line (the demo's caption)
-        self._handlers: dict[int, object] = {}  # the signal handlers before ours, put back on unmount
 
     def notify(self, message: str, **kwargs) -> None:
         self.told.append(message)
@@ -125,10 +113,7 @@ class TokentopApp(PacedApp):
         yield_to_children()
         self.pacer.start()
         self._apply_size()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            with contextlib.suppress(ValueError):  # not the main thread: nothing to hang up
-                self._handlers[sig] = signal.signal(sig, lambda signum, _frame: self._hang_up(loop, signum))
+        self.hang_up_on_signals()
 
     def on_resize(self) -> None:
         self._apply_size()
@@ -196,7 +181,7 @@ class TokentopApp(PacedApp):
         elif isinstance(ev, EngineReady):
             self.sub_title = status_text.subtitle(ev)
             self._follow()
-            if self.monitor.tokens.colouring == "confidence" and self.source.live and not ev.server:  # a restarted engine
+            if self.monitor.tokens.colouring == "confidence" and self.own_engine:  # a restarted engine
                 self.source.send(Confidence(on=True))
             if self.profile_steps and self.source.live and self.request is not None and not ev.server:
                 self.action_anatomy(self.profile_steps)  # it starts the first run
@@ -263,8 +248,13 @@ class TokentopApp(PacedApp):
         if not self.running:  # answered now; the engine's LeverChanged or LeverRefused follows
             self.state = status_text.for_next_run(name, value)
 
+    @property
+    def own_engine(self) -> bool:
+        """Whether the source is a live engine of tokentop's own kind (not a replay, not a server)."""
+        return self.source.live and not (self.session.ready is not None and self.session.ready.server)
+
     def action_probe(self) -> None:
-        if not self.source.live or (self.session.ready is not None and self.session.ready.server):
+        if not self.own_engine:
             self.notify(
                 "tokentop measures the memory read rate of its own engine only (not a replay's or a server's)", title="bandwidth refused", severity="warning"
             )
@@ -287,7 +277,7 @@ class TokentopApp(PacedApp):
         only tokentop's own live engine writes one, and the folder must take it."""
         from tui_app.folders import FolderError, recordings_dir, require, stamped
 
-        if not self.source.live or (self.session.ready is not None and self.session.ready.server):
+        if not self.own_engine:
             self.notify(f"{what} is tokentop's own engine's (not a replay's or a server's)", title=f"{kind} refused", severity="warning")
             return None
         try:
@@ -376,7 +366,7 @@ class TokentopApp(PacedApp):
         colouring = self.monitor.tokens.next_colouring()
         said = f"tokens coloured: {colouring}"
         if "confidence" in (colouring, before):  # the engine measures it only while it is shown: a softmax a step
-            own = self.source.live and not (self.session.ready is not None and self.session.ready.server)
+            own = self.own_engine
             if own:
                 self.source.send(Confidence(on=colouring == "confidence"))
             if colouring == "confidence":
@@ -430,18 +420,8 @@ class TokentopApp(PacedApp):
         except FolderError as exc:
             self.notify(str(exc), severity="error", timeout=15)
 
-    def _hang_up(self, loop: asyncio.AbstractEventLoop, signum: int) -> None:
-        """SIGTERM or SIGHUP: quit as q does. A Python handler, not the loop's, because it must run
-        while the loop is blocked writing to a terminal that reads no more (a frozen SSH link, a
-        suspended terminal): Textual's shutdown then blocks on that same write, for good. So the
-        process leaves anyway after EXIT_GRACE_S; every finished run is on disk by then (the
-        recording is written through at each run's end) and the engine ends with its parent."""
-        threading.Thread(target=_leave_after, args=(EXIT_GRACE_S, 128 + signum), name="tokentop-exit", daemon=True).start()
-        loop.call_soon_threadsafe(self.exit)
-
     def on_unmount(self) -> None:
-        for sig, handler in self._handlers.items():
-            signal.signal(sig, handler)
+        self.restore_signals()
         if self.sampler is not None:
             self.sampler.stop()
         self.source.close()

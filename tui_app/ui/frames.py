@@ -21,8 +21,12 @@ frames are held back.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import signal
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -204,6 +208,14 @@ def _replies(evs: list) -> bool:
     return any(not isinstance(ev, (Step, Sampled, ServerSample)) for ev in evs)
 
 
+EXIT_GRACE_S = 10.0  # from SIGTERM or SIGHUP to leaving without Textual's shutdown: an engine stopping in a compile takes a few seconds
+
+
+def _leave_after(seconds: float, code: int) -> None:
+    time.sleep(seconds)
+    os._exit(code)
+
+
 class PacedApp(App):
     """An App whose frames a FramePacer clocks; keys drawn at once, the terminal's answers read;
     drawn in plain ASCII (`ascii`) and in 16 colours where the terminal has no more (terminal.py)."""
@@ -218,6 +230,7 @@ class PacedApp(App):
         super().__init__(*args, **kwargs)
         self.look = look or Look()
         apply_theme(self, self.look.theme)
+        self._handlers: dict[int, object] = {}  # the signal handlers before ours, put back on unmount
 
     pacer: FramePacer
     colors: int | None = None  # 16: draw in 16 colours; None: as many as the terminal says it has
@@ -246,6 +259,26 @@ class PacedApp(App):
 
     def first_data_in(self) -> bool:
         raise NotImplementedError
+
+    def hang_up_on_signals(self) -> None:
+        """SIGTERM and SIGHUP quit as q does (`_hang_up`), from the app's start to its end."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            with contextlib.suppress(ValueError):  # not the main thread: nothing to hang up
+                self._handlers[sig] = signal.signal(sig, lambda signum, _frame: self._hang_up(loop, signum))
+
+    def restore_signals(self) -> None:
+        for sig, handler in self._handlers.items():
+            signal.signal(sig, handler)
+
+    def _hang_up(self, loop: asyncio.AbstractEventLoop, signum: int) -> None:
+        """SIGTERM or SIGHUP: quit as q does. A Python handler, not the loop's, because it must run
+        while the loop is blocked writing to a terminal that reads no more (a frozen SSH link, a
+        suspended terminal): Textual's shutdown then blocks on that same write, for good. So the
+        process leaves anyway after EXIT_GRACE_S; every finished run is on disk by then (the
+        recording is written through at each run's end) and the engine ends with its parent."""
+        threading.Thread(target=_leave_after, args=(EXIT_GRACE_S, 128 + signum), name="tokentop-exit", daemon=True).start()
+        loop.call_soon_threadsafe(self.exit)
 
     def write_to_terminal(self, text: str) -> bool:
         """Bytes straight to the terminal, behind whatever the app wrote before (False: none here)."""
