@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 from textual.constants import DIM_FACTOR
+from textual.containers import VerticalScroll
 
 from monitors.events import Step
 from tests.helpers.synthetic import session_events
@@ -57,12 +58,15 @@ def spoken_events() -> list:
     return out
 
 
-def unreadable(strips, background) -> list[str]:
+def unreadable(strips, background, text_only: bool = False) -> list[str]:
     """Every run of text on the screen whose colour reads under AA against what is behind it
-    (dim drawn as Textual draws it: blended toward the background by its DIM_FACTOR)."""
+    (dim drawn as Textual draws it: blended toward the background by its DIM_FACTOR); `text_only`:
+    words only, where lines are a table's rules (decoration, outside WCAG 1.4.11)."""
     bad = []
     for y, strip in enumerate(strips):
         for text, style, _ in strip:
+            if text_only and not re.search(r"\w", text):
+                continue
             if style is None or not text.strip():
                 continue
             fg = style.color.get_truecolor() if style.color else None
@@ -103,6 +107,37 @@ async def test_every_cell_reads_at_wcag_aa_in_both_themes_each_colouring_and_the
                 strips = await drawn(app, pilot)
                 failures += [f"{app.monitor.tokens.colouring}{' present' if present else ''}: {line}" for line in unreadable(strips, background)]
                 await pilot.press("o")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("theme", ["dark", "light"])
+async def test_the_anatomy_ledger_and_help_screens_read_at_wcag_aa(theme):
+    """The screens over the monitor, each part of the anatomy in its colour, the ledger's verdicts
+    and the help's table, against the same bounds."""
+    from monitors.events import Anatomy, Levers, RunFinished
+    from tui_app.core.readings import PART_LABELS
+
+    events = spoken_events()
+    end = next(i for i, ev in enumerate(events) if isinstance(ev, RunFinished))
+    parts = {part: 5.0 + k for k, part in enumerate(PART_LABELS)}
+    anatomy = Anatomy(run_id=1, steps=8, step_ms=60.0, parts=parts, gpu_ms={}, trace="t.json", levers=Levers(), ops_ms=50.0, ops=300)
+    app = TokentopApp(ReplaySource([*events[:end], anatomy, *events[end:]], speed=0), None, look=Look(theme=theme))
+    failures = []
+    async with app.run_test(size=(160, 45)) as pilot:
+        await until(pilot, lambda: app.state == "replay finished" and type(app.screen).__name__ == "AnatomyScreen", timeout=30, what="the anatomy")
+        background = app.current_theme.to_color_system().generate()["background"]
+        background = tuple(int(background[i : i + 2], 16) for i in (1, 3, 5))
+        for name, key in (("anatomy", "escape"), ("ledger", "g"), ("help", "question_mark")):
+            if name != "anatomy":
+                await pilot.press(key)
+            await pilot.pause(0.5)
+            assert type(app.screen).__name__.lower().startswith(name), app.screen
+            strips = app.screen._compositor.render_strips()
+            if name == "help":  # a modal: the monitor dimmed around it is not for reading, its table's rules are decoration
+                box = app.screen.query_one(VerticalScroll).content_region
+                strips = [strip.crop(box.x, box.right) for strip in strips[box.y : box.bottom]]
+            failures += [f"{name}: {line}" for line in unreadable(strips, background, text_only=name == "help")]
+            await pilot.press("escape")
     assert not failures, "\n".join(failures)
 
 

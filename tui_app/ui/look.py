@@ -43,11 +43,15 @@ LIGHT_ANSI = TerminalTheme(
     [(90, 90, 90), (160, 30, 40), (20, 100, 40), (112, 70, 0), (10, 70, 160), (120, 40, 130), (0, 90, 110), (10, 10, 10)],
 )
 
-# Textual's own dark ANSI colours, its red (normal and bright) lifted from 4.4:1 to 5.2:1 on the dark background.
+# Textual's own dark ANSI colours, its red (normal and bright) lifted from 4.4:1 to 5.2:1 on the
+# dark background, and its magenta, the same colour as its red there, made a magenta.
 _MONOKAI = [tuple(MONOKAI.ansi_colors[i]) for i in range(16)]
-_RED = (255, 59, 120)
+_RED, _MAGENTA = (255, 59, 120), (215, 95, 215)
 DARK_ANSI = TerminalTheme(
-    tuple(MONOKAI.background_color), tuple(MONOKAI.foreground_color), [*_MONOKAI[:1], _RED, *_MONOKAI[2:8]], [*_MONOKAI[8:9], _RED, *_MONOKAI[10:]]
+    tuple(MONOKAI.background_color),
+    tuple(MONOKAI.foreground_color),
+    [*_MONOKAI[:1], _RED, *_MONOKAI[2:5], _MAGENTA, *_MONOKAI[6:8]],
+    [*_MONOKAI[8:9], _RED, *_MONOKAI[10:13], _MAGENTA, *_MONOKAI[14:]],
 )
 
 

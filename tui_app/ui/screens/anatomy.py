@@ -14,13 +14,14 @@ from textual.widgets import Static
 from tui_app.core.readings import PART_LABELS, anatomy_table, gpu_gaps_text, trace_text
 
 # A colour per part, in the stacked bars and beside each row's label, each one apart from its
-# neighbours in the app's theme (its red and magenta both read red, its blue purple); a part
-# not named here (a compiled graph, a fused step's one op) is cyan.
+# neighbours in both themes (look.py; the dark one's blue reads purple), each a terminal colour so
+# that the light theme draws it dark enough; a part not named here (a compiled graph, a fused
+# step's one op) is cyan.
 COLOURS = {
     "embedding": "grey50",
     "attention": "yellow",
     "mlp": "green",
-    "norms": "tan",
+    "norms": "magenta",
     "lm_head": "blue",
     "sampling": "bright_yellow",
     "host_read": "red",

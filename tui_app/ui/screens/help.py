@@ -79,6 +79,8 @@ class HelpScreen(ModalScreen):
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
     HelpScreen > VerticalScroll { width: 90%; height: 90%; border: thick $primary; background: $surface; padding: 0 1; }
+    /* Textual draws these in $primary: 3.7:1 on the dark surface, under WCAG AA (tests/ui/test_look.py). */
+    HelpScreen MarkdownH1, HelpScreen MarkdownTableContent > .header { color: $text; }
     """
 
     def compose(self) -> ComposeResult:
