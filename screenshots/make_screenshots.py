@@ -72,10 +72,14 @@ def to_png(svg: str, size: tuple[int, int]) -> str:
     return png
 
 
+def named(look: str) -> Look:
+    """A picture's look by its name: "ascii", "present", "light", or both of the last two."""
+    return Look(ascii=look == "ascii", theme="light" if "light" in look else "dark", present="present" in look)
+
+
 async def shoot(size: tuple[int, int], look: str = "") -> str:
     """look: "" (the full palette), "ascii" (--ascii), "16-colours" (a terminal with 16) or "present-light"."""
-    shown = Look(ascii=look == "ascii", theme="light" if "light" in look else "dark", present="present" in look)
-    app = TokentopApp(engine_source(EngineConfig()), RunRequest(max_new_tokens=120, ignore_eos=True), sampler=Sampler(hz=4), fps=8, look=shown)
+    app = TokentopApp(engine_source(EngineConfig()), RunRequest(max_new_tokens=120, ignore_eos=True), sampler=Sampler(hz=4), fps=8, look=named(look))
     if look == "16-colours":
         app.colors = 16
     steps = lambda: sum(1 for p in app.session.latency)  # noqa: E731
@@ -266,8 +270,7 @@ async def shoot_demo(size: tuple[int, int], look: str = "") -> str:
 
     tour = {s.label: s for s in default_tour(tokens=48, seconds=0)}
     steps = [tour["plain"], tour["int8"], replace(tour["int4"], seconds=600)]
-    shown = Look(theme="light" if "light" in look else "dark", present="present" in look)
-    app = DemoApp(steps, engine_source(EngineConfig()), sampler=Sampler(hz=4), fps=8, look=shown)
+    app = DemoApp(steps, engine_source(EngineConfig()), sampler=Sampler(hz=4), fps=8, look=named(look))
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: "int4" in app.tour_log.results)
         await pilot.pause(1.0)

@@ -6,6 +6,7 @@ import re
 from dataclasses import replace
 
 import pytest
+from textual.color import Color
 from textual.constants import DIM_FACTOR
 from textual.containers import VerticalScroll
 
@@ -83,6 +84,11 @@ def unreadable(strips, background, text_only: bool = False) -> list[str]:
     return bad
 
 
+def background_of(app) -> tuple[int, int, int]:
+    """The theme's background colour, behind every cell that names none of its own."""
+    return Color.parse(app.current_theme.to_color_system().generate()["background"]).rgb
+
+
 async def drawn(app, pilot):
     await pilot.pause(0.2)
     app.monitor.redraw(running=False, force=True)
@@ -98,8 +104,7 @@ async def test_every_cell_reads_at_wcag_aa_in_both_themes_each_colouring_and_the
     async with app.run_test(size=(160, 45)) as pilot:
         await until(pilot, lambda: app.state == "replay finished", timeout=30, what="replay drawn")
         assert app.current_theme.dark == (theme == "dark")
-        background = app.current_theme.to_color_system().generate()["background"]
-        background = tuple(int(background[i : i + 2], 16) for i in (1, 3, 5))
+        background = background_of(app)
         for present in (False, True):
             if present:
                 await pilot.press("P")
@@ -125,8 +130,7 @@ async def test_the_anatomy_ledger_and_help_screens_read_at_wcag_aa(theme):
     failures = []
     async with app.run_test(size=(160, 45)) as pilot:
         await until(pilot, lambda: app.state == "replay finished" and type(app.screen).__name__ == "AnatomyScreen", timeout=30, what="the anatomy")
-        background = app.current_theme.to_color_system().generate()["background"]
-        background = tuple(int(background[i : i + 2], 16) for i in (1, 3, 5))
+        background = background_of(app)
         for name, key in (("anatomy", "escape"), ("ledger", "g"), ("help", "question_mark")):
             if name != "anatomy":
                 await pilot.press(key)

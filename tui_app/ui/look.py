@@ -16,8 +16,6 @@ from rich.terminal_theme import TerminalTheme
 from textual._ansi_theme import MONOKAI
 from textual.theme import Theme
 
-THEMES = ("dark", "light")
-
 LIGHT = Theme(
     name="tokentop-light",
     primary="#004578",
@@ -34,7 +32,7 @@ LIGHT = Theme(
     variables={"footer-key-foreground": "#004578", "block-cursor-text-style": "bold reverse"},
 )
 
-# The sixteen colours on the light theme: black and white swap places (white text on a light
+# The sixteen colours on the light theme: white drawn as a dark grey (white text on a light
 # background would vanish), the rest darkened until they read at 4.5:1 on the panel's grey.
 LIGHT_ANSI = TerminalTheme(
     (245, 245, 245),
@@ -71,5 +69,5 @@ def apply_theme(app, theme: str) -> None:
 
 
 def look_of(opts) -> Look:
-    """The look a command's options ask for (replay's and the bench's have no --present of their own)."""
-    return Look(ascii=opts.ascii, theme=getattr(opts, "theme", "dark"), present=getattr(opts, "present", False))
+    """The look a command's options ask for (--ascii, --theme, --present)."""
+    return Look(ascii=opts.ascii, theme=opts.theme, present=opts.present)

@@ -82,10 +82,8 @@ class MonitorScreen(Screen):
             self.panes["fleet"] = FleetPane(session, id="fleet")
         self.key_bar = KeyBar(id="keys")
         self.numbers = BigNumbers(id="numbers")
-        self.present = present  # the presenter's screen (P): big figures, thick charts, one at a time, no table
-        self.set_class(present, "-present")
-        for chart in self.charts:
-            chart.thick = present
+        self.present = False  # the presenter's screen (P): big figures, thick charts, one at a time, no table
+        self._present(present)
         self.mode = ""  # wide, narrow or tiny, once laid out
         self.view = 0  # the chart shown where only one fits
 
@@ -210,14 +208,17 @@ class MonitorScreen(Screen):
     def set_present(self, on: bool) -> None:
         """The presenter's screen on or off: the figures in Digits over the text and one chart (v
         cycles them), drawn two dots thick; the runs table and the other charts make room."""
-        self.present = on
-        self.set_class(on, "-present")
-        for chart in self.charts:
-            chart.thick = on
+        self._present(on)
         self.mode = ""  # laid out again at this size
         self.fit(*self.app.size)
         if on:
             self.numbers.show(self.session)
+
+    def _present(self, on: bool) -> None:
+        self.present = on
+        self.set_class(on, "-present")
+        for chart in self.charts:
+            chart.thick = on
 
     def action_present(self) -> None:
         self.set_present(not self.present)
