@@ -2,7 +2,7 @@
 
 One stream feeds the UI, the recorder, the headless benchmark and replay, so there is no
 second code path that computes numbers differently. Every field is named where an event is made
-(kw_only): a Step has sixteen, and a value in the wrong place would still be an int. Events serialize to one JSON object
+(kw_only): a Step has twenty-three, and a value in the wrong place would still be an int. Events serialize to one JSON object
 per line and back without loss (only ints, floats, strings, bools, None, lists, dicts: codec.py).
 """
 
@@ -137,7 +137,11 @@ class Step:
     confidence: the model's own probability (softmax at temperature 1) of each of `token_ids`, as
     the engine picked them; empty unless asked for (the o key's confidence colouring), since it
     costs a softmax over the vocabulary a step. token_chars: with it, how much of `text` each of
-    `token_ids` made, in order, so each token's text carries its own probability."""
+    `token_ids` made, in order, so each token's text carries its own probability.
+    batch: distinct prompts batched with the run's own (the engine's continuous batching), each
+    row as [its number in order of arrival (0: the run's own), prompt tokens, new tokens, max new
+    tokens]; then kv_alloc_bytes is the padded cache and kv_bytes the rows' own tokens' share of
+    it. waiting: arrivals queued for a slot. batch_tokens: every row's new tokens in this step."""
 
     run_id: int
     step: int
@@ -159,6 +163,9 @@ class Step:
     rejected_text: str = ""
     confidence: list = field(default_factory=list)
     token_chars: list = field(default_factory=list)
+    batch: list = field(default_factory=list)
+    waiting: int = 0
+    batch_tokens: int = 0
 
 
 @dataclass(kw_only=True)

@@ -11,12 +11,13 @@ one clock, the time at which each event was emitted (for a server, a chunk's arr
   contributes k intervals of dt/k, so mean ITL × decode tokens = decode time.
   Re-prefill steps (after a lever change) are excluded from ITL and reported as their own time.
 - decode tok/s: batch × decode tokens ÷ decode time (throughput over all sequences). A run whose
-  batch changed mid-run sums each step's tokens × the batch that step ran with.
+  batch changed mid-run sums each step's tokens × the batch that step ran with; a batch of
+  distinct prompts, every sequence's own tokens as each step counts them (Step.batch_tokens).
 - compute tok/s: the same tokens ÷ the decode steps' own work (Step.compute_ns: forward,
   sampling, the host read, not the loop between steps); NaN where the source does not see it.
 - end-to-end: from RunStarted to the last step's emission, less the phases inside the run;
   end-to-end tok/s: batch × all new tokens ÷ end-to-end time (the same per-step sum).
-- prefill tok/s: batch × prompt tokens ÷ TTFT.
+- prefill tok/s: batch × prompt tokens ÷ TTFT (distinct prompts: the first step's prompts).
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ class TimingStats:
     _itl_cache: tuple[int, Summary] | None = field(default=None, repr=False, compare=False)
     seq_tokens: int = 0  # Σ batch × new tokens over steps: tokens over all sequences
     decode_seq_tokens: int = 0
+    prefill_seq_tokens: int = 0  # distinct prompts: the prompt tokens of the first step's sequences
 
     @property
     def itl(self) -> Summary:
@@ -131,7 +133,8 @@ class TimingStats:
 
     @property
     def prefill_tps(self) -> float:
-        return self.batch * self.prompt_tokens / self.ttft_s if self.ttft_s and self.ttft_s > 0 else math.nan
+        prompts = self.prefill_seq_tokens or self.batch * self.prompt_tokens
+        return prompts / self.ttft_s if self.ttft_s and self.ttft_s > 0 else math.nan
 
     @property
     def accept_rate(self) -> float:
@@ -151,19 +154,21 @@ class TimingStats:
         """`batch`: what this step ran with, when it differs from the run's start (a mid-run switch)."""
         dt = step.dt_ns / 1e9
         batch = self.batch if batch is None else batch
+        made = step.batch_tokens if step.batch else batch * step.n_tokens
         self.n_tokens += step.n_tokens
-        self.seq_tokens += batch * step.n_tokens
+        self.seq_tokens += made
         self.kv_bytes = step.kv_bytes
         self.kv_alloc_bytes = step.kv_alloc_bytes
         if step.kind == "reprefill":
             self.reprefill_s += dt
             return
         if step.kind == "prefill":
+            self.prefill_seq_tokens = sum(row[1] for row in step.batch)
             return
         self.decode_s += dt
         self.compute_s += step.compute_ns / 1e9
         self.decode_tokens += step.n_tokens
-        self.decode_seq_tokens += batch * step.n_tokens
+        self.decode_seq_tokens += made
         self.overhead_ns += max(0, step.dt_ns - step.forward_ns)
         self.overhead_steps += 1
         if step.n_tokens:

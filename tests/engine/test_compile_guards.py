@@ -30,7 +30,8 @@ def tiny(tmp_path_factory, device):
             ev.trusted = torch._dynamo.eval_frame._is_skip_guard_eval_unsafe_stance()
         events.append(ev)
 
-    engine = Engine(EngineConfig(model=str(folder), device=device, dtype="fp32"), feed)
+    # The compiled step's shapes are the batch's: the run's prompt replicated (distinct prompts refuse compile).
+    engine = Engine(EngineConfig(model=str(folder), device=device, dtype="fp32", batch_prompts="replicated"), feed)
     engine.load()
     engine.events = events
     return engine
@@ -77,7 +78,7 @@ def graph_breaks_of(folder: str, device: str) -> dict:
 
     tiny_llama(folder)
     session = Session()
-    engine = Engine(EngineConfig(model=folder, device=device, dtype="fp32"), session.feed)
+    engine = Engine(EngineConfig(model=folder, device=device, dtype="fp32", batch_prompts="replicated"), session.feed)
     engine.load()
     phases: list[Phase] = []
     session.listeners.append(lambda ev: phases.append(ev) if isinstance(ev, Phase) and ev.name == "compile" and ev.done else None)
@@ -87,7 +88,7 @@ def graph_breaks_of(folder: str, device: str) -> dict:
     clean = [(p.graph_breaks, p.detail) for p in phases]
     mlp = engine.model.model.layers[0].mlp
     mlp.act_fn = Leaving(mlp.act_fn)
-    apply_levers(engine, {"compile": True, "batch": 2})  # a new shape: traced again, through the plant
+    apply_levers(engine, {"compile": True, "batch": 2})  # a new shape (the prompt replicated): traced again, through the plant
     engine.run(req)
     broken = [(p.graph_breaks, p.detail) for p in phases[len(clean) :]]
     step = engine.decoder.lean_step(engine.model).static_step

@@ -85,7 +85,16 @@ def test_speculative_steps_report_proposals_and_gain_tokens_on_a_summary(plain, 
     assert any(s.rejected_text for s in verify), "a story's retelling departs from it somewhere"
 
 
-def test_batch_replicates_the_prompt_and_every_row_is_greedy(plain, collect, ref_short):
+@pytest.fixture
+def replicated(plain):
+    """The batch lever copying the run's prompt (--batch-prompts replicated), for this test."""
+    plain.cfg.batch_prompts = "replicated"
+    yield plain
+    plain.cfg.batch_prompts = "distinct"
+
+
+def test_batch_replicates_the_prompt_and_every_row_is_greedy(replicated, collect, ref_short):
+    plain = replicated
     apply_levers(plain, {"batch": 2})
     tokens, steps, _ = run(plain, collect)
     assert tokens == ref_short
@@ -108,10 +117,12 @@ def test_kv_bytes_of_every_step_equal_the_formula(plain, collect):
 @pytest.mark.kernels
 @pytest.mark.slow
 @pytest.mark.parametrize("level", ["int8", "int4"])
-def test_compile_with_quantized_weights_keeps_their_greedy_output(plain, collect, level):
+def test_compile_with_quantized_weights_keeps_their_greedy_output(replicated, collect, level):
     """The compiled step over quantized weights is the fused op (kernels/decode_step.cpp: static
-    cache, the projection kernels, attention over the filled slots), batch 2: the same tokens as the
-    eager variant's run, in every row, and the compile phase says which step it is."""
+    cache, the projection kernels, attention over the filled slots), batch 2 (replicated: distinct
+    prompts refuse compile): the same tokens as the eager variant's run, in every row, and the
+    compile phase says which step it is."""
+    plain = replicated
     assert apply_levers(plain, {"quant": level, "batch": 2}) == ""
     eager, _, _ = run(plain, collect)
     assert apply_levers(plain, {"quant": level, "batch": 2, "compile": True}) == ""

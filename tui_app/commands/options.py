@@ -9,7 +9,7 @@ import sys
 
 from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES
 from tui_app.core.options import bounded, demo_leak, require_extra
-from tui_app.engine.config import DEVICE_MAPS
+from tui_app.engine.config import BATCH_PROMPTS, DEVICE_MAPS
 from tui_app.prompts import PRESETS
 
 COUNT = bounded(int, 1)  # runs, tokens, layers: one or more
@@ -91,6 +91,12 @@ def add_engine(p: argparse.ArgumentParser, generation: bool = True) -> None:
     g.add_argument("--quant", choices=QUANT_LEVELS, default="off")
     g.add_argument("--spec", choices=SPEC_MODES, default="off")
     g.add_argument("--batch", type=int, choices=BATCH_SIZES, default=1)
+    g.add_argument(
+        "--batch-prompts",
+        choices=BATCH_PROMPTS,
+        default="distinct",
+        help="what the batch lever batches: distinct prompts arriving during the run (continuous batching, default) or the run's own prompt replicated",
+    )
     g.add_argument("--verbose", action="store_true", help="show the libraries' own warnings and progress bars")
     add_demo_leak(g)
 

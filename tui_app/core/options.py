@@ -140,6 +140,7 @@ class LeverOptions:
     quant: str
     spec: str
     batch: int
+    batch_prompts: str  # what the batch lever batches (engine.config.BATCH_PROMPTS)
     verbose: bool  # the libraries' own warnings and progress bars
     demo_leak: tuple[float, str]  # MB kept a run on purpose, and as what (DEMO_LEAK_KINDS)
 
@@ -189,6 +190,7 @@ def engine_config(args: EngineOptions):
         top_p=args.top_p,
         seed=args.seed,
         levers=levers_from(args),
+        batch_prompts=args.batch_prompts,
         demo_leak_mb=args.demo_leak[0],
         demo_leak_kind=args.demo_leak[1],
         device_map=args.device_map,

@@ -9,6 +9,8 @@ from monitors.events import Levers
 
 # accelerate's strategies for --device-map: fill the GPUs in order (auto, sequential) or evenly.
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+# What the batch lever batches: distinct prompts arriving during the run (engine/batching.py), or the run's own prompt copied.
+BATCH_PROMPTS = ("distinct", "replicated")
 
 
 @dataclass
@@ -23,6 +25,7 @@ class EngineConfig:
     top_p: float = 1.0
     seed: int = 0
     levers: Levers = field(default_factory=Levers)
+    batch_prompts: str = "distinct"  # BATCH_PROMPTS
     first_run_id: int = 1  # a restarted engine continues the session's numbering
     demo_leak_mb: float = 0.0  # --demo-leak: keep this much memory per run on purpose, for the leak view's demo
     demo_leak_kind: str = "tensor"  # on the engine's device, or "python": Python objects

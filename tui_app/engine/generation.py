@@ -8,8 +8,9 @@ does one device→host transfer per step (the new token ids), where generate() d
 The engine is made of parts it builds when it loads a model and hands what they need:
 decoding.py (one step's forward and pick, and the text), lever_control.py (what a lever may do
 now, applying it, the weight variants, compiled steps and draft it needs) and quality.py (the
-plain greedy reference and perplexity each run is checked against). A run's state between its
-steps is a `_Run`; the engine's commands (tui_app.requests) are taken in `Engine.command`.
+plain greedy reference and perplexity each run is checked against) and batching.py (distinct
+prompts batched with the run's own). A run's state between its steps is a `RunState`
+(run_state.py); the engine's commands (tui_app.requests) are taken in `Engine.command`.
 """
 
 from __future__ import annotations
@@ -19,23 +20,23 @@ import os
 import queue
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 import torch
 
-from monitors.events import EngineError, EngineReady, LeverRefused, Levers, RunFinished, RunStarted, Step, now_ns
-from monitors.kvcache import measure_cache
+from monitors.events import EngineError, EngineReady, LeverRefused, Levers, RunFinished, RunStarted, now_ns
 from monitors.system import rss_bytes, trim_heap
-from monitors.text import IncrementalDecoder, step_text
+from monitors.text import IncrementalDecoder
 from tui_app.engine import bandwidth
 from tui_app.engine import levers as lv
 from tui_app.engine.anatomy import StepAnatomy, anatomy_refusal
+from tui_app.engine.batching import SHARES, ContinuousBatch, Sequence, batch_prompts
 from tui_app.engine.config import EngineConfig
 from tui_app.engine.decoding import Decoder, PromptError, extend_rows, prompt_tokens
 from tui_app.engine.lever_control import MB, LeverControl, Phases, draft_model, freeze
 from tui_app.engine.memory import CudaHistory, MemoryWatch, demo_leak, history_refusal
 from tui_app.engine.models import eos_ids, load_model, model_shape, placement, resolve_device, resolve_dtype, weight_counts
 from tui_app.engine.quality import Quality
+from tui_app.engine.run_state import RunState
 from tui_app.engine.speculative import sliding_layers
 from tui_app.requests import Command, Confidence, History, Pause, Probe, Profile, Resume, Run, RunRequest, SetLever, Shutdown, Stop
 
@@ -44,71 +45,6 @@ __all__ = ["Engine", "EngineConfig", "PromptError"]
 
 class _Stop(Exception):
     pass
-
-
-@dataclass
-class _Run:
-    """One run's state between two of its steps."""
-
-    run_id: int
-    req: RunRequest
-    prompt_ids: list[int]
-    tokens: list[list[int]]  # every sequence of the batch, its prompt included
-    poll: Callable[[], Iterable[Command]]  # the commands sent since the last step
-    memory: MemoryWatch
-    text: IncrementalDecoder
-    last_emit: int  # when the last event of the run was emitted (its RunStarted, then each Step)
-    phases_at: int  # Phases.ns then: the phases between two emissions are not a step's time
-    out_ids: list[int] = field(default_factory=list)
-    finished_rows: list[bool] = field(default_factory=list)
-    segment: int = 0  # lever switches so far
-    reprefill: bool = False  # a switch changed the weights, cache layout or batch: rebuild the cache
-    need_prefill: bool = True
-    first: bool = True
-    cache: object = None
-    steps: int = 0
-    paused_at: float | None = None
-    stop_reason: str = "max tokens"
-
-    @property
-    def remaining(self) -> int:
-        return self.req.max_new_tokens - len(self.out_ids)
-
-    def step_event(self, kind: str, new: list[int], forward_ns: int, spec: tuple[int, int, list[int]], compute_ns: int, phases_ns: int, p: list[float]) -> Step:
-        """The Step event of the step that just made `new` (row 0's tokens, `p` their probabilities
-        if measured; spec: proposed, accepted, the rejected proposals), its interval since the last emission."""
-        proposed, accepted, rejected = spec
-        # Every token but the newest is in the cache (verify steps crop the rejected ones).
-        kv = measure_cache(self.cache, len(self.tokens[0]) - 1)
-        # The accepted drafts' text apart from the target's own (the token pane's colourings); a token's own with its probability.
-        p = p[: len(new)]
-        delta, drafted_chars, rejected_text, chars = step_text(self.text, new, accepted, rejected, each=bool(p))
-        self.steps += 1
-        t1 = now_ns()
-        dt_ns = t1 - self.last_emit - (phases_ns - self.phases_at)
-        self.last_emit, self.phases_at = t1, phases_ns
-        return Step(
-            run_id=self.run_id,
-            step=self.steps,
-            kind=kind,
-            token_ids=new,
-            text=delta,
-            n_tokens=len(new),
-            t_ns=t1,
-            dt_ns=dt_ns,
-            forward_ns=forward_ns,
-            kv_bytes=kv.used_bytes,
-            kv_alloc_bytes=kv.alloc_bytes,
-            seq_len=kv.seq_len,
-            segment=self.segment,
-            proposed=proposed,
-            accepted=accepted,
-            compute_ns=compute_ns,
-            drafted_chars=drafted_chars,
-            rejected_text=rejected_text,
-            confidence=[round(x, 4) for x in p],
-            token_chars=chars,
-        )
 
 
 class Engine:
@@ -223,14 +159,14 @@ class Engine:
         while self.command(self.pending.pop(0) if self.pending else commands.get(), poll=poll):
             self.control.probe_if_due()
 
-    def command(self, cmd: Command, run: _Run | None = None, poll: Callable[[], Iterable[Command]] = lambda: ()) -> bool:
+    def command(self, cmd: Command, run: RunState | None = None, poll: Callable[[], Iterable[Command]] = lambda: ()) -> bool:
         """Every command the engine takes, in one place: idle (`run` None; a Run starts one, polling
         `poll` between its steps), or between two steps of `run`, where a lever applies at once, a
         pause holds the run here and stop ends it. False: shut down."""
         match cmd, run:
             case SetLever(lever=name, value=value), None:
                 self.set_lever(name, value)
-            case SetLever(lever=name, value=value), _Run():
+            case SetLever(lever=name, value=value), RunState():
                 self._lever_in_run(run, name, value)
             case Probe(), _:
                 self.control.request_probe()
@@ -244,24 +180,24 @@ class Engine:
                 self.run(req, poll)
             case Shutdown(), None:
                 return False
-            case Pause(), _Run(paused_at=None):
+            case Pause(), RunState(paused_at=None):
                 run.paused_at = time.perf_counter()
                 self.phases.start("pause", "paused")
-            case Resume(), _Run(paused_at=float()):
+            case Resume(), RunState(paused_at=float()):
                 self.phases.done("pause", "resumed", time.perf_counter() - run.paused_at)
                 run.paused_at = None
-            case Stop() | Shutdown(), _Run():
+            case Stop() | Shutdown(), RunState():
                 if isinstance(cmd, Shutdown):
                     self.pending.append(cmd)
                 if run.paused_at is not None:
                     self.phases.done("pause", "stopped while paused", time.perf_counter() - run.paused_at)
                 raise _Stop
-            case Run(), _Run():
+            case Run(), RunState():
                 self.pending.append(cmd)
         # Idle, Stop, Pause and Resume have nothing to act on; in a run a second Pause or Resume changes nothing.
         return True
 
-    def _poll(self, run: _Run) -> None:
+    def _poll(self, run: RunState) -> None:
         """The commands sent since the last step; while paused, those that follow, until one resumes or stops."""
         cmds = list(run.poll())
         while cmds or run.paused_at is not None:
@@ -275,7 +211,7 @@ class Engine:
                 self.pending.extend(c for c in cmds if not isinstance(c, (Pause, Resume, Stop)))
                 raise
 
-    def _lever_in_run(self, run: _Run, name: str, value) -> None:
+    def _lever_in_run(self, run: RunState, name: str, value) -> None:
         before = self.levers
         if not self.set_lever(name, value, run.run_id, run.segment + 1):
             return
@@ -314,7 +250,7 @@ class Engine:
             run.stop_reason = "error"
         return self._finish(run)
 
-    def _start(self, req: RunRequest, poll) -> _Run | None:
+    def _start(self, req: RunRequest, poll) -> RunState | None:
         try:
             ids, text = self.prompt_ids(req)
         except PromptError as exc:
@@ -333,10 +269,32 @@ class Engine:
         # less the phases (pause, compile, quantize) between: everything the loop does per token
         # counts, as a reader of the events sees it, and TTFT + the intervals = end-to-end.
         memory = MemoryWatch(self.device, self.emit, self.gpus)
-        tokens = [list(ids) for _ in range(lev.batch)]
-        return _Run(self._run_id, req, ids, tokens, poll, memory, IncrementalDecoder(self.tok), started.t_ns, self.phases.ns, finished_rows=[False] * lev.batch)
+        run = RunState(self._run_id, req, ids, [list(ids)], poll, memory, IncrementalDecoder(self.tok), started.t_ns, self.phases.ns, finished_rows=[False])
+        self._batch_to(run, lev.batch)
+        return run
 
-    def _step(self, run: _Run) -> bool:
+    def _batch_to(self, run: RunState, size: int) -> None:
+        """The run's batch made `size`: distinct prompts batched with its own, or its own replicated."""
+        if self.cfg.batch_prompts == "replicated":
+            if size != len(run.tokens):  # every row a copy of row 0's text
+                run.tokens = [list(run.tokens[0]) for _ in range(size)]
+                run.finished_rows = [False] * size
+        elif run.batch is not None and size > 1:
+            run.batch.resize(size)
+        elif size > 1:
+            first = Sequence(0, run.tokens[0], len(run.prompt_ids), run.req.max_new_tokens)
+            run.batch = ContinuousBatch(size, first, lambda n: self._arrival(run.req, n), self.eos_ids, run.req.ignore_eos, self.tok.pad_token_id or 0)
+        else:
+            run.batch = None
+
+    def _arrival(self, req: RunRequest, number: int) -> tuple[list[int], int]:
+        """The `number`th request to arrive in a run's batch: its prompt's ids and max new tokens."""
+        prompts = batch_prompts()
+        max_new = max(1, round(req.max_new_tokens * SHARES[(number - 1) % len(SHARES)]))
+        ids, _ = prompt_tokens(self.tok, RunRequest(prompt=prompts[(number - 1) % len(prompts)], chat=req.chat, max_new_tokens=max_new), self.context_len)
+        return ids, max_new
+
+    def _step(self, run: RunState) -> bool:
         """One step at a token boundary: the commands sent meanwhile, then the step the levers ask
         for, its event. False: the run ends here."""
         self._poll(run)
@@ -358,13 +316,11 @@ class Engine:
             return False
         return True
 
-    def _prepare_step(self, run: _Run) -> tuple[Levers, torch.nn.Module]:
+    def _prepare_step(self, run: RunState) -> tuple[Levers, torch.nn.Module]:
         """What the levers set since the last step need first: the batch's sequences, the cache
         rebuilt, the compiled step, a read-rate measurement; the levers and weights this step runs."""
         lev = self.levers
-        if lev.batch != len(run.tokens):  # batch lever: replicate sequence 0
-            run.tokens = [list(run.tokens[0]) for _ in range(lev.batch)]
-            run.finished_rows = [False] * lev.batch
+        self._batch_to(run, lev.batch)
         if run.reprefill:
             run.need_prefill, run.reprefill = True, False
             if lev.compile:
@@ -373,7 +329,7 @@ class Engine:
         self.control.probe_if_due()  # asked for during the run: a phase of its own, outside the step's interval
         return lev, self.control.variants[lev.quant]
 
-    def _forward_step(self, run: _Run, lev: Levers, model, remaining: int) -> tuple[str, list[list[int]], int, int, int]:
+    def _forward_step(self, run: RunState, lev: Levers, model, remaining: int) -> tuple[str, list[list[int]], int, int, int]:
         """(kind, each row's new tokens, forward ns, proposed, accepted) of a prefill, a verify or a decode step."""
         first, run.first = run.first, False
         if run.need_prefill or not lev.cache:
@@ -381,10 +337,13 @@ class Engine:
             run.need_prefill = False
             if lev.cache:
                 run.cache = self.control.new_cache(model, len(run.tokens[0]) + remaining + 8)
-            rows, forward_ns = self.decoder.prefill(model, run.tokens, run.cache)
+            rows, forward_ns = run.batch.prefill(self.decoder, model, run.cache) if run.batch else self.decoder.prefill(model, run.tokens, run.cache)
             if self.control.draft is not None:
                 self.control.draft.reset()
             return kind, rows, forward_ns, 0, 0
+        if run.batch is not None:
+            rows, forward_ns = run.batch.decode(self.decoder, model, run.cache, lambda: self.control.new_cache(model, 0))
+            return "decode", rows, forward_ns, 0, 0
         if (props := self.control.proposals(run.tokens[0], remaining)) is not None:
             rows, forward_ns, proposed, accepted = self.decoder.verify(model, run.tokens[0], run.cache, props)
             if lev.spec == "draft":
@@ -405,7 +364,7 @@ class Engine:
             return
         self.anatomy = StepAnatomy(steps, path, self.decoder, self.phases, self._emit)
 
-    def _finish(self, run: _Run) -> RunFinished:
+    def _finish(self, run: RunState) -> RunFinished:
         self.control.stop_trusting()
         if self.anatomy is not None and self.anatomy.end(run.run_id):  # the run ended inside the window
             self.anatomy = None
@@ -438,7 +397,7 @@ class Engine:
             self.history = None
         return ev
 
-    def _record_history(self, path: str, runs: int, run: _Run | None) -> None:
+    def _record_history(self, path: str, runs: int, run: RunState | None) -> None:
         """The allocator's history from now (the run in flight counts as the window's first) for `runs` runs."""
         reason = history_refusal(self.device) or ("it is recording already" if self.history is not None else None)
         if reason:

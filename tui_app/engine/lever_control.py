@@ -21,12 +21,18 @@ from tui_app.engine import bandwidth, pages
 from tui_app.engine import levers as lv
 from tui_app.engine.lean import use_own_attention
 from tui_app.engine.models import ModelError, cache_kwarg, load_model, to_device
-from tui_app.engine.speculative import DraftProposer, lookup_proposals, rollback_ready
+from tui_app.engine.speculative import DraftProposer, lookup_proposals, rollback_ready, sliding_layers
 
 MB = 1024 * 1024
 MAX_GEMV_ROWS = 2  # measured: see _stream_gemv_on_cpu
 CACHE_BYTES = 32 * MB  # a last-level cache (this CPU's L3): weights beyond it stream from memory
 SPLIT = "the model is placed over several devices (--device-map)"
+SLIDING_BATCH = (
+    "this model's sliding-window cache layers drop old tokens, so distinct prompts cannot share one padded cache; start with --batch-prompts replicated"
+)
+DISTINCT_COMPILE = (
+    "the compiled step has no attention mask, which distinct prompts' padding needs; batch 1 to compile, or start with --batch-prompts replicated"
+)
 
 
 class Phases:
@@ -61,6 +67,11 @@ class LeverControl:
         self.trusting = False  # dynamo's stance: only differentiating guards (see compiled_fn)
         self.draft = draft
         self.probe_due = True  # the weights moved or changed: their read rate is to be measured again
+
+    def sliding_window(self) -> bool:
+        from transformers import DynamicCache
+
+        return bool(sliding_layers(DynamicCache(config=self.model.config)))
 
     def request_probe(self) -> None:
         if self.split:
@@ -121,6 +132,8 @@ class LeverControl:
         elif name == "compile":
             if value and not lev.cache:
                 return "compile needs the (static) KV cache; turn the cache on first"
+            if value and lev.batch != 1 and self.cfg.batch_prompts == "distinct":
+                return DISTINCT_COMPILE
             if value and lev.spec != "off":
                 return "verify steps are multi-token and the compiled graph is single-token; turn speculation off first"
         elif name == "batch":
@@ -128,6 +141,11 @@ class LeverControl:
                 return f"batch size must be one of {', '.join(map(str, BATCH_SIZES))}"
             if value != 1 and lev.spec != "off":
                 return "speculative decoding verifies one sequence; turn speculation off first"
+            if value != 1 and self.cfg.batch_prompts == "distinct":
+                if lev.compile:
+                    return DISTINCT_COMPILE
+                if self.sliding_window():
+                    return SLIDING_BATCH
         else:
             return f"unknown lever {name!r}"
         return None
