@@ -365,3 +365,57 @@ async def test_the_leak_view_is_one_key_away_in_the_memory_pane_and_the_demo_lea
         assert str(chart.border_title).startswith("memory — leak: suspected") and "DEMO LEAK" in str(chart.border_title)
         assert "leak view" in str(chart.border_subtitle) and "■ baseline after a run" in lines[-1]
         assert "9" in lines[0] and "MiB┤" in lines[0] and not lines[-2].lstrip().startswith("0")  # the baselines' own axis
+
+
+async def test_kv_pane_shows_a_batch_of_distinct_prompts_its_pace_rows_and_padding():
+    """Each figure under the chart against the same sums done here: the batch's pace and its first
+    sequence's over the decode steps, each row's progress, the padded cache's padding, and what
+    16-token blocks would hold of the rows' own tokens."""
+    from monitors.events import Levers, RunStarted, Step
+    from monitors.kvcache import kv_formula_bytes
+    from tui_app.core.fmt import nbytes
+    from tui_app.ui.widgets.kv_chart import KVChart
+
+    per = kv_formula_bytes(4, 1, 1, 30, 3, 64)  # the synthetic model's bytes per cached token
+    events = session_events(runs=1, tokens=8)
+    t = events[-1].t_ns
+    events += [RunStarted(run_id=2, levers=Levers(batch=4), prompt_tokens=10, max_new_tokens=8, prompt_text="p", t_ns=t + 1)]
+    # (kind, rows [number, prompt, new, max new], waiting, the step's tokens, its interval in ms)
+    plan = [
+        ("prefill", [[0, 10, 1, 8], [1, 6, 1, 4]], 0, 2, 100),
+        ("decode", [[0, 10, 2, 8], [1, 6, 2, 4], [2, 12, 1, 8]], 1, 4, 200),
+        ("decode", [[0, 10, 3, 8], [1, 6, 3, 4], [2, 12, 2, 8]], 1, 3, 100),
+    ]
+    for i, (kind, rows, waiting, made, ms) in enumerate(plan):
+        own = [prompt + new - 1 for _, prompt, new, _ in rows]
+        events.append(
+            Step(
+                run_id=2,
+                step=i + 1,
+                kind=kind,
+                token_ids=[1],
+                text="a",
+                n_tokens=1,
+                t_ns=t + 2 + i,
+                dt_ns=ms * 1_000_000,
+                forward_ns=1,
+                kv_bytes=per * sum(own),
+                kv_alloc_bytes=per * len(rows) * max(own),
+                seq_len=max(own),
+                batch=rows,
+                waiting=waiting,
+                batch_tokens=made,
+            )
+        )
+    session = Session.from_events(events)
+    chart = KVChart(session)
+    async with One(chart).run_test(size=(80, 20)) as pilot:
+        await pilot.pause()
+        chart.redraw(force=True)
+        lines = [strip.text.rstrip() for strip in chart._strips]
+    assert "b3/4 1 waiting  23.3 tok/s, #0 6.7" in lines  # (4 + 3) / 0.3 s and 2 / 0.3 s
+    assert "#0 ███░░░░░ 3/8  #1 ██████░░ 3/4  #2 ██░░░░░░ 2/8" in lines
+    padding = 1 - 33 / 39  # own tokens 12 + 8 + 13 in 3 rows × 13 columns
+    paged = (16 + 16 + 16) * per  # each row's own tokens in whole 16-token blocks
+    assert f"{nbytes(39 * per)} held, {padding:.0%} padding; paged: {nbytes(paged)}" in lines
+    assert f"{nbytes(33 * per)} measured = {nbytes(33 * per)} formula" in str(chart.border_subtitle)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from monitors.events import EngineError, LeverRefused
 from monitors.text import plural
 from tui_app.commands.options import COUNT, add_engine, add_ui, check_engine
-from tui_app.core import fmt, readings
+from tui_app.core import batch_view, fmt, readings
 from tui_app.core.options import EXIT_USAGE, EngineOptions, PromptOptions, UiOptions, engine_config, open_recording, run_request
 from tui_app.core.session import Row, Session
 from tui_app.requests import Profile
@@ -158,6 +158,8 @@ def run_headless(args: Options) -> int:
             rows = [row for row in session.rows() if row.run_id == fin.run_id]
             for row in rows:
                 print(row_line(row), flush=True)
+            if session.batch_steps and session.batch_steps[-1].run_id == fin.run_id:
+                print(f"  {batch_view.summary(list(session.batch_steps), session.levers.batch)}", flush=True)
             if session.anatomy is not None and session.anatomy.run_id == fin.run_id:
                 print("\n".join(readings.anatomy_lines(session.anatomy)), flush=True)
                 verdict = session.run_rooflines.get(session.anatomy.run_id)

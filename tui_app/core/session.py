@@ -33,6 +33,7 @@ from monitors.leaks import LeakDetector, LeakVerdict
 from monitors.record import Recorder
 from monitors.timing import DETAIL_VALUES, RunRecord, RunTimer, TimingStats
 from monitors.xray import XrayBook
+from tui_app.core.batch_view import cached_tokens
 from tui_app.core.readings import Roofline, end_note, history_text, read_rate, roofline, short_value, stall_note
 
 HISTORY = 4000
@@ -131,6 +132,7 @@ class Session:
     allocator_history: AllocatorHistory | None = None  # the H key's window: recording, or where it was saved
     bandwidth: Bandwidth | None = None  # the current weights' bytes and the measured rate of reading them
     reads: deque = field(default_factory=lambda: deque(maxlen=READ_WINDOW))  # (bytes read, dt_ns, t_ns) of recent decode steps
+    batch_steps: deque = field(default_factory=lambda: deque(maxlen=READ_WINDOW))  # the current run's last steps of a batch of distinct prompts
     mem_read: deque = field(init=False)  # per sample: the read rate's fraction of the measured one, or None
     servers: dict = field(default_factory=dict)  # label → EngineReady of each attached server, in attach order
     finished_ids: deque = field(default_factory=lambda: deque(maxlen=1000))
@@ -191,6 +193,7 @@ class Session:
                 self.died.setdefault(self.current.started.run_id, "did not finish")
             self.levers = ev.levers
             self.reads.clear()
+            self.batch_steps.clear()
             self.current = self.timer.started(ev)
             self.markers.append(Marker(self.token_count, ev.t_ns, f"run {ev.run_id}"))
         elif isinstance(ev, RunFinished):
@@ -329,8 +332,14 @@ class Session:
         if self.ready is not None:
             # Events arrive in order, so self.levers is the setting this step ran with.
             r = self.ready
-            formula = kv_formula_bytes(r.kv_bytes_per_elem, self.levers.batch, ev.seq_len, r.n_layers, r.kv_heads, r.head_dim) if ev.kv_bytes else 0
-            self.kv.append(KVPoint(ev.seq_len, ev.kv_bytes, formula, ev.kv_alloc_bytes, ev.run_id))
+            if ev.batch:  # distinct prompts: the rows' own tokens, each row its own length
+                self.batch_steps.append(ev)
+                formula = kv_formula_bytes(r.kv_bytes_per_elem, 1, cached_tokens(ev.batch), r.n_layers, r.kv_heads, r.head_dim)
+            else:
+                formula = kv_formula_bytes(r.kv_bytes_per_elem, self.levers.batch, ev.seq_len, r.n_layers, r.kv_heads, r.head_dim) if ev.kv_bytes else 0
+            # A batch's x is its first sequence's length: the padded one shrinks as rows leave.
+            x = ev.batch[0][1] + ev.batch[0][2] - 1 if ev.batch else ev.seq_len
+            self.kv.append(KVPoint(x, ev.kv_bytes, formula, ev.kv_alloc_bytes, ev.run_id))
 
     def _roofline(self, run_id: int) -> None:
         """The roofline verdict of the anatomy taken in this run, on the run's own decode steps: their

@@ -90,7 +90,13 @@ DEFAULT_TOUR = (
         watch=("accept", "tok/s"),
         spec="lookup",
     ),
-    _step("batch4", "batch 4: four sequences per step; throughput up, each token's latency up too.", compare="cache", watch=("tok/s", "itl"), batch=4),
+    _step(
+        "batch4",
+        "batch 4: other prompts arrive and join yours in each step; the batch's tok/s up, each token's latency up too.",
+        compare="cache",
+        watch=("tok/s", "itl"),
+        batch=4,
+    ),
 )
 
 

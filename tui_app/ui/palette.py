@@ -42,7 +42,7 @@ ENTRIES = {
     "lever('compile')": "Switch the compiled decode step on or off",
     "lever('quant')": "Cycle the weight quantization: off, int8, int4",
     "lever('spec')": "Cycle speculative decoding: off, prompt lookup, draft model",
-    "lever('batch')": "Cycle the batch size: 1, 2, 4, 8",
+    "lever('batch')": "Cycle the batch size: 1, 2, 4, 8 (distinct prompts arriving during the run)",
     "preset": "Switch the prompt length preset",
     "next_server": "Send the next run to the next attached server",
     "new_prompt": "Type a new prompt",

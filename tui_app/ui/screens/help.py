@@ -19,7 +19,7 @@ HELP = """\
 | `c` | compile: static KV cache + `torch.compile` of the decode step (CUDA graphs on GPU) |
 | `w` | weight quantization: off → int8 → int4 |
 | `s` | speculative decoding: off → prompt lookup → draft model |
-| `b` | batch size 1 → 2 → 4 → 8 (the prompt replicated) |
+| `b` | batch size 1 → 2 → 4 → 8: yours and distinct prompts arriving, joining and leaving (`--batch-prompts replicated`: copies of yours) |
 | `l` | prompt length preset: short → long (→ file); a run in flight starts again on it |
 | `n` | new prompt |
 | `r` | rerun the prompt |

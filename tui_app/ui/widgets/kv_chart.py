@@ -4,10 +4,15 @@ while the run grows into them (core/axes.py)."""
 
 from __future__ import annotations
 
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
+from textual.strip import Strip
 
+from monitors.events import Step
 from tui_app.core import fmt
 from tui_app.core.axes import Scale
+from tui_app.core.batch_view import cached_tokens, head_text, packed, padding_text, row_texts
 from tui_app.core.braille import plot
 from tui_app.ui.widgets.chart import Chart
 
@@ -19,7 +24,6 @@ class KVChart(Chart):
 
     def draw_chart(self, width: int, height: int) -> list | Text:
         s = self.session
-        canvas = self.canvas(width, height - 1)
         # The current run's points only: a run without the cache must not show the last one's bytes.
         run = s.current.started.run_id if s.current is not None else None
         pts = [p for p in s.kv if p.seq_len and p.run_id == run]
@@ -35,6 +39,9 @@ class KVChart(Chart):
             if pts[i].seq_len < pts[i - 1].seq_len:
                 start = i
         pts = pts[start:]
+        batch = [st for st in s.batch_steps if st.run_id == run]
+        extra = self.batch_lines(batch, s.levers.batch, height - 4) if batch else []
+        canvas = self.canvas(width, height - 1 - len(extra))
         xs = [p.seq_len for p in pts]
         measured = [p.measured / 2**20 for p in pts]
         formula = [p.formula / 2**20 for p in pts]
@@ -45,13 +52,27 @@ class KVChart(Chart):
         plot(canvas, series, lo, hi, xs=[xs] * len(series), x_lo=0, x_hi=self.x_scale.fit(xs[-1]))
         last = pts[-1]
         same = "=" if last.measured == last.formula else "≠"
+        # Distinct prompts: the rows' own tokens, summed; the rest of the allocation is their padding.
+        tokens = f"Σ{cached_tokens(batch[-1].batch)} tokens" if batch else f"{s.levers.batch}×{last.seq_len}"
+        held = "padded" if batch else "static"
         self.set_titles(
             [(("KV cache",), 0)],
             [
                 ((f"{fmt.nbytes(last.measured)} measured {same} {fmt.nbytes(last.formula)} formula", f"{fmt.nbytes(last.measured)} {same} formula"), 0),
-                ((f"(2×{r.kv_bytes_per_elem}B×{s.levers.batch}×{last.seq_len}×{r.n_layers}×{r.kv_heads}×{r.head_dim})",), 2),
+                ((f"(2×{r.kv_bytes_per_elem}B×{tokens}×{r.n_layers}×{r.kv_heads}×{r.head_dim})",), 2),
             ]
-            + ([((f"static: {fmt.nbytes(last.alloc)} allocated", f"{fmt.nbytes(last.alloc)} alloc"), 1)] if static else []),
+            + ([((f"{held}: {fmt.nbytes(last.alloc)} allocated", f"{fmt.nbytes(last.alloc)} alloc"), 1)] if static else []),
         )
-        legend = [("measured", 0), ("formula", 1)] + ([("allocated", 2)] if static else [])
-        return self.compose_text(canvas, lo, hi, lambda v: f"{v:.1f}MiB", legend)
+        legend = [("measured", 0), ("formula", 1)] + ([(held, 2)] if static else [])
+        return self.compose_text(canvas, lo, hi, lambda v: f"{v:.1f}MiB", legend) + extra
+
+    def batch_lines(self, steps: list[Step], size: int, room: int) -> list[Strip]:
+        """Under the chart, a batch of distinct prompts: its fill, queue and pace beside its first
+        sequence's, each sequence's progress, and its padding against a paged cache's blocks."""
+        width = self.content_size.width
+        head, paged = head_text(steps, size), padding_text(steps[-1])
+        lines = [head, *packed(row_texts(steps[-1].batch), width), paged]
+        if len(lines) > room:  # a small pane: the fill and pace alone
+            lines = [head][: max(room, 0)]
+        bold, dim = Style(bold=True), Style(dim=True)
+        return [Strip([Segment(text, bold if i == 0 else dim if text is paged else None)]).crop(0, width) for i, text in enumerate(lines)]
