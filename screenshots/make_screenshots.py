@@ -10,7 +10,8 @@ a step's anatomy under plain, compile and int4 side by side (p, with m's read ce
 colours pictures: prompt lookup on the story prompt, its accepted drafts underlined (o), and the
 same run coloured by the model's confidence in each token (o three times). The ledger picture:
 plain, int8 and int4 in turns, twice, then int4 + compile, plain, no cache and prompt lookup, on
-the short prompt; then g. The
+the short prompt; then g. The batch picture: batch 4 of distinct prompts on the short one,
+paused mid-run. The
 script picture: tests/attach/scripts/pipeline_script.py watched, its third call streaming. The
 demo picture: `tokentop demo`'s caption over three steps of the default tour. The fleet picture:
 a real Prometheus (Debian's) scraping three real llama.cpp servers every second, tokentop's own
@@ -40,6 +41,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+from monitors.events import Levers  # noqa: E402
 from monitors.record import Recorder  # noqa: E402
 from monitors.sampler import Sampler  # noqa: E402
 from tests.helpers import browser  # noqa: E402
@@ -149,6 +151,19 @@ async def shoot_colours(size: tuple[int, int], colouring: str = "origin") -> str
         await pilot.pause(1.0)
         name = "colours" if colouring == "origin" else colouring
         svg = app.save_screenshot(filename=f"tokentop-{name}-{size[0]}x{size[1]}.svg", path=HERE)
+        await pilot.press("q")
+    return to_png(svg, size)
+
+
+async def shoot_batch(size: tuple[int, int]) -> str:
+    """Batch 4 of distinct prompts on the short one, mid-run: the KV pane's rows, queue and pace."""
+    req = RunRequest(preset="short", max_new_tokens=128, ignore_eos=True)
+    app = TokentopApp(engine_source(EngineConfig(levers=Levers(batch=4))), req, sampler=Sampler(hz=4), fps=8)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.session.token_count >= 72)
+        await pilot.press("space")  # paused: the picture holds one step's state in every pane
+        await pilot.pause(1.0)
+        svg = app.save_screenshot(filename=f"tokentop-batch-{size[0]}x{size[1]}.svg", path=HERE)
         await pilot.press("q")
     return to_png(svg, size)
 
@@ -383,63 +398,47 @@ def headroom() -> str:
     return png
 
 
+def pictures(run) -> list[str]:
+    return [asyncio.run(shot) for shot in run]
+
+
+# The pictures made alone by `make_screenshots.py NAME` (the model's runs, no browser), in the order the whole set makes them.
+ALONE = {
+    "leak": lambda: pictures(shoot_leak(size) for size in SIZES),
+    "present": lambda: pictures([shoot_demo((80, 24), "present-light")]),
+    "anatomy": lambda: pictures([shoot_anatomy((160, 45))]),
+    "colours": lambda: pictures(shoot_colours((160, 45), colouring) for colouring in ("origin", "confidence")),
+    "ledger": lambda: pictures([shoot_ledger((160, 45))]),
+    "batch": lambda: pictures([shoot_batch((160, 45))]),
+    "script": lambda: pictures([shoot_script((160, 45))]),
+    "fleet": lambda: pictures([shoot_fleet((160, 45))]),
+    "headroom": lambda: [headroom()],
+}
+
+
 def main() -> int:
     if shutil.which("rsvg-convert") is None:
         print("rsvg-convert is missing: apt-get install librsvg2-bin", file=sys.stderr)
         return 2
-    if sys.argv[1:] == ["fleet"]:  # this picture alone: it needs no model run, browser or report
-        print("wrote", asyncio.run(shoot_fleet((160, 45))))
-        return 0
-    if sys.argv[1:] == ["leak"]:  # these alone: the model's runs, no browser
-        for size in SIZES:
-            print("wrote", asyncio.run(shoot_leak(size)))
-        return 0
-    if sys.argv[1:] == ["anatomy"]:  # this one alone: the model's runs under three lever mixes
-        print("wrote", asyncio.run(shoot_anatomy((160, 45))))
-        return 0
-    if sys.argv[1:] == ["colours"]:  # these alone: two runs of the story prompt each
-        for colouring in ("origin", "confidence"):
-            print("wrote", asyncio.run(shoot_colours((160, 45), colouring)))
-        return 0
-    if sys.argv[1:] == ["ledger"]:  # this one alone: six runs of the short prompt
-        print("wrote", asyncio.run(shoot_ledger((160, 45))))
-        return 0
-    if sys.argv[1:] == ["script"]:  # this one alone: a user's pipeline script watched
-        print("wrote", asyncio.run(shoot_script((160, 45))))
-        return 0
-    if sys.argv[1:] == ["present"]:  # this one alone: the tour on the presenter's screen, light
-        print("wrote", asyncio.run(shoot_demo((80, 24), "present-light")))
-        return 0
-    if sys.argv[1:] == ["headroom"]:  # this one alone: a sweep of a few minutes, no browser
-        print("wrote", headroom())
+    if len(sys.argv) == 2 and sys.argv[1] in ALONE:
+        for png in ALONE[sys.argv[1]]():
+            print("wrote", png)
         return 0
     if browser.unavailable():
         print(f"no browser pictures: {browser.unavailable()}", file=sys.stderr)
         return 2
-    for size in SIZES:
-        print("wrote", asyncio.run(shoot(size)))
-    for look in ("ascii", "16-colours"):
-        print("wrote", asyncio.run(shoot((160, 45), look)))
-    print("wrote", asyncio.run(shoot_attach((160, 45))))
-    for size in SIZES:
-        print("wrote", asyncio.run(shoot_leak(size)))
-    print("wrote", asyncio.run(shoot_demo((160, 45))))
-    print("wrote", asyncio.run(shoot_demo((80, 24), "present-light")))
-    print("wrote", asyncio.run(shoot_anatomy((160, 45))))
-    for colouring in ("origin", "confidence"):
-        print("wrote", asyncio.run(shoot_colours((160, 45), colouring)))
-    print("wrote", asyncio.run(shoot_ledger((160, 45))))
-    print("wrote", asyncio.run(shoot_script((160, 45))))
-    print("wrote", asyncio.run(shoot_fleet((160, 45))))
+    made = pictures(shoot(size) for size in SIZES) + pictures(shoot((160, 45), look) for look in ("ascii", "16-colours"))
+    made += pictures([shoot_attach((160, 45)), shoot_demo((160, 45))])
+    for name, make in ALONE.items():
+        if name != "headroom":
+            made += make()
     with tempfile.TemporaryDirectory() as tmp:
-        for png in xray_pictures(tmp):
-            print("wrote", png)
+        made += xray_pictures(tmp)
     with tempfile.TemporaryDirectory() as tmp:
-        for png in reports(tmp):
-            print("wrote", png)
-    for png in served():
+        made += reports(tmp)
+    made += [*served(), headroom()]
+    for png in made:
         print("wrote", png)
-    print("wrote", headroom())
     return 0
 
 
