@@ -3,15 +3,17 @@ lengths arrive during the run, join the batched decode at token boundaries and l
 each sequence's greedy tokens equal its prompt run alone, and the padded cache is measured beside
 the formula over the rows' own tokens."""
 
+from itertools import pairwise
+
 import pytest
 
-from monitors.events import LeverRefused, RunStarted, Step
+from monitors.events import Anatomy, LeverRefused, RunStarted, Step
 from monitors.kvcache import kv_formula_bytes
 from monitors.timing import RunTimer
 from tui_app.commands.bench import apply_levers
 from tui_app.engine import batching
 from tui_app.engine.lever_control import DISTINCT_COMPILE
-from tui_app.requests import RunRequest, SetLever
+from tui_app.requests import Profile, RunRequest, SetLever
 
 N = 32
 REQ = RunRequest(preset="short", max_new_tokens=N, ignore_eos=True)
@@ -104,3 +106,19 @@ def test_compile_and_a_batch_of_distinct_prompts_refuse_each_other(plain, collec
     assert apply_levers(plain, {}) == "" and apply_levers(plain, {"compile": True}) == ""
     assert not plain.set_lever("batch", 2)
     assert [e.reason for e in collect if isinstance(e, LeverRefused)] == [DISTINCT_COMPILE, DISTINCT_COMPILE]
+
+
+@pytest.mark.slow
+def test_the_anatomy_of_a_batched_step_accounts_for_it_arrivals_prefills_included(plain, collect, tmp_path):
+    """`p` on a batch of distinct prompts: the window's steps (arrivals prefilled in some) split by
+    part, the parts summing to the step, the step the engine's own clock's for the same steps."""
+    assert apply_levers(plain, {"batch": 4}) == ""
+    collect.clear()
+    plain.command(Profile(str(tmp_path / "b.json"), 8))
+    plain.run(RunRequest(preset="short", max_new_tokens=16, ignore_eos=True))
+    (ev,) = [e for e in collect if isinstance(e, Anatomy)]
+    window = [e for e in collect if isinstance(e, Step) and e.kind == "decode"][:8]
+    assert ev.steps == 8 and ev.parts["attention"] > 0 and ev.parts["mlp"] > 0
+    assert sum(ev.parts.values()) == pytest.approx(ev.step_ms, rel=1e-6)
+    assert ev.step_ms == pytest.approx(sum(s.compute_ns for s in window) / 8 / 1e6, rel=0.05)
+    assert any(len(b.batch) > len(a.batch) for a, b in pairwise(window))  # an arrival inside the window

@@ -93,7 +93,7 @@ class ContinuousBatch:
         shared = min(self.pad)
         self.pad = [p - shared for p in self.pad]
         if cache is not None:
-            index = torch.tensor(keep, device=cache.layers[0].keys.device)
+            index = to_device(keep, str(cache.layers[0].keys.device))  # without a sync: see to_device
             for layer in cache.layers:
                 layer.keys = layer.keys.index_select(0, index)[:, :, shared:]
                 layer.values = layer.values.index_select(0, index)[:, :, shared:]
@@ -149,15 +149,18 @@ class ContinuousBatch:
         arrivals' first tokens (picked on the device); row 0's tokens returned (the engine keeps
         them), the others' taken here. Its time as Decoder.decode's, from `f0` where the caller
         started the clock (before the arrivals' prefills)."""
-        clock = decoder.gpu_clock
+        clock, mark = decoder.gpu_clock, decoder.mark
         if f0 is None:
             f0 = self._start_clock(decoder)
-        logits = self._forward(model, ids, cache, positions, mask)
-        new = decoder.pick(logits[:, -1]).unsqueeze(1)
+        with mark("tt.forward"):
+            logits = self._forward(model, ids, cache, positions, mask)
+        with mark("tt.sampling"):
+            new = decoder.pick(logits[:, -1]).unsqueeze(1)
         if clock is not None:
             clock.end.record()
         forward_ns = time.perf_counter_ns() - f0
-        rows = decoder.read(torch.cat([new, *(first for _, first in arrivals)]), logits[:1, -1:])
+        with mark("tt.host_read"):
+            rows = decoder.read(torch.cat([new, *(first for _, first in arrivals)]), logits[:1, -1:])
         for (seq, _), first in zip(arrivals, rows[len(self.rows) :], strict=True):  # an arrival's first token comes before its second
             self._take(seq, first)
         self.step_tokens += len(rows[0])
@@ -192,19 +195,21 @@ class ContinuousBatch:
         self.step_tokens = 0
         self._leave(cache)
         self._arrive()
-        f0 = self._start_clock(decoder)
-        arrivals = []
-        while len(self.rows) < self.size and self.waiting:
-            seq = self.waiting.popleft()
-            alone = new_cache()
-            ids = to_device([seq.ids], decoder.device)
-            logits = self._forward(model, ids, alone, torch.arange(len(seq.ids), device=ids.device).unsqueeze(0), None)
-            self._join(cache, alone)
-            self.rows.append(seq)
-            arrivals.append((seq, decoder.pick(logits[:, -1]).view(1, 1)))
-        length = self.cache_len(cache)
-        running = len(self.rows) - len(arrivals)
-        last = to_device([[seq.ids[-1]] for seq in self.rows[:running]], decoder.device)
-        last = torch.cat([last, *(first for _, first in arrivals)])
-        positions = to_device([[length - p] for p in self.pad], decoder.device)
-        return self._batched(decoder, model, last, cache, positions, self._mask(length + 1, 1, decoder.device), arrivals, f0)
+        with decoder.mark("tt.step"):  # the anatomy's step (anatomy.py): the arrivals' prefills are in it
+            f0 = self._start_clock(decoder)
+            arrivals = []
+            while len(self.rows) < self.size and self.waiting:
+                seq = self.waiting.popleft()
+                alone = new_cache()
+                ids = to_device([seq.ids], decoder.device)
+                with decoder.mark("tt.forward"):
+                    logits = self._forward(model, ids, alone, torch.arange(len(seq.ids), device=ids.device).unsqueeze(0), None)
+                self._join(cache, alone)
+                self.rows.append(seq)
+                arrivals.append((seq, decoder.pick(logits[:, -1]).view(1, 1)))
+            length = self.cache_len(cache)
+            running = len(self.rows) - len(arrivals)
+            last = to_device([[seq.ids[-1]] for seq in self.rows[:running]], decoder.device)
+            last = torch.cat([last, *(first for _, first in arrivals)])
+            positions = to_device([[length - p] for p in self.pad], decoder.device)
+            return self._batched(decoder, model, last, cache, positions, self._mask(length + 1, 1, decoder.device), arrivals, f0)

@@ -341,10 +341,7 @@ class Engine:
             if self.control.draft is not None:
                 self.control.draft.reset()
             return kind, rows, forward_ns, 0, 0
-        if run.batch is not None:
-            rows, forward_ns = run.batch.decode(self.decoder, model, run.cache, lambda: self.control.new_cache(model, 0))
-            return "decode", rows, forward_ns, 0, 0
-        if (props := self.control.proposals(run.tokens[0], remaining)) is not None:
+        if run.batch is None and (props := self.control.proposals(run.tokens[0], remaining)) is not None:
             rows, forward_ns, proposed, accepted = self.decoder.verify(model, run.tokens[0], run.cache, props)
             if lev.spec == "draft":
                 self.control.draft.settle(accepted, proposed)
@@ -352,7 +349,10 @@ class Engine:
         fn = self.control.compiled_fn(model, lev.quant) if lev.compile else None
         if self.anatomy is not None and self.anatomy.before_step(run.run_id, lev, model):
             self.anatomy = None
-        rows, forward_ns = self.decoder.decode(model, run.tokens, run.cache, fn)
+        if run.batch is not None:
+            rows, forward_ns = run.batch.decode(self.decoder, model, run.cache, lambda: self.control.new_cache(model, 0))
+        else:
+            rows, forward_ns = self.decoder.decode(model, run.tokens, run.cache, fn)
         if self.anatomy is not None and self.anatomy.after_step(run.run_id):
             self.anatomy = None
         return "decode", rows, forward_ns, 0, 0
