@@ -4,7 +4,8 @@ Each `sh` block's commands are read as a user would type them (a `\\` continues 
 comment, `&&` chains two). Every tokentop command line is parsed by tokentop's own parser, its
 placeholders (URL, FILE, N, [optional] parts) filled in: a renamed or removed option or subcommand
 fails here. A block marked `<!-- doc-test: run -->` (`run, exit N` where the command's exit status
-is N) is run for real, headless, on the default model. A command of another program must stand in
+is N) is run for real, headless, on the default model; `run in a terminal`, the TUI in a real
+terminal (tmux), until its first run is done, then `q`. A command of another program must stand in
 a block marked `<!-- doc-test: not run: REASON -->` saying why it cannot run here: a GPU, a
 network, a server or a cluster this machine lacks.
 """
@@ -25,7 +26,7 @@ from tui_app.cli import normalized, parse
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-MARKER = re.compile(r"<!--\s*doc-test:\s*(run(?:,\s*exit\s+(\d+))?|not run:\s*(.+?))\s*-->")
+MARKER = re.compile(r"<!--\s*doc-test:\s*(run(?:,\s*exit\s+(\d+)| in a terminal)?|not run:\s*(.+?))\s*-->")
 # What a synopsis names, as a real value: the parser checks the options, not that the file exists.
 PLACEHOLDERS = {
     "URL": "http://127.0.0.1:8000",
@@ -47,6 +48,7 @@ class Command:
     run: bool
     exit: int
     not_run: str | None
+    terminal: bool = False  # run as the TUI, in a terminal
 
     def __str__(self) -> str:
         return f"{self.where}: {shlex.join(self.words)}"
@@ -81,6 +83,7 @@ def commands() -> list[Command]:
                             bool(marker and marker.group(1).startswith("run")),
                             int(marker.group(2) or 0) if marker and marker.group(2) else 0,
                             marker.group(3) if marker else None,
+                            bool(marker and marker.group(1) == "run in a terminal"),
                         )
                     )
                     words = words[cut + 1 :]
@@ -131,7 +134,7 @@ def test_each_command_is_tokentop_s_own_or_says_why_it_cannot_run_here(cmd):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cmd", [c for c in ALL if c.run], ids=str)
+@pytest.mark.parametrize("cmd", [c for c in ALL if c.run and not c.terminal], ids=str)
 def test_each_runnable_command_runs_here_headless(cmd, tmp_path):
     args = tokentop_args(cmd.words)
     assert args is not None and ("--no-tui" in args or args[0] == "leakcheck"), f"{cmd}: a run marker on a command that would draw the TUI"
@@ -140,3 +143,24 @@ def test_each_runnable_command_runs_here_headless(cmd, tmp_path):
     done = subprocess.run([str(tokentop), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == cmd.exit, f"{cmd}: exit {done.returncode}, not {cmd.exit}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cmd", [c for c in ALL if c.terminal], ids=str)
+def test_each_tui_command_draws_its_first_run_and_quits_in_a_terminal(cmd, tmp_path):
+    """The TUI as a user's terminal shows it (160×45, tmux): the first run done on the screen, `q`, exit 0."""
+    from benchmarks._tmux import TmuxApp, runs_finished
+
+    args = tokentop_args(cmd.words)
+    assert args is not None and "--no-tui" not in args, f"{cmd}: a terminal marker on a headless command"
+    app = TmuxApp(f"doc-{os.getpid()}", args, env={"TOKENTOP_DATA": str(tmp_path)})
+    try:
+        app.wait_for(lambda screen: runs_finished(screen) >= 1 or "TOKENTOP-EXIT=" in screen or "engine exited" in screen, timeout=240)
+        first = app.pane()
+        app.keys("q")
+        app.wait_for(lambda screen: "TOKENTOP-EXIT=" in screen, timeout=20)
+        screen = app.pane()
+    finally:
+        app.close(wait=False)
+    assert runs_finished(first) >= 1, f"{cmd}: no run finished:\n{first}"
+    assert "TOKENTOP-EXIT=0" in screen and "Traceback" not in screen, f"{cmd}:\n{screen}"
