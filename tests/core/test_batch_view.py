@@ -1,30 +1,8 @@
 """The KV pane's and the headless line's words for a batch of distinct prompts, against sums done here."""
 
-from monitors.events import Step
+from tests.helpers.synthetic import KV_PER_TOKEN as PER
+from tests.helpers.synthetic import batch_step as step
 from tui_app.core.batch_view import bar, packed, paged_tokens, summary
-
-PER = 2 * 4 * 30 * 3 * 64  # bytes a cached token takes in the default model (fp32)
-
-
-def step(kind: str, rows: list[list[int]], waiting: int, made: int, ms: int) -> Step:
-    own = [prompt + new - 1 for _, prompt, new, _ in rows]
-    return Step(
-        run_id=1,
-        step=1,
-        kind=kind,
-        token_ids=[1],
-        text="a",
-        n_tokens=1,
-        t_ns=0,
-        dt_ns=ms * 1_000_000,
-        forward_ns=1,
-        kv_bytes=PER * sum(own),
-        kv_alloc_bytes=PER * len(rows) * max(own),
-        seq_len=max(own),
-        batch=rows,
-        waiting=waiting,
-        batch_tokens=made,
-    )
 
 
 def test_the_headless_line_counts_arrivals_departures_and_the_queue():

@@ -146,3 +146,29 @@ def timed_run(run_id: int, levers: Levers, step_ms: float, tokens: int = 20, pro
     fields = {"torch_peak": None, "gpu_baseline": None, "perplexity": None, "first_diff": None, "diff_note": ""}
     out.append(RunFinished(run_id=run_id, n_tokens=tokens, stop_reason=stop, text="", peak_rss=0, baseline_rss=0, t_ns=t, **fields))
     return out
+
+
+KV_PER_TOKEN = 2 * 4 * 30 * 3 * 64  # the default model's bytes a cached token (fp32), as session_events' EngineReady says
+
+
+def batch_step(kind: str, rows: list[list[int]], waiting: int, made: int, ms: int, run_id: int = 1, step: int = 1, t_ns: int = 0) -> Step:
+    """A step of a batch of distinct prompts as the engine emits it: rows [number, prompt, new, max
+    new], its cache padded to the longest row (each row's own tokens all but its newest)."""
+    own = [prompt + new - 1 for _, prompt, new, _ in rows]
+    return Step(
+        run_id=run_id,
+        step=step,
+        kind=kind,
+        token_ids=[1],
+        text="a",
+        n_tokens=1,
+        t_ns=t_ns,
+        dt_ns=ms * MS,
+        forward_ns=1,
+        kv_bytes=KV_PER_TOKEN * sum(own),
+        kv_alloc_bytes=KV_PER_TOKEN * len(rows) * max(own),
+        seq_len=max(own),
+        batch=rows,
+        waiting=waiting,
+        batch_tokens=made,
+    )

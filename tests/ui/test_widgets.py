@@ -371,12 +371,13 @@ async def test_kv_pane_shows_a_batch_of_distinct_prompts_its_pace_rows_and_paddi
     """Each figure under the chart against the same sums done here: the batch's pace and its first
     sequence's over the decode steps, each row's progress, the padded cache's padding, and what
     16-token blocks would hold of the rows' own tokens."""
-    from monitors.events import Levers, RunStarted, Step
+    from monitors.events import Levers, RunStarted
     from monitors.kvcache import kv_formula_bytes
+    from tests.helpers.synthetic import batch_step
     from tui_app.core.fmt import nbytes
     from tui_app.ui.widgets.kv_chart import KVChart
 
-    per = kv_formula_bytes(4, 1, 1, 30, 3, 64)  # the synthetic model's bytes per cached token
+    per = kv_formula_bytes(4, 1, 1, 30, 3, 64)  # the synthetic model's bytes per cached token, by the formula
     events = session_events(runs=1, tokens=8)
     t = events[-1].t_ns
     events += [RunStarted(run_id=2, levers=Levers(batch=4), prompt_tokens=10, max_new_tokens=8, prompt_text="p", t_ns=t + 1)]
@@ -386,27 +387,7 @@ async def test_kv_pane_shows_a_batch_of_distinct_prompts_its_pace_rows_and_paddi
         ("decode", [[0, 10, 2, 8], [1, 6, 2, 4], [2, 12, 1, 8]], 1, 4, 200),
         ("decode", [[0, 10, 3, 8], [1, 6, 3, 4], [2, 12, 2, 8]], 1, 3, 100),
     ]
-    for i, (kind, rows, waiting, made, ms) in enumerate(plan):
-        own = [prompt + new - 1 for _, prompt, new, _ in rows]
-        events.append(
-            Step(
-                run_id=2,
-                step=i + 1,
-                kind=kind,
-                token_ids=[1],
-                text="a",
-                n_tokens=1,
-                t_ns=t + 2 + i,
-                dt_ns=ms * 1_000_000,
-                forward_ns=1,
-                kv_bytes=per * sum(own),
-                kv_alloc_bytes=per * len(rows) * max(own),
-                seq_len=max(own),
-                batch=rows,
-                waiting=waiting,
-                batch_tokens=made,
-            )
-        )
+    events += [batch_step(*row, run_id=2, step=i + 1, t_ns=t + 2 + i) for i, row in enumerate(plan)]
     session = Session.from_events(events)
     chart = KVChart(session)
     async with One(chart).run_test(size=(80, 20)) as pilot:
