@@ -1,4 +1,5 @@
 import dataclasses
+import json
 
 import pytest
 
@@ -206,3 +207,17 @@ def test_levers_label_and_plain():
     assert Levers(cache=False, compile=True, quant="int8", spec="draft", batch=2).label() == "no-cache compile int8 spec:draft b2"
     assert Levers().is_plain() and Levers(cache=False).is_plain()
     assert not any(Levers(**kw).is_plain() for kw in ({"spec": "lookup"}, {"quant": "int4"}, {"compile": True}, {"batch": 2}))
+
+
+def test_a_field_at_its_default_is_left_out_of_the_line_and_comes_back():
+    """A plain step's line carries none of speculation's, the confidence's or a batch's fields (a
+    third of its bytes); a batched step's does; both decode to the event they were."""
+    plain = E.Step(
+        run_id=1, step=2, kind="decode", token_ids=[7], text=" a", n_tokens=1, t_ns=5, dt_ns=3, forward_ns=2, kv_bytes=0, kv_alloc_bytes=0, seq_len=9
+    )
+    line = to_json(plain)
+    assert not {"segment", "proposed", "confidence", "batch", "waiting", "batch_tokens"} & set(json.loads(line))
+    assert '"kv_bytes":0' in line  # a field with no default is always written, at 0 too
+    batched = E.Step(**{**vars(plain), "batch": [[0, 9, 2, 8], [1, 5, 1, 4]], "waiting": 1, "batch_tokens": 2})
+    assert {"batch", "waiting", "batch_tokens"} <= set(json.loads(to_json(batched)))
+    assert from_json(line) == plain and from_json(to_json(batched)) == batched
