@@ -134,9 +134,12 @@ def test_gpt2_style_model_runs_every_lever_it_can_and_refuses_quantization_with_
         eng.run(req)
         steps = [e for e in events if isinstance(e, Step)]
         assert [t for s in steps for t in s.token_ids] == ref, (lever, value)
-        kv = steps[-1]
-        if eng.levers.cache:
-            assert kv.kv_bytes == 2 * 4 * eng.levers.batch * kv.seq_len * 3 * 4 * 16
+        kv, per_token = steps[-1], 2 * 4 * 3 * 4 * 16
+        if kv.batch:  # distinct prompts: the padded cache, and the rows' own tokens in it
+            assert kv.kv_alloc_bytes == per_token * len(kv.batch) * kv.seq_len
+            assert kv.kv_bytes == per_token * sum(prompt + new - 1 for _, prompt, new, _ in kv.batch)
+        elif eng.levers.cache:
+            assert kv.kv_bytes == per_token * kv.seq_len
     events.clear()
     assert not eng.set_lever("quant", "int8")
     assert "Conv1D" in next(e for e in events if isinstance(e, LeverRefused)).reason
