@@ -57,7 +57,7 @@ _FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in EVENT_TYPES.values
 # A field at its constant default (0, "", None, an empty list) is left out of the line, and from_dict
 # gives it back: a Step of a plain run then carries none of speculation's, the confidence's or a
 # batch's fields, a third of its bytes. Fields made by a factory of their own (t_ns) are always written.
-_DEFAULTS = {
+_DEFAULTS: dict[type, dict[str, object]] = {
     cls: {f.name: [] if f.default_factory is list else f.default for f in fields(cls) if f.default is not MISSING or f.default_factory is list}
     for cls in EVENT_TYPES.values()
 }
