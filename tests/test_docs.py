@@ -5,9 +5,9 @@ comment, `&&` chains two). Every tokentop command line is parsed by tokentop's o
 placeholders (URL, FILE, N, [optional] parts) filled in: a renamed or removed option or subcommand
 fails here. A block marked `<!-- doc-test: run -->` (`run, exit N` where the command's exit status
 is N) is run for real, headless, on the default model; `run in a terminal`, the TUI in a real
-terminal (tmux), until its first run is done, then `q`. A command of another program must stand in
-a block marked `<!-- doc-test: not run: REASON -->` saying why it cannot run here: a GPU, a
-network, a server or a cluster this machine lacks.
+terminal (tmux), until its first run is done, then `q`. Every other command must stand in a block
+marked `<!-- doc-test: not run: REASON -->` saying why it is not run here (a GPU, a server, a
+cluster, the reader's own files, minutes of runs) and what runs it instead; tokentop's are parsed there too.
 """
 
 from __future__ import annotations
@@ -125,8 +125,8 @@ def test_the_docs_have_commands_and_every_block_marker_is_read():
 @pytest.mark.parametrize("cmd", ALL, ids=str)
 def test_each_command_is_tokentop_s_own_or_says_why_it_cannot_run_here(cmd):
     args = tokentop_args(cmd.words)
+    assert cmd.run or cmd.not_run, f"{cmd}: neither run here (`<!-- doc-test: run -->`) nor saying why not (`<!-- doc-test: not run: REASON -->`)"
     if args is None:
-        assert cmd.not_run, f"{cmd}: another program's command, in a block with no `<!-- doc-test: not run: REASON -->`"
         return
     argv = normalized(filled(args))
     module, opts = parse(argv)  # argparse exits 2 on an option that does not exist
