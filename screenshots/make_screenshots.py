@@ -7,8 +7,8 @@ lookup on the long (summarize-this) prompt, so every pane has something to show;
 picture: the real llama.cpp server (xllamacpp) on the bundled GGUF, one stream, then four. The
 leak pictures: the leak view catching `--demo-leak 1` at 160×45 and 80×24. The anatomy picture:
 a step's anatomy under plain, compile and int4 side by side (p, with m's read ceiling). The
-colours pictures: prompt lookup on the story prompt, its accepted drafts underlined (o), and the
-same run coloured by the model's confidence in each token (o three times). The ledger picture:
+colours pictures: prompt lookup on the story prompt, its accepted drafts underlined (o), the same
+with the draft model, and the lookup run coloured by the model's confidence in each token (o three times). The ledger picture:
 plain, int8 and int4 in turns, twice, then int4 + compile, plain, no cache and prompt lookup, on
 the short prompt; then g. The batch picture: batch 4 of distinct prompts on the short one,
 paused mid-run. The
@@ -140,16 +140,16 @@ async def shoot_anatomy(size: tuple[int, int]) -> str:
     return to_png(svg, size)
 
 
-async def shoot_colours(size: tuple[int, int], colouring: str = "origin") -> str:
-    """Prompt lookup on the story prompt, its tokens coloured by origin (o: the accepted drafts
-    underlined) or by confidence (o three times)."""
+async def shoot_colours(size: tuple[int, int], colouring: str = "origin", spec: str = "lookup") -> str:
+    """Prompt lookup (or the draft model) on the story prompt, its tokens coloured by origin (o:
+    the accepted drafts underlined) or by confidence (o three times)."""
     app = TokentopApp(engine_source(EngineConfig()), RunRequest(preset="story", max_new_tokens=120, ignore_eos=True), sampler=Sampler(hz=4), fps=8)
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: not app.running and len(app.session.finished_ids) >= 1)
-        await pilot.press("s", *"o" * (1 if colouring == "origin" else 3), "r")
+        await pilot.press(*"s" * (1 if spec == "lookup" else 2), *"o" * (1 if colouring == "origin" else 3), "r")
         await until(pilot, lambda: not app.running and len(app.session.finished_ids) >= 2)
         await pilot.pause(1.0)
-        name = "colours" if colouring == "origin" else colouring
+        name = ("colours" if colouring == "origin" else colouring) + ("" if spec == "lookup" else f"-{spec}")
         svg = app.save_screenshot(filename=f"tokentop-{name}-{size[0]}x{size[1]}.svg", path=HERE)
         await pilot.press("q")
     return to_png(svg, size)
@@ -404,10 +404,11 @@ def pictures(run) -> list[str]:
 
 # The pictures made alone by `make_screenshots.py NAME` (the model's runs, no browser), in the order the whole set makes them.
 ALONE = {
+    "main": lambda: pictures([*(shoot(size) for size in SIZES), *(shoot((160, 45), look) for look in ("ascii", "16-colours"))]),
     "leak": lambda: pictures(shoot_leak(size) for size in SIZES),
     "present": lambda: pictures([shoot_demo((80, 24), "present-light")]),
     "anatomy": lambda: pictures([shoot_anatomy((160, 45))]),
-    "colours": lambda: pictures(shoot_colours((160, 45), colouring) for colouring in ("origin", "confidence")),
+    "colours": lambda: pictures([shoot_colours((160, 45)), shoot_colours((160, 45), spec="draft"), shoot_colours((160, 45), "confidence")]),
     "ledger": lambda: pictures([shoot_ledger((160, 45))]),
     "batch": lambda: pictures([shoot_batch((160, 45))]),
     "script": lambda: pictures([shoot_script((160, 45))]),
@@ -427,8 +428,7 @@ def main() -> int:
     if browser.unavailable():
         print(f"no browser pictures: {browser.unavailable()}", file=sys.stderr)
         return 2
-    made = pictures(shoot(size) for size in SIZES) + pictures(shoot((160, 45), look) for look in ("ascii", "16-colours"))
-    made += pictures([shoot_attach((160, 45)), shoot_demo((160, 45))])
+    made = pictures([shoot_attach((160, 45)), shoot_demo((160, 45))])
     for name, make in ALONE.items():
         if name != "headroom":
             made += make()
