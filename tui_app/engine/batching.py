@@ -21,6 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 
 import torch
 import torch.nn.functional as F
@@ -33,8 +34,10 @@ SHARES = (0.25, 0.5, 1.0, 0.75)  # an arrival's max new tokens, a share of the r
 MAX_DONE = 64  # finished sequences kept for a reader (a test's check of their text)
 
 
-def batch_prompts() -> list[str]:
-    return [line for line in data_text("batch_prompts.txt").splitlines() if line.strip()]
+@cache
+def batch_prompts() -> tuple[str, ...]:
+    """The arrivals' prompts, read once a process (an arrival comes every ARRIVAL_STEPS steps)."""
+    return tuple(line for line in data_text("batch_prompts.txt").splitlines() if line.strip())
 
 
 @dataclass
