@@ -56,6 +56,11 @@ def test_what_watches_servers_loads_no_torch(packages):
     assert count >= len(packages) and bad == []
 
 
+def test_import_tokentop_in_a_notebook_loads_nothing_until_watch_is_called():
+    count, bad = loaded(["tokentop"], ["tui_app", "textual", "rich", "torch", "transformers", "monitors"])
+    assert count == 1 and bad == []
+
+
 def test_import_linter_contracts_hold():
     exe = os.path.join(os.path.dirname(sys.executable), "lint-imports")
     r = subprocess.run([exe], capture_output=True, text=True, cwd=ROOT)

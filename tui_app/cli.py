@@ -1,5 +1,5 @@
 """Command line: `tokentop` (the TUI), `run --no-tui`, `attach`, `bench`, `replay`, `report`, `demo`, `leakcheck`, `serve`,
-and `tokentop -- python my_script.py` (`script`: the user's own script watched), `listen` (a notebook's, through `tui_app.watch`).
+and `tokentop -- python my_script.py` (`script`: the user's own script watched), `listen` (a notebook's, through `tokentop.watch`).
 
 A dispatch table: each subcommand is a module of tui_app/commands with its parser (`add_args`, from
 the shared option groups in commands/options.py), its typed `Options` and its `main`; the CLI

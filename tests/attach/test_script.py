@@ -160,7 +160,7 @@ def _listener(env: dict) -> subprocess.Popen:
 
 
 def test_a_notebook_sends_to_a_listener_that_dies_and_comes_back(folder, tmp_path):
-    """`tui_app.watch(model, tok)` in a notebook-like process, `tokentop listen` killed (-9) after its
+    """`tokentop.watch(model, tok)` in a notebook-like process, `tokentop listen` killed (-9) after its
     first row and started again two seconds later: generation never stalls (no call slower than
     twice the median), the new listener replaces the dead one's socket and shows the later calls,
     numbered on as the notebook numbers them; killing it never reaches the notebook."""

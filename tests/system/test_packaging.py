@@ -84,12 +84,13 @@ def wheel(tmp_path_factory) -> Path:
     return next(out.glob(f"tokentop-{__version__}-*.whl"))
 
 
-def test_the_wheel_holds_the_two_packages_their_files_and_metadata(wheel):
+def test_the_wheel_holds_the_two_packages_the_api_their_files_and_metadata(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     dist_info = f"tokentop-{__version__}.dist-info"
-    # Nothing else on the user's system can be shadowed: no top-level name besides the two packages.
-    assert {n.split("/")[0] for n in names} == {"tui_app", "monitors", dist_info}
-    tracked = subprocess.run(["git", "ls-files", "tui_app", "monitors"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    # Nothing else on the user's system can be shadowed: no top-level name besides the two packages
+    # and the API's one module under the distribution's own name.
+    assert {n.split("/")[0] for n in names} == {"tui_app", "monitors", "tokentop.py", dist_info}
+    tracked = subprocess.run(["git", "ls-files", "tui_app", "monitors", "tokentop.py"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     assert tracked, "git ls-files found nothing: run from a checkout"
     assert sorted(set(tracked) - set(names)) == []  # every file of the packages ships: stylesheets, kernels' sources, data, py.typed
     for typed in ("tui_app/py.typed", "monitors/py.typed", "tui_app/ui/app.tcss"):

@@ -1,4 +1,4 @@
-"""`tokentop listen`: the Unix socket a process that calls `tui_app.watch(model)` sends its events
+"""`tokentop listen`: the Unix socket a process that calls `tokentop.watch(model)` sends its events
 to (attach/watch.py), and the app's source for them. The socket is in a folder only this user can
 enter (0700) and is itself 0600. A connection's events are read by a thread of its own; the last
 process to connect is the one the memory pane follows (its pid from the socket's peer credentials,

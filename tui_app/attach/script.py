@@ -102,7 +102,7 @@ class Script:
 
 class OwnLevers:
     """An EventSource for generation tokentop does not drive (a script, a process that calls
-    `tui_app.watch`): a key that would change it is answered with why not."""
+    `tokentop.watch`): a key that would change it is answered with why not."""
 
     kind = "engine"
     live = True

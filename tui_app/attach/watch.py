@@ -1,4 +1,4 @@
-"""`tui_app.watch(model, tokenizer)`: a notebook's (or any process's) generation sent to a
+"""`tokentop.watch(model, tokenizer)`: a notebook's (or any process's) generation sent to a
 `tokentop listen` running in a terminal, over a Unix socket in tokentop's cache folder that only
 this user can open (attach/listen.py makes it).
 

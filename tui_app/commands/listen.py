@@ -1,5 +1,5 @@
 """`tokentop listen`: the TUI (or, with --no-tui, a row per call) for the generation of any process
-that calls `tui_app.watch(model, tokenizer)`, a notebook's for one (attach/watch.py, attach/listen.py).
+that calls `tokentop.watch(model, tokenizer)`, a notebook's for one (attach/watch.py, attach/listen.py).
 It runs until q or Ctrl-C; the processes that send to it come and go."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from tui_app.commands.options import add_ui
 from tui_app.core.options import EXIT_USAGE, UiOptions, open_recording
 from tui_app.core.session import Session
 
-PARSER = {"help": "show the generation of processes that call tui_app.watch(model) (a notebook's): the TUI, or --no-tui for a row per call"}
+PARSER = {"help": "show the generation of processes that call tokentop.watch(model) (a notebook's): the TUI, or --no-tui for a row per call"}
 NO_TUI = "`tokentop listen --no-tui`"
 POLL_S = 0.05
-HOW = "in Python: import tui_app; tui_app.watch(model, tokenizer)"
+HOW = "in Python: import tokentop; tokentop.watch(model, tokenizer)"
 
 
 @dataclass(kw_only=True)

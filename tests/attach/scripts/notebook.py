@@ -1,4 +1,4 @@
-"""A notebook's cells as a script: a model and its tokenizer loaded, `tui_app.watch(model, tok)`,
+"""A notebook's cells as a script: a model and its tokenizer loaded, `tokentop.watch(model, tok)`,
 then generate() calls one after another, each call's own wall time printed as it ends."""
 
 import sys
@@ -6,12 +6,12 @@ import time
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import tui_app
+import tokentop
 
 folder, calls = sys.argv[1], int(sys.argv[2])
 tok = AutoTokenizer.from_pretrained(folder)
 model = AutoModelForCausalLM.from_pretrained(folder)
-tui_app.watch(model, tok)
+tokentop.watch(model, tok)
 print("WATCHING", flush=True)
 for i in range(calls):
     t0 = time.perf_counter()
