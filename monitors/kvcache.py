@@ -12,6 +12,19 @@ def kv_formula_bytes(bytes_per_elem: int, batch: int, seq_len: int, layers: int,
     return 2 * bytes_per_elem * batch * seq_len * layers * kv_heads * head_dim
 
 
+def model_shape(model) -> tuple[int, int, int, int]:
+    """(layers, KV heads, head dim, context length) from a model's text config, under either family's
+    names (Llama's and GPT-2's): the formula's inputs, for the engine and for a watched script alike."""
+    c = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    n_layers = int(getattr(c, "num_hidden_layers", None) or c.n_layer)
+    n_heads = int(getattr(c, "num_attention_heads", None) or c.n_head)
+    kv_heads = int(getattr(c, "num_key_value_heads", None) or n_heads)
+    hidden = int(getattr(c, "hidden_size", None) or c.n_embd)
+    head_dim = int(getattr(c, "head_dim", None) or hidden // n_heads)
+    context_len = int(getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", 2048))
+    return n_layers, kv_heads, head_dim, context_len
+
+
 @dataclass
 class KVMeasure:
     used_bytes: int

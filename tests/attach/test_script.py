@@ -82,6 +82,26 @@ def test_a_hand_written_loop_over_model_is_watched(folder, tmp_path):
     assert [ev.n_tokens for ev in finished] == [23, 23]
 
 
+def test_beam_search_is_a_step_a_forward_and_its_best_text(folder, tmp_path):
+    """Beam search, which streams nothing: a step per forward (as many as the script's own logits
+    processor was called), the median step the script's own within 5 %, the best sequence's text
+    with the last step, and KV measured from the beams' cache equal to the formula over 4 rows."""
+    rec = tmp_path / "beams.jsonl"
+    done = tokentop("--no-tui", "--record", str(rec), "--", sys.executable, str(SCRIPTS / "beam_search.py"), folder, "4", "16")
+    assert done.returncode == 0, done.stderr[-2000:]
+    (_, ours), *more = ROW.findall(done.stderr)
+    theirs = float(re.search(r"^ITL_MS ([\d.]+)$", done.stdout, re.M).group(1))
+    assert not more and abs(float(ours) / theirs - 1) <= 0.05, (ours, theirs)
+    events = read_recording(str(rec)).events
+    steps = [ev for ev in events if isinstance(ev, Step)]
+    assert len(steps) == int(re.search(r"^STEPS (\d+)$", done.stdout, re.M).group(1)) == 16
+    (started,) = [ev for ev in events if isinstance(ev, RunStarted)]
+    (finished,) = [ev for ev in events if isinstance(ev, RunFinished)]
+    assert started.levers.batch == 4 and started.prompt_tokens == 5 and finished.n_tokens == 16
+    assert [s.text for s in steps[:-1]] == [""] * 15 and repr(steps[-1].text) == repr(finished.text) == re.search(r"^TEXT (.*)$", done.stdout, re.M).group(1)
+    assert steps[-1].seq_len == 5 + 16 - 1 and steps[-1].kv_bytes == 2 * 4 * 4 * steps[-1].seq_len * 30 * 3 * 64
+
+
 def test_ctrl_c_stops_the_script_and_tokentop(folder):
     """Ctrl-C at the terminal reaches both (one process group): the script ends as Python ends on
     SIGINT, tokentop says so in one line and returns 130, with no traceback of its own."""

@@ -11,8 +11,9 @@ What a call is seen through, all public transformers API:
   generate, registered as the model is made (`PreTrainedModel.post_init` wrapped);
 - the latest tokenizer made (its `__init__` wrapped), copied for this hook's own use, so that
   detokenizing here never touches an object the script is using at the same moment.
-Beam search streams no tokens (transformers refuses a streamer there): such a call is a run with
-its token count and end-to-end time only.
+Beam search streams no tokens (transformers refuses a streamer there): its steps are its forwards,
+each stamped as the next begins (the beams' tokens are chosen only at the end), and the best
+sequence's text comes with the last.
 
 Generation never waits on tokentop: a token's stamp goes into a bounded queue (a full one drops it
 and counts the drop), and a thread of this hook's own detokenizes, measures and writes; a slow or
@@ -36,7 +37,7 @@ from collections.abc import Callable
 
 from monitors.codec import to_json
 from monitors.events import EngineError, EngineReady, Levers, RunFinished, RunStarted, Step, now_ns
-from monitors.kvcache import measure_cache
+from monitors.kvcache import measure_cache, model_shape
 from monitors.text import IncrementalDecoder
 
 QUEUE_MAX = 1 << 16  # stamps waiting for the writer: minutes of tokens at any rate a script reaches
@@ -98,6 +99,7 @@ class Call:
         config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
         self.max_new = kwargs.get("max_new_tokens") or getattr(config, "max_new_tokens", None) or 0
         self.beams = kwargs.get("num_beams") or getattr(config, "num_beams", 1) or 1
+        self.rows = 1  # the cache's: a beam search's first forward says how many
         spec = "draft" if kwargs.get("assistant_model") is not None else "lookup" if kwargs.get("prompt_lookup_num_tokens") else "off"
         self.spec = spec
         self.t0 = self.last = now_ns()
@@ -117,6 +119,11 @@ class Call:
         cache = kwargs.get("cache", kwargs.get("past_key_values"))  # transformers 5.2x's name, and 4.x's
         if cache is not None:
             self.cache = cache
+        if self.beams > 1:  # no streamer: a step a forward, the one before ending as this one begins
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            self.rows = ids.shape[0] if getattr(ids, "ndim", 0) == 2 else self.rows
+            self.hook.writer.put(self.started if self.first else self.tokens, now_ns(), ids[0] if self.first and ids is not None else [], self.rows)
+            self.first = False
 
     # ---------------------------------------------------------------- in the writer's thread
     def started(self, t: int, ids, batch: int) -> list:
@@ -133,7 +140,8 @@ class Call:
     def tokens(self, t: int, ids, batch: int) -> list:
         ids = ids.tolist() if hasattr(ids, "tolist") else ids
         self.steps += 1
-        self.n += len(ids)
+        made = len(ids) if self.beams == 1 else 1  # a beam search's step: one token more in every beam
+        self.n += made
         delta = self.text.push(ids) if self.text.tok is not None else ""
         kv = measure_cache(self.cache, len(self.prompt or ()) + self.n - 1)
         dt, self.last = t - self.last, t
@@ -145,7 +153,7 @@ class Call:
                 kind=kind,
                 token_ids=ids,
                 text=delta,
-                n_tokens=len(ids),
+                n_tokens=made,
                 t_ns=t,
                 dt_ns=dt,
                 forward_ns=0,
@@ -172,7 +180,7 @@ class Call:
             gpu_baseline=None,
             perplexity=None,
             first_diff=None,
-            diff_note="watched: its own code's run",
+            diff_note=f"watched: its own code's run{f', beam search of {self.beams} (its tok/s counts every beam)' if self.beams > 1 else ''}",
             t_ns=t,
         )
         return [*events, fin]
@@ -295,15 +303,20 @@ class Hook:
         finally:
             self.local.inside = False
             handle.remove()
-            made = None if streams or out is None else _new_tokens(out, kwargs, args)
-            self.writer.put(call.finished, now_ns(), reason, made)
+            t = now_ns()
+            best = None if streams or out is None else _new_tokens(out, kwargs, args)
+            if best is not None and not call.first:  # the last forward's step, with the best sequence's tokens
+                self.writer.put(call.tokens, t, best, call.rows)
+            self.writer.put(call.finished, t, reason, None if best is None else len(best))
 
 
-def _new_tokens(out, kwargs, args) -> int | None:
+def _new_tokens(out, kwargs, args) -> list[int] | None:
+    """The first returned sequence's new tokens (a beam search's best)."""
     seqs = getattr(out, "sequences", out)
     prompt = kwargs.get("input_ids", args[0] if args else kwargs.get("inputs"))
-    shape = getattr(seqs, "shape", None)
-    return shape[-1] - prompt.shape[-1] if shape is not None and hasattr(prompt, "shape") else None
+    if getattr(seqs, "ndim", 0) != 2 or not hasattr(prompt, "shape"):
+        return None
+    return seqs[0, prompt.shape[-1] :].tolist()
 
 
 def _private(tok):
@@ -321,9 +334,7 @@ def _engine_ready(model) -> EngineReady:
     torch = sys.modules["torch"]  # the script's own, which its model was made with
     cfg = model.config
     text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    heads = getattr(text_cfg, "num_attention_heads", 0) or 0
-    kv_heads = getattr(text_cfg, "num_key_value_heads", None) or heads
-    head_dim = getattr(text_cfg, "head_dim", None) or (text_cfg.hidden_size // heads if heads else 0)
+    n_layers, kv_heads, head_dim, context_len = model_shape(model)
     params = list(model.parameters())
     dtype = getattr(model, "dtype", None) or params[0].dtype
     experts, active = getattr(text_cfg, "num_experts", None) or getattr(text_cfg, "num_local_experts", None), getattr(text_cfg, "num_experts_per_tok", None)
@@ -334,11 +345,11 @@ def _engine_ready(model) -> EngineReady:
         dtype=str(dtype).removeprefix("torch."),
         n_params=sum(p.numel() for p in params),
         weight_bytes=sum(p.numel() * p.element_size() for p in params),
-        n_layers=getattr(text_cfg, "num_hidden_layers", 0) or 0,
+        n_layers=n_layers,
         kv_heads=kv_heads,
         head_dim=head_dim,
         kv_bytes_per_elem=dtype.itemsize,
-        context_len=getattr(text_cfg, "max_position_embeddings", 0) or 0,
+        context_len=context_len,
         load_s=0.0,
         threads=torch.get_num_threads(),
         experts=f"{experts} experts, {active} a token" if experts and active else "",

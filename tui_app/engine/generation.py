@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from monitors.events import EngineError, EngineReady, LeverRefused, Levers, RunFinished, RunStarted, now_ns
+from monitors.kvcache import model_shape
 from monitors.system import rss_bytes, trim_heap
 from monitors.text import IncrementalDecoder
 from tui_app.engine import bandwidth
@@ -34,7 +35,7 @@ from tui_app.engine.config import EngineConfig
 from tui_app.engine.decoding import Decoder, PromptError, extend_rows, prompt_tokens
 from tui_app.engine.lever_control import MB, LeverControl, Phases, draft_model, freeze
 from tui_app.engine.memory import CudaHistory, MemoryWatch, demo_leak, history_refusal
-from tui_app.engine.models import eos_ids, load_model, model_shape, placement, resolve_device, resolve_dtype, weight_counts
+from tui_app.engine.models import eos_ids, load_model, placement, resolve_device, resolve_dtype, weight_counts
 from tui_app.engine.quality import Quality
 from tui_app.engine.run_state import RunState
 from tui_app.engine.speculative import sliding_layers

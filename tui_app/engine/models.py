@@ -249,18 +249,6 @@ def placement(model) -> dict[str, int]:
     return found
 
 
-def model_shape(model) -> tuple[int, int, int, int]:
-    """(layers, KV heads, head dim, context length) from a model's text config, under either family's names."""
-    c = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    n_layers = int(getattr(c, "num_hidden_layers", None) or c.n_layer)
-    n_heads = int(getattr(c, "num_attention_heads", None) or c.n_head)
-    kv_heads = int(getattr(c, "num_key_value_heads", None) or n_heads)
-    hidden = int(getattr(c, "hidden_size", None) or c.n_embd)
-    head_dim = int(getattr(c, "head_dim", None) or hidden // n_heads)
-    context_len = int(getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", 2048))
-    return n_layers, kv_heads, head_dim, context_len
-
-
 def eos_ids(model, tok) -> set[int]:
     """Every token that ends a sequence: the generation config's and the tokenizer's."""
     ids = set()
