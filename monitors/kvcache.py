@@ -21,7 +21,7 @@ def model_shape(model) -> tuple[int, int, int, int]:
     kv_heads = int(getattr(c, "num_key_value_heads", None) or n_heads)
     hidden = int(getattr(c, "hidden_size", None) or c.n_embd)
     head_dim = int(getattr(c, "head_dim", None) or hidden // n_heads)
-    context_len = int(getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", 2048))
+    context_len = int(getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", None) or 2048)
     return n_layers, kv_heads, head_dim, context_len
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks._tmux import TmuxApp
-from monitors.events import RunFinished, RunStarted, Step
+from monitors.events import Levers, RunFinished, RunStarted, Step
 from monitors.record import read_recording
 from tui_app.commands.script import UNSEEN
 
@@ -102,6 +102,77 @@ def test_beam_search_is_a_step_a_forward_and_its_best_text(folder, tmp_path):
     assert steps[-1].seq_len == 5 + 16 - 1 and steps[-1].kv_bytes == 2 * 4 * 4 * steps[-1].seq_len * 30 * 3 * 64
 
 
+def test_the_scripts_own_processes_are_watched_a_subprocess_and_a_forked_worker(folder, tmp_path):
+    """A script generating in a Python subprocess and then in a multiprocessing worker forked with a
+    copy of the hook (its writer's thread left behind; the worker ends in os._exit, past atexit):
+    each call is a run, the second numbered on from the first, its text the process's own."""
+    rec = tmp_path / "children.jsonl"
+    done = tokentop("--no-tui", "--record", str(rec), "--", sys.executable, str(SCRIPTS / "children.py"), folder, "one-by-one")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [int(r) for r, _ in ROW.findall(done.stderr)] == [1, 2], done.stderr[-2000:]
+    events = read_recording(str(rec)).events
+    finished = [ev for ev in events if isinstance(ev, RunFinished)]
+    assert [repr(ev.text) for ev in finished] == re.findall(r"^TEXT (.*)$", done.stdout, re.M)
+    assert [len([s for s in events if isinstance(s, Step) and s.run_id == ev.run_id]) for ev in finished] == [24, 24]
+
+
+def test_processes_generating_together_show_one_run_at_a_time(folder, tmp_path):
+    """Two processes generating at the same moment (a torchrun's ranks): the panes take one run at a
+    time, each whole, numbered 1, 2, …; the other's, overlapping, are said once and left out."""
+    rec = tmp_path / "ranks.jsonl"
+    done = tokentop("--no-tui", "--record", str(rec), "--", sys.executable, str(SCRIPTS / "children.py"), folder, "together", str(tmp_path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(re.findall(r"^TEXT ", done.stdout, re.M)) == 4
+    assert "is not shown: one process's at a time" in done.stderr, done.stderr[-2000:]
+    runs = [ev for ev in read_recording(str(rec)).events if isinstance(ev, (RunStarted, Step, RunFinished))]
+    order = [(type(ev).__name__, ev.run_id) for ev in runs if not isinstance(ev, Step)]
+    shown = [run_id for kind, run_id in order if kind == "RunStarted"]
+    assert 2 <= len(shown) < 4 and shown == list(range(1, len(shown) + 1)), order
+    assert order == [(kind, n) for n in shown for kind in ("RunStarted", "RunFinished")], order  # never two open at once
+    assert all(len([s for s in runs if isinstance(s, Step) and s.run_id == n]) == 24 for n in shown)
+
+
+def test_torchruns_ranks_are_watched_each_call_a_rank_s_own(folder):
+    """`tokentop -- torchrun --nproc_per_node=2 script.py`: the ranks are torchrun's children, each
+    watched; every row shown is one rank's call, its ITL p50 that rank's own within 5 %."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    done = tokentop("--no-tui", "--no-record", "--", str(torchrun), "--nproc_per_node=2", str(SCRIPTS / "pipeline_script.py"), folder, "1")
+    assert done.returncode == 0, done.stderr[-2000:]
+    theirs = [float(x) for x in re.findall(r"^ITL_MS ([\d.]+)$", done.stdout, re.M)]
+    rows = ROW.findall(done.stderr)
+    assert len(theirs) == 2 and 1 <= len(rows) <= 2, done.stdout + done.stderr[-2000:]
+    # One row when the ranks' calls overlapped (the other said once), two when they did not.
+    assert len(rows) == 2 or "is not shown: one process's at a time" in done.stderr
+    assert all(min(abs(float(ours) / t - 1) for t in theirs) <= 0.05 for _, ours in rows), (rows, theirs)
+
+
+def test_the_scripts_own_levers_are_read_from_its_model(tmp_path):
+    """The header and the runs table show the script's levers, not tokentop's defaults: a model it
+    loaded quantized (transformers' torchao config), a forward it compiled, a call without a cache."""
+    import torch
+    import transformers as tf
+
+    from tui_app.attach.hook_writer import Writer
+    from tui_app.attach.script_hook import Call, Hook
+
+    config = tf.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+    tf.LlamaForCausalLM(config).save_pretrained(tmp_path)
+    hook = Hook(Writer(tmp_path / "nobody.sock"))
+
+    def levers(model, **kwargs):
+        return Call(hook, model, 1, kwargs).started(0, [1, 2, 3], 1)[-1].levers
+
+    plain = tf.AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert levers(plain) == Levers()
+    assert levers(plain, use_cache=False) == Levers(cache=False)
+    plain.forward = torch.compile(plain.forward)  # compiled when first called; its wrapper says so now
+    assert levers(plain).compile
+    from torchao.quantization import Int8WeightOnlyConfig
+
+    quantized = tf.AutoModelForCausalLM.from_pretrained(tmp_path, quantization_config=tf.TorchAoConfig(Int8WeightOnlyConfig()))
+    assert levers(quantized).quant == "torchao:Int8WeightOnly"
+
+
 def test_ctrl_c_stops_the_script_and_tokentop(folder):
     """Ctrl-C at the terminal reaches both (one process group): the script ends as Python ends on
     SIGINT, tokentop says so in one line and returns 130, with no traceback of its own."""
@@ -126,15 +197,20 @@ def test_ctrl_c_stops_the_script_and_tokentop(folder):
 
 
 def test_the_scripts_own_sitecustomize_and_monitors_still_load(tmp_path):
-    """tokentop's sitecustomize runs the one it hides, and its `monitors` is not the script's."""
+    """tokentop's sitecustomize runs the one it hides, and its `monitors` is not the script's, even
+    once the script imports transformers (when tokentop's hook, which uses its own monitors, loads)."""
     (tmp_path / "sitecustomize.py").write_text("import builtins\nbuiltins.THEIRS = 'ran'\n")
     (tmp_path / "monitors").mkdir()
     (tmp_path / "monitors" / "__init__.py").write_text("WHOSE = 'theirs'\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    code = "import builtins, monitors; print(builtins.THEIRS, monitors.WHOSE)"
+    code = (
+        "import builtins, monitors, transformers, sys; import monitors.x as x; "
+        + "print(builtins.THEIRS, monitors.WHOSE, x.WHOSE, sys.modules['monitors'].WHOSE, sep='|')"
+    )
+    (tmp_path / "monitors" / "x.py").write_text("WHOSE = 'theirs too'\n")
     done = tokentop("--no-tui", "--no-record", "--", sys.executable, "-c", code, env=env, cwd=tmp_path.parent)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["ran", "theirs"], done.stdout
+    assert done.stdout.strip().split("|") == ["ran", "theirs", "theirs too", "theirs"], done.stdout
     assert done.stderr.strip() == f"tokentop: {UNSEEN}"
 
 
@@ -150,6 +226,16 @@ def test_the_scripts_own_sitecustomize_and_monitors_still_load(tmp_path):
 def test_a_command_that_cannot_run_is_one_line(argv, code, line):
     done = tokentop(*argv)
     assert done.returncode == code and done.stderr.startswith(line) and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_socket_that_cannot_be_made_is_one_line(tmp_path):
+    """The script's events come in on a socket in a folder of tokentop's under TMPDIR: under one
+    whose path is longer than a Unix socket's name may be (108 bytes on Linux), one line."""
+    deep = tmp_path / ("d" * 120)
+    deep.mkdir()
+    done = tokentop("--no-tui", "--no-record", "--", "true", env={**os.environ, "TMPDIR": str(deep)})
+    assert done.returncode == 127 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("tokentop: cannot make the socket the script's events come in on: "), done.stderr
 
 
 def test_the_tui_shows_the_scripts_runs_and_returns_its_exit_code(folder, tmp_path):

@@ -1,7 +1,7 @@
 """Inside a script tokentop watches (`tokentop -- python script.py`): each `generate()` of a
-transformers model becomes a run of tokentop's events (monitors/events.py), written as JSON lines
-to the pipe tokentop left open. attach/child/sitecustomize.py loads this before the script's first
-line; the script itself is not changed, and runs as it would alone.
+transformers model becomes a run of tokentop's events (monitors/events.py), sent as JSON lines to
+the socket tokentop named. attach/child/sitecustomize.py loads this before the first line of the
+script and of every Python process it starts; the script is not changed, and runs as it would alone.
 
 What a call is seen through, all public transformers API:
 - generate's own `streamer` argument: ours (a tee with the script's streamer, if it passed one)
@@ -15,9 +15,9 @@ Beam search streams no tokens (transformers refuses a streamer there): its steps
 each stamped as the next begins (the beams' tokens are chosen only at the end), and the best
 sequence's text comes with the last.
 
-Generation never waits on tokentop: a token's stamp goes into a bounded queue (a full one drops it
-and counts the drop), and a thread of this hook's own detokenizes, measures and writes; a slow or
-gone reader blocks or stops that thread alone.
+Generation never waits on tokentop: a token's stamp goes into a bounded queue, and a thread of this
+hook's own (attach/hook_writer.py) detokenizes, measures and sends; a slow or gone reader holds up
+that thread alone. A process forked from a watched one gets a writer (and a connection) of its own.
 """
 
 from __future__ import annotations
@@ -29,60 +29,18 @@ import importlib.abc
 import importlib.util
 import itertools
 import os
-import queue
 import sys
 import threading
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 
-from monitors.codec import to_json
-from monitors.events import EngineError, EngineReady, Levers, RunFinished, RunStarted, Step, now_ns
+from monitors.events import EngineReady, Levers, RunFinished, RunStarted, Step, now_ns
 from monitors.kvcache import measure_cache, model_shape
 from monitors.text import IncrementalDecoder
+from tui_app.attach.hook_writer import Writer
 
-QUEUE_MAX = 1 << 16  # stamps waiting for the writer: minutes of tokens at any rate a script reaches
-FLUSH_S = 2.0  # at the script's exit, how long the writer gets to send what is left
 PATCHES: dict[str, Callable] = {}  # module name → what to do to it once imported
-
-
-class Writer(threading.Thread):
-    """The hook's one thread: takes the generating thread's stamps, makes the events, writes them."""
-
-    def __init__(self, out=None):
-        """out: where the events go, a line each (the script's pipe); None in a subclass that sends them itself."""
-        super().__init__(name="tokentop-hook", daemon=True)
-        self.out = out
-        self.stamps: queue.Queue = queue.Queue(QUEUE_MAX)
-        self.dropped = 0
-        self.broken = False
-
-    def put(self, work, *args) -> None:
-        try:
-            self.stamps.put_nowait((work, args))
-        except queue.Full:
-            self.dropped += 1
-
-    def run(self) -> None:
-        while (item := self.stamps.get()) is not None:
-            work, args = item
-            try:
-                events = work(*args)
-            except Exception as exc:  # noqa: BLE001 - what cannot be measured is said, and the script goes on
-                events = [EngineError(message=f"watching the script: {type(exc).__name__}: {exc}")]
-            for ev in events:
-                self.send(ev)
-
-    def send(self, ev) -> None:
-        if self.broken:
-            return
-        try:
-            self.out.write(to_json(ev) + "\n")
-        except (OSError, ValueError):  # tokentop is gone: the script runs on unwatched
-            self.broken = True
-
-    def close(self) -> None:
-        self.stamps.put(None)
-        self.join(FLUSH_S)
 
 
 class Call:
@@ -90,6 +48,7 @@ class Call:
 
     def __init__(self, hook: Hook, model, run_id: int, kwargs: dict):
         self.hook, self.run_id, self.model = hook, run_id, model
+        hook.flush_at_exit()
         self.text = IncrementalDecoder(hook.tokenizer_for(kwargs.get("tokenizer")))
         self.cache = None
         self.prompt: list[int] | None = None  # the writer's
@@ -102,6 +61,7 @@ class Call:
         self.rows = 1  # the cache's: a beam search's first forward says how many
         spec = "draft" if kwargs.get("assistant_model") is not None else "lookup" if kwargs.get("prompt_lookup_num_tokens") else "off"
         self.spec = spec
+        self.cached = kwargs.get("use_cache", getattr(config, "use_cache", True)) is not False
         self.t0 = self.last = now_ns()
 
     # ---------------------------------------------------------------- in the generating thread
@@ -130,7 +90,7 @@ class Call:
         ids = ids.tolist() if hasattr(ids, "tolist") else ids  # a loop's tensor is read here, off its thread
         self.prompt = ids
         ready = self.hook.ready(self.model)
-        levers = Levers(cache=True, spec=self.spec, batch=batch)
+        levers = Levers(cache=self.cached, compile=_compiled(self.model), quant=_quantized(self.model), spec=self.spec, batch=batch)
         text = self.text.tok.decode(ids, skip_special_tokens=True) if self.text.tok is not None else ""
         run = RunStarted(
             run_id=self.run_id, levers=levers, prompt_tokens=len(ids), max_new_tokens=self.max_new, prompt_text=text, preset="script", t_ns=self.t0
@@ -232,7 +192,7 @@ class Loop:
             self.hook.writer.put(call.tokens, t, ids[0, -1:], ids.shape[0])
             return
         self.end(t)
-        self.call = Call(self.hook, model, next(self.hook.runs), {})
+        self.call = Call(self.hook, model, next(self.hook.runs), {"use_cache": kwargs.get("use_cache")})
         self.call.t0 = self.call.last = t
         self.call.cache = cache
         self.hook.writer.put(self.call.started, t, ids[0], ids.shape[0])
@@ -259,10 +219,28 @@ class Hook:
         self.copied: tuple = (None, None)  # (a weak reference to a tokenizer, this hook's copy of it)
         self.local = threading.local()
         self.loop = Loop(self)
+        self.exits = False  # flush_at_exit done in this process
 
     def close(self) -> None:
         self.loop.end(now_ns())
         self.writer.close()
+
+    def forked(self) -> None:
+        """In a process forked from this one: the writer's thread stayed behind, and the socket is the
+        parent's; a writer of its own, and the model told again on its own connection."""
+        self.writer = Writer(self.writer.path)
+        self.writer.start()
+        self.seen = weakref.WeakSet()
+        self.loop = Loop(self)
+        self.exits = False
+
+    def flush_at_exit(self) -> None:
+        """At a process's first call: a multiprocessing worker ends in os._exit, past atexit, and
+        its exit finalizers (taken out of the parent's at its start) are what send what is left."""
+        mp = sys.modules.get("multiprocessing.util")
+        if mp is not None and not self.exits:
+            self.exits = True
+            mp.Finalize(None, self.close, exitpriority=0)
 
     def tokenizer_for(self, given):
         tok = given if given is not None else self.latest() if self.latest is not None else None
@@ -317,6 +295,24 @@ def _new_tokens(out, kwargs, args) -> list[int] | None:
     if getattr(seqs, "ndim", 0) != 2 or not hasattr(prompt, "shape"):
         return None
     return seqs[0, prompt.shape[-1] :].tolist()
+
+
+def _compiled(model) -> bool:
+    """Whether the script compiled the model (`torch.compile(model)`, or its forward)."""
+    return hasattr(model, "_orig_mod") or hasattr(model.forward, "_torchdynamo_orig_callable")
+
+
+def _quantized(model) -> str:
+    """The script's quantization, as transformers loaded it (its quantization_config): "off" for none."""
+    qc = getattr(model.config, "quantization_config", None) if getattr(model, "hf_quantizer", None) else None
+    if qc is None:
+        return "off"
+    method = getattr(qc, "quant_method", "quantized")
+    kind = getattr(qc, "quant_type", None)
+    kind = kind if isinstance(kind, str) or kind is None else type(kind).__name__.removesuffix("Config")
+    bits = getattr(qc, "bits", None)
+    bits = "int8" if getattr(qc, "load_in_8bit", False) else "4bit" if getattr(qc, "load_in_4bit", False) else f"int{bits}" if bits else None
+    return ":".join(str(x) for x in (getattr(method, "value", method), kind or bits) if x)
 
 
 def _private(tok):
@@ -395,8 +391,8 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-def install(fd: int) -> Hook:
-    hook = Hook(Writer(os.fdopen(fd, "w", encoding="utf-8", buffering=1)))
+def install(path: str) -> Hook:
+    hook = Hook(Writer(Path(path)))
 
     def on_generation(module) -> None:
         mixin = module.GenerationMixin
@@ -438,4 +434,5 @@ def install(fd: int) -> Hook:
     sys.meta_path.insert(0, _AfterImport())
     hook.writer.start()
     atexit.register(hook.close)
+    os.register_at_fork(after_in_child=hook.forked)
     return hook

@@ -80,7 +80,7 @@ def headless(opts: Options) -> int:
     try:
         script = Script(opts.script)  # within the try: a command that cannot run still closes the recording
         while True:
-            ended = script.proc.poll() is not None and not script.reader.is_alive()
+            ended = script.finished()
             for ev in script.drain():
                 session.feed(ev)
                 say(session, ev)
