@@ -115,6 +115,15 @@ async def test_every_cell_reads_at_wcag_aa_in_both_themes_each_colouring_and_the
     assert not failures, "\n".join(failures)
 
 
+async def test_the_palette_offers_only_the_two_themes_checked_here():
+    """Textual's command palette changes the theme among those registered: only the dark and the
+    light one, which the test above reads at WCAG AA, are."""
+    app = TokentopApp(ReplaySource(spoken_events(), speed=0), None, look=Look(theme="light"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        assert set(app.available_themes) == {"textual-dark", app.theme} and not app.current_theme.dark
+
+
 @pytest.mark.parametrize("theme", ["dark", "light"])
 async def test_the_anatomy_ledger_and_help_screens_read_at_wcag_aa(theme):
     """The screens over the monitor, each part of the anatomy in its colour, the ledger's verdicts

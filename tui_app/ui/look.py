@@ -66,6 +66,9 @@ def apply_theme(app, theme: str) -> None:
     if LIGHT.name not in app.available_themes:
         app.register_theme(LIGHT)
     app.theme = "textual-dark" if theme == "dark" else LIGHT.name
+    # The palette's "Change theme" offers what is registered: the two themes checked to read at WCAG AA, no other.
+    for name in set(app.available_themes) - {"textual-dark", LIGHT.name}:
+        app.unregister_theme(name)
 
 
 def look_of(opts) -> Look:
