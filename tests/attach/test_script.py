@@ -114,6 +114,9 @@ def test_the_scripts_own_processes_are_watched_a_subprocess_and_a_forked_worker(
     finished = [ev for ev in events if isinstance(ev, RunFinished)]
     assert [repr(ev.text) for ev in finished] == re.findall(r"^TEXT (.*)$", done.stdout, re.M)
     assert [len([s for s in events if isinstance(s, Step) and s.run_id == ev.run_id]) for ev in finished] == [24, 24]
+    # Each process's model line names it: two processes, neither the script's own.
+    pids = {int(m) for m in re.findall(r"^tokentop: watching .* \(pid (\d+)\)", done.stderr, re.M)}
+    assert len(pids) == 2, done.stderr[-2000:]
 
 
 def test_processes_generating_together_show_one_run_at_a_time(folder, tmp_path):

@@ -336,7 +336,7 @@ def _engine_ready(model) -> EngineReady:
     experts, active = getattr(text_cfg, "num_experts", None) or getattr(text_cfg, "num_local_experts", None), getattr(text_cfg, "num_experts_per_tok", None)
     return EngineReady(
         model=getattr(cfg, "_name_or_path", "") or type(model).__name__,
-        source=f"the script {os.path.basename(sys.argv[0] or 'python')}",
+        source=f"the script {os.path.basename(sys.argv[0] or 'python')} (pid {os.getpid()})",
         device=str(getattr(model, "device", "cpu")),
         dtype=str(dtype).removeprefix("torch."),
         n_params=sum(p.numel() for p in params),
