@@ -195,8 +195,11 @@ async def shoot_script(size: tuple[int, int]) -> str:
         source = ScriptSource([sys.executable, script, str(converted_default()), "4"], os.path.join(tmp, "script.log"))
         app = TokentopApp(source, None, sampler=Sampler(hz=4), fps=8)
         async with app.run_test(size=size) as pilot:
-            await until(pilot, lambda: len(app.session.finished_ids) >= 2)
-            await pilot.pause(1.0)
+            await until(pilot, lambda: len(app.session.finished_ids) == 2 and not app.session.current.finished and app.session.current.total.n_tokens >= 8)
+            runs = app.monitor.panes["runs"]
+            runs.dirty = True
+            runs.redraw(force=True)  # the third call's row now, not at the table's once-a-second refresh
+            await pilot.pause(0.3)
             svg = app.save_screenshot(filename=f"tokentop-script-{size[0]}x{size[1]}.svg", path=HERE)
             await pilot.press("q")
     return to_png(svg, size)

@@ -176,6 +176,27 @@ def test_the_scripts_own_levers_are_read_from_its_model(tmp_path):
     assert levers(quantized).quant == "torchao:Int8WeightOnly"
 
 
+def test_a_dynamic_cache_read_after_it_grew_is_not_taken_for_a_preallocated_one():
+    """The hook's thread measures a token's cache after generation went on: a dynamic cache then
+    holds more tokens than the step's. Its bytes are the step's share, and nothing is drawn as
+    allocated beyond them (the KV pane's "static" line is for caches that preallocate)."""
+    import torch
+    import transformers as tf
+
+    from tui_app.attach.hook_writer import Writer
+    from tui_app.attach.script_hook import Call, Hook
+
+    config = tf.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+    call = Call(Hook(Writer(Path("nobody.sock"))), tf.LlamaForCausalLM(config), 1, {})
+    call.started(0, [1, 2, 3, 4, 5], 1)
+    call.cache = tf.DynamicCache(config=config)
+    for layer in range(2):  # 5 prompt tokens and 3 made since: the cache as the hook finds it, late
+        call.cache.update(torch.zeros(1, 2, 8, 8), torch.zeros(1, 2, 8, 8), layer)
+    (step,) = call.tokens(1, [7], 1)
+    per_token = 2 * 4 * 2 * 2 * 8  # K and V, fp32, 2 layers, 2 KV heads of 8
+    assert step.seq_len == 5 and step.kv_bytes == step.kv_alloc_bytes == 5 * per_token
+
+
 def test_ctrl_c_stops_the_script_and_tokentop(folder):
     """Ctrl-C at the terminal reaches both (one process group): the script ends as Python ends on
     SIGINT, tokentop says so in one line and returns 130, with no traceback of its own."""

@@ -104,6 +104,8 @@ class Call:
         self.n += made
         delta = self.text.push(ids) if self.text.tok is not None else ""
         kv = measure_cache(self.cache, len(self.prompt or ()) + self.n - 1)
+        if not getattr(self.cache, "is_compileable", True):  # a dynamic cache, read here after it grew on: it held what it used
+            kv.alloc_bytes = kv.used_bytes
         dt, self.last = t - self.last, t
         kind = "prefill" if self.steps == 1 else "decode"
         return [
