@@ -22,7 +22,7 @@ PARSER = {"help": "watch your own script's generate() calls: tokentop [--no-tui]
 NO_TUI = "`tokentop --no-tui -- python my_script.py`"
 POLL_S = 0.05
 LOG = "script.log"
-UNSEEN = "no generation seen: the script made no generate() call or forward of a transformers model in its own Python process"
+UNSEEN = "no generation seen: neither the script nor a Python process it started made a generate() call or forward of a transformers model"
 
 
 @dataclass(kw_only=True)
