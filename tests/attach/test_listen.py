@@ -59,3 +59,5 @@ def test_a_process_gone_mid_run_frees_the_panes():
     for ev in timed_run(1, Levers(), 50, tokens=2):
         merge.take(2, ev)
     assert shown(out) == [("RunStarted", 1), ("RunStarted", 2), ("RunFinished", 2)]
+    # Nothing of the gone process is kept: a listener outlives any number of them.
+    assert not [key for key in merge.ids if key[0] == 1] and 1 not in merge.ready

@@ -46,7 +46,7 @@ class Merge:
         self.shown_ready: int | None = None  # whose model the panes show
         self.ready: dict[int, EngineReady] = {}
         self.ids: dict[tuple[int, int], int] = {}  # (connection, its run id) → the run id shown
-        self.hidden: dict[int, int] = {}  # connection → runs not shown (another's was open)
+        self.told: set[int] = set()  # connections told that their run, overlapping another's, is not shown
         self.pid: dict[int, int | None] = {}
         self.peer_pid: int | None = None
 
@@ -63,9 +63,9 @@ class Merge:
             return [] if run_id is not None else [ev]  # a hidden run's steps, or no run's
         if isinstance(ev, RunStarted):
             if self.owner not in (None, conn):
-                self.hidden[conn] = self.hidden.get(conn, 0) + 1
-                if self.hidden[conn] > 1:
+                if conn in self.told:
                     return []
+                self.told.add(conn)
                 return [
                     EngineError(
                         message=f"pid {self.pid.get(conn)}'s generation, at the same time as pid {self.peer_pid}'s, is not shown: one process's at a time"
@@ -87,10 +87,16 @@ class Merge:
         return self.ready[conn]
 
     def closed(self, conn: int) -> None:
-        """A process gone: a run it left open no longer holds the panes (the next run says it was cut off)."""
+        """A process gone: a run it left open no longer holds the panes (the next run says it was cut
+        off), and nothing of it is kept (a listener outlives any number of processes)."""
         with self.lock:
             if self.owner == conn:
                 self.owner = None
+            self.ready.pop(conn, None)
+            self.pid.pop(conn, None)
+            self.told.discard(conn)
+            for key in [k for k in self.ids if k[0] == conn]:
+                del self.ids[key]
 
 
 class Listener:

@@ -229,11 +229,12 @@ class Hook:
 
     def forked(self) -> None:
         """In a process forked from this one: the writer's thread stayed behind, and the socket is the
-        parent's; a writer of its own, and the model told again on its own connection."""
+        parent's; a writer of its own, and the model told again on its own connection. A loop's run
+        the parent had open is the parent's (the models' hooks call this same Loop)."""
         self.writer = Writer(self.writer.path)
         self.writer.start()
         self.seen = weakref.WeakSet()
-        self.loop = Loop(self)
+        self.loop.call = None
         self.exits = False
 
     def flush_at_exit(self) -> None:

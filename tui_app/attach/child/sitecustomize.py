@@ -16,12 +16,16 @@ OURS = ("monitors", "tui_app")  # the packages the hook is loaded as, lent to it
 
 
 class _WhenTransformers:
-    """A meta path finder that finds nothing: it loads the hook as transformers is first imported."""
+    """A meta path finder that finds nothing: it loads the hook as transformers is first imported
+    (with the socket's name read at the start: the script may have changed its environment since)."""
+
+    def __init__(self, socket_path: str):
+        self.socket_path = socket_path
 
     def find_spec(self, name, path=None, target=None):
         if name == "transformers":
             sys.meta_path.remove(self)
-            _watch(os.environ[SOCKET_ENV])
+            _watch(self.socket_path)
         return None
 
 
@@ -68,5 +72,5 @@ def _chain() -> None:
 
 
 if os.environ.get(SOCKET_ENV):
-    sys.meta_path.insert(0, _WhenTransformers())
+    sys.meta_path.insert(0, _WhenTransformers(os.environ[SOCKET_ENV]))
 _chain()
