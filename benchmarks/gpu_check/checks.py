@@ -332,7 +332,7 @@ def run_logged(report: Report, title: str, cmd: list[str], timeout: float) -> tu
 
 
 def check_pytest(report: Report, title: str, args: list[str], timeout: float) -> tuple[str, str]:
-    rc, out = run_logged(report, title, [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], timeout)
+    rc, out = run_logged(report, title, [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", *args], timeout)
     summary = pytest_summary(out)
     if rc not in (0, 5):  # 5: nothing collected, said in the summary
         raise Failed(f"pytest exited {rc} (log in the report)", summary)

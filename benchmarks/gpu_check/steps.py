@@ -106,13 +106,19 @@ def check_syncs(bench: Bench, combo: dict, req, confidence: bool = False) -> tup
     if confidence and (len(probs) != len(tokens) or not all(0 < p <= 1 for p in probs)):
         raise Failed("each token's confidence not measured in (0, 1]", f"{len(probs)} of {len(tokens)} tokens, {probs[:4]}…")
     reads, syncs = n.per_token(len(tokens))
-    reference = f"{reads:.2f} host reads/token (the CPU's count), target ≤ 1"
+    # Without a cache each full forward runs transformers' packed-sequence check on the position
+    # ids (masking_utils.find_packed_sequence_indices), a read of its own, as the CPU's test
+    # (tests/engine/test_host_reads.py) allows; with an attention mask instead, its all-ones
+    # check reads as much (masking_utils.fast_all).
+    target = 2 if combo.get("cache") is False else 1
+    why = " (transformers' packed-sequence check without a cache)" if target == 2 else ""
+    reference = f"{reads:.2f} host reads/token (the CPU's count), target ≤ {target}{why}"
     if syncs is None:  # off CUDA: the host reads are what each would be a sync on a GPU
         figure = f"{reads:.2f} host reads/token, no CUDA here"
-        if reads > 1:
-            raise Failed("more than one host read per token", figure, "target ≤ 1")
-        return figure, "target ≤ 1"
+        if reads > target:
+            raise Failed(f"more than {target} host reads per token", figure, f"target ≤ {target}{why}")
+        return figure, f"target ≤ {target}{why}"
     figure = f"{syncs:.2f} CUDA syncs/token" + (f" ({n.sites_text()})" if n.sync_sites else "")
-    if syncs > 1:
-        raise Failed("more than one CUDA sync per token", figure, reference)
+    if syncs > target:
+        raise Failed(f"more than {target} CUDA syncs per token", figure, reference)
     return figure, reference

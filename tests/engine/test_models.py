@@ -143,3 +143,18 @@ def test_gpt2_style_model_runs_every_lever_it_can_and_refuses_quantization_with_
     events.clear()
     assert not eng.set_lever("quant", "int8")
     assert "Conv1D" in next(e for e in events if isinstance(e, LeverRefused)).reason
+
+
+@pytest.mark.parametrize("sliding", [None, 4], ids=["full", "sliding"])
+def test_a_static_caches_host_tensors_start_on_the_device(sliding):
+    """Left on the host, each layer's lazy start copies them with a CUDA sync (30 a run on an H200);
+    the `meta` device stands in for one here, where no GPU is."""
+    from transformers import LlamaConfig, StaticCache
+
+    cfg = LlamaConfig(num_hidden_layers=2, hidden_size=16, num_attention_heads=2, intermediate_size=32, vocab_size=64, sliding_window=sliding)
+    if sliding:
+        cfg.layer_types = ["sliding_attention", "full_attention"]
+    cache = models.on_device(StaticCache(config=cfg, max_cache_len=8), "meta")
+    held = [getattr(layer, n) for layer in cache.layers for n in ("cumulative_length", "_sliding_window_tensor") if hasattr(layer, n)]
+    assert len(held) >= 2 and all(t.device.type == "meta" for t in held)
+    assert models.on_device(StaticCache(config=cfg, max_cache_len=8), "cpu").layers[0].cumulative_length.device.type == "cpu"

@@ -20,7 +20,7 @@ from monitors.text import plural
 from tui_app.engine import bandwidth, pages
 from tui_app.engine import levers as lv
 from tui_app.engine.lean import use_own_attention
-from tui_app.engine.models import ModelError, cache_kwarg, load_model, to_device
+from tui_app.engine.models import ModelError, cache_kwarg, load_model, on_device, to_device
 from tui_app.engine.speculative import DraftProposer, lookup_proposals, rollback_ready, sliding_layers
 
 MB = 1024 * 1024
@@ -201,7 +201,7 @@ class LeverControl:
         from transformers import DynamicCache, StaticCache
 
         if self.levers.compile:
-            return StaticCache(config=model.config, max_cache_len=self.static_len(needed))
+            return on_device(StaticCache(config=model.config, max_cache_len=self.static_len(needed)), self.device)
         cache = DynamicCache(config=model.config)
         return rollback_ready(cache) if self.levers.spec != "off" else cache
 
@@ -313,7 +313,7 @@ class LeverControl:
         self.phases.start("compile", f"compiling the decode step (static cache {max_len}, batch {batch}, {self.levers.quant}){slow}")
         t0, breaks = time.perf_counter(), graph_breaks()
         fn = self.compiled_fn(model, self.levers.quant)
-        cache = StaticCache(config=model.config, max_cache_len=max_len)
+        cache = on_device(StaticCache(config=model.config, max_cache_len=max_len), self.device)
         tok = torch.zeros((batch, 1), dtype=torch.long, device=self.device)
         with torch.inference_mode():
             self.decoder.forward(model, tok, cache, 0)  # eager first write, as a real prefill does

@@ -47,6 +47,19 @@ def to_device(rows, device: str):
     return torch.tensor(rows).to(device, non_blocking=True)
 
 
+def on_device(cache, device: str):
+    """A static cache whose layers' host tensors (the filled length, a sliding window's size) are
+    already on the device: its lazy start copies each with a sync, one a layer a run (30 syncs a
+    run of the default model's shape on an H200, 2026-11-28), and then finds them there."""
+    if device != "cpu":
+        for layer in cache.layers:
+            for name in ("cumulative_length", "_sliding_window_tensor"):
+                value = getattr(layer, name, None)
+                if hasattr(value, "device") and value.device.type == "cpu":
+                    setattr(layer, name, value.to(device, non_blocking=True))
+    return cache
+
+
 class ModelError(Exception):
     """A model that cannot be loaded; the message says what to do."""
 
