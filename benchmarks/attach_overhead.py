@@ -28,7 +28,7 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._tmux import TmuxApp, runs_finished
+from benchmarks.common.tmux import TmuxApp, runs_finished
 from monitors.events import RunFinished
 from monitors.record import read_recording
 from tests.helpers.llama_server import LlamaServer

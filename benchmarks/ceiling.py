@@ -41,6 +41,8 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.common import median_range
+
 GIB = 2**30
 SIZE_UNITS = {"K": 2**10, "M": 2**20, "G": 2**30}
 
@@ -181,10 +183,6 @@ class LlamaCppServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         self.log.close()
-
-
-def median_range(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
 
 
 def main() -> int:

@@ -24,7 +24,7 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._tmux import TmuxApp, runs_finished
+from benchmarks.common.tmux import TmuxApp, runs_finished
 from monitors.events import Step
 from monitors.record import read_recording
 from monitors.timing import percentile

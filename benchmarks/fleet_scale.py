@@ -25,7 +25,7 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._tmux import TmuxApp
+from benchmarks.common.tmux import TmuxApp
 from monitors.fleet import Fleet, Selector
 from monitors.prometheus import Prometheus
 from tests.helpers.prometheus import PrometheusServer, StandIns, group, unavailable

@@ -20,7 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.common import ROOT
 
 
 def folder_bytes(path: Path) -> int:
@@ -28,8 +30,8 @@ def folder_bytes(path: Path) -> int:
 
 
 def build_wheel(out: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(ROOT)], cwd=out, check=True, capture_output=True)
-    shutil.rmtree(ROOT / "build", ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), ROOT], cwd=out, check=True, capture_output=True)
+    shutil.rmtree(os.path.join(ROOT, "build"), ignore_errors=True)
     return next(out.glob("tokentop-*.whl"))
 
 

@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._tmux import TmuxApp
+from benchmarks.common.tmux import TmuxApp
 
 SPEC = re.compile(r"s:(\S+)")
 CYCLE = {"off": "lookup", "lookup": "draft", "draft": "off"}

@@ -25,11 +25,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.common import median_range
+
 DEFAULT = "no-cache,compile,int8,int4,lookup,draft,b4,int8+compile,int4+compile"
-
-
-def median_range(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
 
 
 def measure(args) -> dict:

@@ -26,7 +26,7 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._tmux import TmuxApp, runs_finished
+from benchmarks.common.tmux import TmuxApp, runs_finished
 from monitors.events import RunFinished
 from monitors.record import read_recording
 from tui_app.core.session import Session

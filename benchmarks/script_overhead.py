@@ -21,10 +21,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.common import ROOT
 from tui_app.attach.script import CHILD, SOCKET_ENV
 from tui_app.engine.models import converted_default
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SCRIPTS = {"pipeline": "pipeline_script.py", "loop": "greedy_loop.py"}
 

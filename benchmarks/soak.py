@@ -44,7 +44,7 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._heap import Trend, growth, heap_parts
+from benchmarks.common.heap import Trend, growth, heap_parts
 from monitors.codec import to_json
 from monitors.events import RunFinished
 from monitors.record import Recorder, read_recording

@@ -18,7 +18,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._tmux import TmuxApp
+from benchmarks.common.tmux import TmuxApp
 
 # The status bar shows the TTFT once the prefill's token has been drawn.
 FIRST_TOKEN = re.compile(r"TTFT \d+ ms")

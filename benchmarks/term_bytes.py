@@ -28,7 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchmarks.common import ROOT
+
 TARGETS = {(160, 45): 20_000, (80, 24): 8_000}
 STARTED = re.compile(r"TTFT \d+ ms")  # tokentop: the first run's first token is on screen
 SEQ = re.compile(r"\x1b\[([0-9;?<>=]*)([A-Za-z@])|\x1b[^\[]|([^\x1b]+)", re.S)

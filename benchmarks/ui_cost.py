@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from textual._styles_cache import StylesCache
 
-from benchmarks._tmux import TmuxApp, runs_finished
+from benchmarks.common.tmux import TmuxApp, runs_finished
 from monitors.record import read_recording
 from tui_app.core.sources import ReplaySource
 from tui_app.ui.app import TokentopApp

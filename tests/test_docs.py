@@ -149,7 +149,7 @@ def test_each_runnable_command_runs_here_headless(cmd, tmp_path):
 @pytest.mark.parametrize("cmd", [c for c in ALL if c.terminal], ids=str)
 def test_each_tui_command_draws_its_first_run_and_quits_in_a_terminal(cmd, tmp_path):
     """The TUI as a user's terminal shows it (160×45, tmux): the first run done on the screen, `q`, exit 0."""
-    from benchmarks._tmux import TmuxApp, runs_finished
+    from benchmarks.common.tmux import TmuxApp, runs_finished
 
     args = tokentop_args(cmd.words)
     assert args is not None and "--no-tui" not in args, f"{cmd}: a terminal marker on a headless command"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks._tmux import TmuxApp
+from benchmarks.common.tmux import TmuxApp
 from monitors.events import Levers, RunFinished, RunStarted, Step
 from monitors.record import read_recording
 from tui_app.commands.script import UNSEEN

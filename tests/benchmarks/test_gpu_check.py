@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import torch
 
-from benchmarks._tmux import runs_finished
+from benchmarks.common.tmux import runs_finished
 from benchmarks.gpu_check import LEVER_GROUPS, SWITCH_AT
 from benchmarks.gpu_check.checks import check_bandwidth, check_device_map, check_observer_overhead, check_tui
 from benchmarks.gpu_check.memory import check_cuda_snapshot

@@ -16,7 +16,7 @@ import time
 import psutil
 import pytest
 
-from benchmarks._tmux import TmuxApp
+from benchmarks.common.tmux import TmuxApp
 from monitors.events import RunFinished, RunStarted
 from monitors.record import Recorder, read_recording
 from tests.ui.test_app import APP_SIZE, finished, until

@@ -15,7 +15,7 @@ import time
 import psutil
 import pytest
 
-from benchmarks._tmux import TmuxApp
+from benchmarks.common.tmux import TmuxApp
 from monitors.codec import to_json
 from monitors.record import read_recording
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from benchmarks._heap import heap_parts
+from benchmarks.common.heap import heap_parts
 from benchmarks.soak import replay_growth, soak
 
 

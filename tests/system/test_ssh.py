@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks._tmux import TmuxApp
+from benchmarks.common.tmux import TmuxApp
 from monitors.record import read_recording
 from tests.helpers.proxy import FaultProxy
 from tests.helpers.screen import run_texts, staleness

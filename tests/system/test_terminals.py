@@ -18,7 +18,8 @@ import time
 import psutil
 import pytest
 
-from benchmarks._tmux import ROOT, TmuxApp
+from benchmarks.common import ROOT
+from benchmarks.common.tmux import TmuxApp
 from monitors.record import Recorder
 from tests.helpers.synthetic import session_events
 

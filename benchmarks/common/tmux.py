@@ -10,7 +10,8 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchmarks.common import ROOT
+
 TOKENTOP = [sys.executable, "-m", "tui_app"]
 
 
