@@ -27,7 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.peer_agreement import VLLM_VENV, Cell, VllmBench
+from benchmarks.peer_vllm import VLLM_VENV, VllmBench
+from benchmarks.pool import Cell
 from monitors.timing import percentile
 from tests.helpers.sse_standin import SseStandIn
 

@@ -51,169 +51,22 @@ import random
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import peer_aiperf, server_clock
-from benchmarks.server_clock import Pace
-from monitors.timing import mean, percentile
-
-VLLM_VENV = Path.home() / ".cache" / "tokentop" / "vllm-venv"
-DRIVER = Path(__file__).with_name("vllm_bench_serve.py")
-FIGURES = (
-    ("TTFT p50", "ttft_p50", True),
-    ("TTFT mean", "ttft_mean", True),
-    ("TTFT p99", "ttft_p99", True),
-    ("TPOT mean", "tpot_mean", True),
-    ("ITL p50", "itl_p50", True),
-    ("output tok/s", "output_tok_s", False),
-)
-
-
-@dataclass
-class Cell:
-    name: str  # c1, c8, r2/s
-    concurrency: int | None  # closed loop
-    rate: float | None  # evenly spaced arrivals
-    requests: int
-
-
-@dataclass
-class Pooled:
-    """Requests of every round of one tool on one cell: what its figures are computed from."""
-
-    ttft: list[float] = field(default_factory=list)
-    itl: list[float] = field(default_factory=list)  # per token (one a chunk on llama.cpp)
-    itl_chunks: list[float] = field(default_factory=list)  # vLLM: every chunk's gap, its own definition
-    tpot: list[float] = field(default_factory=list)
-    tokens: int = 0
-    wall_s: float = 0.0
-    failed: int = 0
-    errors: list[str] = field(default_factory=list)  # why, where the tool said
-
-    def absorb(self, other: Pooled) -> None:
-        self.ttft += other.ttft
-        self.itl += other.itl
-        self.itl_chunks += other.itl_chunks
-        self.tpot += other.tpot
-        self.tokens += other.tokens
-        self.wall_s += other.wall_s
-        self.failed += other.failed
-        self.errors += other.errors
-
-    def on_server_clock(self, pace: Pace) -> Pooled:
-        """The same requests with the server's own pace of their turn divided out: TTFT in its
-        prompt tokens' time, gaps and TPOT in its generated tokens' (server_clock.py)."""
-        per_decode = [[x / pace.decode_s for x in xs] for xs in (self.itl, self.itl_chunks, self.tpot)]
-        return Pooled([x / pace.prefill_s for x in self.ttft], *per_decode, self.tokens, self.wall_s / pace.decode_s, self.failed)
-
-    def figures(self) -> dict[str, float]:
-        return {
-            "ttft_p50": percentile(self.ttft, 50),
-            "ttft_mean": mean(self.ttft),
-            "ttft_p99": percentile(self.ttft, 99),
-            "tpot_mean": mean(self.tpot),
-            "itl_p50": percentile(self.itl, 50),
-            "itl_p50_chunks": percentile(self.itl_chunks, 50),
-            "output_tok_s": self.tokens / self.wall_s if self.wall_s else float("nan"),
-        }
-
+from benchmarks.cpus import busy_loop, on_cpus, pin, split_cpus
+from benchmarks.peer_vllm import VLLM_VENV, VllmBench, add_vllm
+from benchmarks.pool import FIGURES, Cell, Pooled
+from monitors.timing import percentile
 
 # llama.cpp serves max(slots + 2, cores - 1) connections at once (6 here) and queues the rest
 # unaccepted: a client that keeps its connection alive keeps its place for its next request, one that
-# closes it (vLLM's, below) queues behind the waiting ones. At concurrency 8 the two tools' requests
+# closes it (vLLM's: peer_vllm.py) queues behind the waiting ones. At concurrency 8 the two tools' requests
 # were then served in a different order (tokentop's output tok/s 1.10 of the peer's); with a
 # connection each, only the 4 slots order them, for both.
 AGREEMENT_SERVER = ("--slots", "4", "--http-threads", "16")
-
-
-def split_cpus() -> tuple[set[int], set[int]] | None:
-    """The server's CPU and the clients': on a GPU box the server's work is not on the load
-    generator's cores; on a small machine sharing them, a client that costs more CPU a chunk slows
-    the server it measures (on two shared cores tokentop's figures at concurrency 8 came out 7-10 %
-    off the peer's, each tool's own load included). None where there is one CPU to split."""
-    cpus = sorted(os.sched_getaffinity(0))
-    return ({cpus[0]}, set(cpus[1:])) if len(cpus) >= 2 else None
-
-
-def pin(pid: int, cpus: set[int]) -> None:
-    """Every thread of a running process (a new thread takes its creator's CPUs)."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        os.sched_setaffinity(int(tid), cpus)
-
-
-def busy_loop(cpus: set[int], bursty: bool = False) -> subprocess.Popen:
-    """A process spinning on `cpus` until killed: a client sharing its core gets about half of it.
-    `bursty`: 0.3 s busy then 0.2 s idle, over and over, as other work on a shared machine."""
-    spin = "\n    t = time.monotonic()\n    while time.monotonic() - t < 0.3: pass\n    time.sleep(0.2)" if bursty else " pass"
-    return subprocess.Popen([sys.executable, "-c", f"import os, time\nos.sched_setaffinity(0, {sorted(cpus)})\nwhile True:{spin}"])
-
-
-def _on(cpus: set[int] | None):
-    return None if cpus is None else lambda: os.sched_setaffinity(0, cpus)
-
-
-class VllmBench:
-    """`vllm bench serve` kept imported in a process of its own (benchmarks/vllm_bench_serve.py)."""
-
-    def __init__(self, python: str, workdir: Path, cpus: set[int] | None = None):
-        from benchmarks.vllm_bench_serve import DONE
-
-        self.done = DONE
-        self.workdir = workdir
-        self.log = open(workdir / "vllm-bench.log", "w")  # noqa: SIM115 - open for the process's life
-        self.proc = subprocess.Popen([python, str(DRIVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, preexec_fn=_on(cpus))
-        self._wait()
-
-    def _wait(self) -> None:
-        for line in self.proc.stdout:
-            if line.strip() == self.done:
-                return
-            self.log.write(line)
-        raise RuntimeError(f"vllm bench serve ended (exit {self.proc.wait()}); its log: {self.workdir / 'vllm-bench.log'}")
-
-    def run(self, url: str, tokenizer: str, cell: Cell, p_len: int, new: int, seed: int, keep_alive: bool = False) -> dict:
-        name = f"vllm-{cell.name.replace('/', '')}-{seed}.json"
-        argv = [
-            "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions", "--model", "smollm2", "--tokenizer", tokenizer,
-            "--dataset-name", "random", "--random-input-len", str(p_len), "--random-output-len", str(new), "--ignore-eos",
-            "--num-prompts", str(cell.requests), "--seed", str(seed), "--temperature", "0",
-            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
-            "--save-result", "--save-detailed", "--result-dir", str(self.workdir), "--result-filename", name,
-            "--disable-tqdm",
-        ]  # fmt: skip
-        if not keep_alive:  # llama.cpp's server: see the module's docstring
-            argv += ["--header", "Connection=close"]
-        if cell.concurrency:
-            argv += ["--max-concurrency", str(cell.concurrency), "--request-rate", "inf"]
-        else:
-            argv += ["--request-rate", str(cell.rate), "--burstiness", "inf"]
-        self.proc.stdin.write(json.dumps(argv) + "\n")
-        self.proc.stdin.flush()
-        self._wait()
-        return json.loads((self.workdir / name).read_text())
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(60)
-        self.log.close()
-
-
-def add_vllm(pool: Pooled, data: dict) -> None:
-    for ttft, itls, latency, n, err in zip(data["ttfts"], data["itls"], data["latencies"], data["output_lens"], data["errors"], strict=True):
-        if err or not n:
-            pool.failed += 1
-            pool.errors.append(err or "no tokens")
-            continue
-        pool.ttft.append(ttft)
-        pool.itl_chunks.extend(itls)
-        pool.itl.extend(itls[: n - 1])  # a gap a token: the stream's last, empty chunk left out
-        if n > 1:
-            pool.tpot.append((latency - ttft) / (n - 1))
-        pool.tokens += n
-    pool.wall_s += data["duration"]
 
 
 def tokentop_run(url: str, cell: Cell, p_len: int, new: int, workdir: Path, warmup: int, cpus: set[int] | None = None) -> dict:
@@ -221,7 +74,7 @@ def tokentop_run(url: str, cell: Cell, p_len: int, new: int, workdir: Path, warm
     load = ["--concurrency", str(cell.concurrency)] if cell.concurrency else ["--rate", str(cell.rate), "--burstiness", "inf"]
     cmd = [sys.executable, "-m", "tui_app", "bench", "--endpoint", url, "--lengths", f"{p_len}:{new}", *load]
     cmd += ["--requests", str(cell.requests), "--repeats", "1", "--warmup", str(warmup), "-o", "json", "--out", str(out)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, preexec_fn=_on(cpus))
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, preexec_fn=on_cpus(cpus))
     if done.returncode not in (0, 1):
         raise RuntimeError(f"tokentop bench exited {done.returncode}: {done.stderr[-2000:]}")
     said = [line for line in done.stderr.splitlines() if line.startswith("tokentop:")]
@@ -290,7 +143,7 @@ def compare(
                     for tool in order + (("aiperf",) if aiperf else ()):  # AIPerf after both: its start-up (~20 s) is inside neither's round
                         turn, before = Pooled(), clock
                         if tool == "aiperf":
-                            peer_aiperf.add(turn, peer_aiperf.run(aiperf, url, tokenizer, cell, p_len, new, work, seed, _on(cpus)))
+                            peer_aiperf.add(turn, peer_aiperf.run(aiperf, url, tokenizer, cell, p_len, new, work, seed, cpus))
                         elif vllm is not None and tool == "vllm":
                             add_vllm(turn, vllm.run(url, tokenizer, cell, p_len, new, seed, keep_alive))
                         else:

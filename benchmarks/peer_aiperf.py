@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # peer_agreement imports this module
-    from benchmarks.peer_agreement import Cell, Pooled
+from benchmarks.cpus import on_cpus
+from benchmarks.pool import Cell, Pooled
 
 
 def run(
@@ -21,7 +20,7 @@ def run(
     new: int,
     workdir: Path,
     seed: int,
-    preexec=None,  # the tools' CPUs, set in the child
+    cpus: set[int] | None = None,  # the tools' CPUs
 ) -> tuple[list[dict], float]:
     """AIPerf's profile of the same cell: its per-request records and its benchmark duration (s).
     `--use-legacy-max-tokens`: llama.cpp's completions read max_tokens, not max_completion_tokens."""
@@ -31,7 +30,7 @@ def run(
     cmd += ["--output-tokens-mean", str(new), "--output-tokens-stddev", "0", "--use-legacy-max-tokens"]
     cmd += ["--extra-inputs", "ignore_eos:true", "--request-count", str(cell.requests), "--random-seed", str(seed), "--artifact-dir", str(out)]
     cmd += ["--concurrency", str(cell.concurrency)] if cell.concurrency else ["--request-rate", str(cell.rate), "--arrival-pattern", "constant"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=workdir, preexec_fn=preexec)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=workdir, preexec_fn=on_cpus(cpus))
     if done.returncode != 0:
         raise RuntimeError(f"aiperf exited {done.returncode}: {done.stderr[-2000:] or done.stdout[-2000:]}")
     records = [json.loads(line) for line in (out / "profile_export.jsonl").read_text().splitlines() if line.strip()]

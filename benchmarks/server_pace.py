@@ -23,7 +23,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import httpx
 
-from benchmarks.peer_agreement import AGREEMENT_SERVER, pin, split_cpus
+from benchmarks.cpus import pin, split_cpus
+from benchmarks.peer_agreement import AGREEMENT_SERVER
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "rho", "sigma"]
 POOLED = 5  # pairs, as the agreement test's rounds

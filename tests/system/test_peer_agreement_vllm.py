@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.peer_agreement import AGREEMENT_SERVER, FIGURES, Cell, compare, pin, split_cpus
+from benchmarks.cpus import pin, split_cpus
+from benchmarks.peer_agreement import AGREEMENT_SERVER, compare
+from benchmarks.pool import FIGURES, Cell
 from tests.helpers.vllm import SKIP, VLLM_PYTHON
 
 pytestmark = [pytest.mark.vllm, pytest.mark.agreement]
@@ -66,7 +68,7 @@ def off_by(tools: dict, cell: str) -> list[str]:
 
 
 def test_tokentop_and_vllm_bench_serve_agree_within_5_percent():
-    """A server of its own, on one CPU, the tools on the other (benchmarks/peer_agreement.py's
+    """A server of its own, on one CPU, the tools on the other (benchmarks/cpus.py's
     split_cpus): the shared fixture's server would keep the pin after this test."""
     if not VLLM_PYTHON:
         pytest.skip(SKIP)
