@@ -17,7 +17,7 @@ chromium:
 
 # Debian's Prometheus for the fleet tests (tests/helpers/prometheus.py runs it as a plain process on
 # 127.0.0.1; the package starts no daemon of its own without systemd), where apt-get and root are at
-# hand; elsewhere those tests skip and say why. Only the tests and benchmarks/fleet_scale.py need it.
+# hand; elsewhere those tests skip and say why. Only the tests and benchmarks/serving/fleet_scale.py need it.
 prometheus:
 	@command -v prometheus >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
 		&& apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; } \
@@ -85,13 +85,13 @@ screenshots: setup chromium prometheus
 	command -v rsvg-convert >/dev/null || apt-get install -y librsvg2-bin
 	$(PY) screenshots/make_screenshots.py
 
-# The peer for benchmarks/ceiling.py: llama.cpp's own server in a prebuilt wheel (xllamacpp), in a
+# The peer for benchmarks/engine/ceiling.py: llama.cpp's own server in a prebuilt wheel (xllamacpp), in a
 # venv-less target directory so it never becomes a dependency of tokentop.
 bench-peer: setup
 	$(PIP) install --target .peer --no-deps xllamacpp
-	PYTHONPATH=.peer $(PY) benchmarks/ceiling.py
+	PYTHONPATH=.peer $(PY) benchmarks/engine/ceiling.py
 
-# The serving bench beside its peers on one real llama.cpp server (benchmarks/peer_agreement.py):
+# The serving bench beside its peers on one real llama.cpp server (benchmarks/serving/peer_agreement.py):
 # `vllm bench serve` from the vLLM venv, and NVIDIA's AIPerf in a venv of its own (about 2 minutes
 # to install, kept between runs); then the load generator's capacity beside vLLM's.
 AIPERF_VENV ?= $(HOME)/.cache/tokentop/aiperf-venv
@@ -102,19 +102,19 @@ $(AIPERF_VENV)/.installed:
 	touch $@
 
 bench-agreement: setup $(VLLM_VENV)/.installed $(AIPERF_VENV)/.installed
-	$(PY) benchmarks/peer_agreement.py --vllm-python $(VLLM_VENV)/bin/python --aiperf $(AIPERF_VENV)/bin/aiperf
-	$(PY) benchmarks/generator_capacity.py --vllm-python $(VLLM_VENV)/bin/python
+	$(PY) benchmarks/serving/peer_agreement.py --vllm-python $(VLLM_VENV)/bin/python --aiperf $(AIPERF_VENV)/bin/aiperf
+	$(PY) benchmarks/serving/generator_capacity.py --vllm-python $(VLLM_VENV)/bin/python
 	TOKENTOP_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q -m agreement
 
 bench: setup prometheus
-	$(PY) benchmarks/framework_overhead.py
-	$(PY) benchmarks/levers.py
-	$(PY) benchmarks/ceiling.py
-	$(PY) benchmarks/packed_layout.py
-	$(PY) benchmarks/kernel_stream.py
-	$(PY) benchmarks/startup.py
-	$(PY) benchmarks/observer_overhead.py
-	$(PY) benchmarks/fleet_scale.py
+	$(PY) benchmarks/engine/framework_overhead.py
+	$(PY) benchmarks/engine/levers.py
+	$(PY) benchmarks/engine/ceiling.py
+	$(PY) benchmarks/engine/packed_layout.py
+	$(PY) benchmarks/engine/kernel_stream.py
+	$(PY) benchmarks/engine/startup.py
+	$(PY) benchmarks/terminal/observer_overhead.py
+	$(PY) benchmarks/serving/fleet_scale.py
 
 # The lent GPU machine (docs/gpu.md) has no network and no copy of the default model: build, here,
 # the wheels it lacks (for its Python 3.12, a torchao built for its torch 2.11) and the default

@@ -45,7 +45,7 @@ def _spawner() -> tuple[ThreadPoolExecutor, int]:
 def yield_to_children() -> None:
     """Lower every thread of this (the UI's) process but the spawner by UI_NICE. Where the engine
     or the attach client wants the core the UI is drawing on, the kernel then hands it over: a
-    chunk's arrival, or a token's step, is not delayed by a frame (benchmarks/chunk_rate.py at 2,000
+    chunk's arrival, or a token's step, is not delayed by a frame (benchmarks/serving/chunk_rate.py at 2,000
     chunks/s: the lag's p99 about a quarter of what it is without; docs/performance.md).
     Where threads cannot be reniced one by one (not Linux), nothing changes. Once a process."""
     global _yielded

@@ -1,4 +1,4 @@
-"""What a soak measures of the UI's memory (benchmarks/soak.py): a series' trend per minute with its
+"""What a soak measures of the UI's memory (benchmarks/terminal/soak.py): a series' trend per minute with its
 interval, fitted as the leak detector fits baselines, the parts of this process's RSS (glibc's heap
 in use, pymalloc's arenas, the Python objects in them), and where traced Python memory grew."""
 

@@ -269,10 +269,10 @@ def check_tui(folder: Path, device: str, out: Path, size: tuple[int, int] = (160
 
 
 def check_observer_overhead(report: Report, folder: Path, timeout: float, device: str = "cuda", rounds: int = 3, tokens: int = 256) -> tuple[str, str]:
-    """benchmarks/observer_overhead.py on the GPU: the full TUI drawing in a real (tmux) terminal."""
+    """benchmarks/terminal/observer_overhead.py on the GPU: the full TUI drawing in a real (tmux) terminal."""
     if shutil.which("tmux") is None:
         raise Skip("no tmux here (make gpu-wheels carries one in .gpu-wheels/bin)")
-    cmd = [sys.executable, "benchmarks/observer_overhead.py", "--model", str(folder), "--device", device, "--dtype", "bf16"]
+    cmd = [sys.executable, "benchmarks/terminal/observer_overhead.py", "--model", str(folder), "--device", device, "--dtype", "bf16"]
     cmd += ["--rounds", str(rounds), "--runs", "3", "--tokens", str(tokens)]
     rc, out = run_logged(report, f"observer overhead on {device}", cmd, timeout)
     if rc:
@@ -340,7 +340,7 @@ def check_pytest(report: Report, title: str, args: list[str], timeout: float) ->
 
 
 def check_framework_overhead(report: Report, tok: Path, timeout: float) -> tuple[str, str]:
-    cmd = [sys.executable, "benchmarks/framework_overhead.py", "--device", "cuda", "--repeats", "10", "--tokenizer", str(tok)]
+    cmd = [sys.executable, "benchmarks/engine/framework_overhead.py", "--device", "cuda", "--repeats", "10", "--tokenizer", str(tok)]
     rc, out = run_logged(report, "framework overhead on CUDA", cmd, timeout)
     if rc:
         raise Failed(f"exited {rc} (log in the report)")

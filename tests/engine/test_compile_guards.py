@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import StaticCache
 
-from benchmarks.framework_overhead import tiny_llama
+from benchmarks.engine.framework_overhead import tiny_llama
 from monitors.events import Step
 from tui_app.commands.bench import apply_levers
 from tui_app.engine.generation import Engine, EngineConfig

@@ -1,10 +1,10 @@
 """tokentop's serving bench agrees with `vllm bench serve` (the module, from the vLLM venv that the
 vLLM tier uses) on the same real llama.cpp server and the same workload, the two tools taking turns
-round by round (benchmarks/peer_agreement.py: how, and where the definitions differ).
+round by round (benchmarks/serving/peer_agreement.py: how, and where the definitions differ).
 
 Held within 5 %: at concurrency 1 the means of a request's own pace (TTFT mean, TPOT mean, output
 tok/s), read on the server's own clock: each turn's figures divided by the seconds the server's
-counters say a prompt token and a generated token took in that turn (benchmarks/server_clock.py;
+counters say a prompt token and a generated token took in that turn (benchmarks/serving/server_clock.py;
 means, as the counters are sums: a p50 so divided moved 4-5 % beside itself under load, the
 means within 1 %). The tools measure different turns, and a one-CPU server's pace
 moves between them: 13.4-18.2 ms a generated token from one round to the next under a bursty load
@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.cpus import pin, split_cpus
-from benchmarks.peer_agreement import AGREEMENT_SERVER, compare
-from benchmarks.pool import FIGURES, Cell
+from benchmarks.serving.cpus import pin, split_cpus
+from benchmarks.serving.peer_agreement import AGREEMENT_SERVER, compare
+from benchmarks.serving.pool import FIGURES, Cell
 from tests.helpers.vllm import SKIP, VLLM_PYTHON
 
 pytestmark = [pytest.mark.vllm, pytest.mark.agreement]
@@ -42,7 +42,7 @@ ROUNDS = 5
 MORE = 2  # times a cell with a figure off gets five rounds more, read over all its rounds
 HELD = {"c1": ("ttft_mean", "tpot_mean", "output_tok_s"), "c8": ("output_tok_s",), "r2/s": ("output_tok_s",)}
 # Where one request runs at a time, the server's counters over a turn are its requests' own time:
-# each turn's figures are read on the server's clock (benchmarks/server_clock.py). Means, as the
+# each turn's figures are read on the server's clock (benchmarks/serving/server_clock.py). Means, as the
 # counters are sums: a p50 divided by a mean pace moved 4-5 % beside itself under load.
 ON_SERVER_CLOCK = {"c1"}
 
@@ -68,7 +68,7 @@ def off_by(tools: dict, cell: str) -> list[str]:
 
 
 def test_tokentop_and_vllm_bench_serve_agree_within_5_percent():
-    """A server of its own, on one CPU, the tools on the other (benchmarks/cpus.py's
+    """A server of its own, on one CPU, the tools on the other (benchmarks/serving/cpus.py's
     split_cpus): the shared fixture's server would keep the pin after this test."""
     if not VLLM_PYTHON:
         pytest.skip(SKIP)

@@ -1,4 +1,4 @@
-"""The one-minute soak (benchmarks/soak.py runs the 30-minute one): random keys on the real app."""
+"""The one-minute soak (benchmarks/terminal/soak.py runs the 30-minute one): random keys on the real app."""
 
 import re
 import sys
@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from benchmarks.common.heap import heap_parts
-from benchmarks.soak import replay_growth, soak
+from benchmarks.terminal.soak import replay_growth, soak
 
 
 @pytest.mark.slow

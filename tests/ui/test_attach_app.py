@@ -92,7 +92,7 @@ async def test_t_with_one_server_says_how_to_compare(llama_server, tmp_path):
 async def test_a_servers_first_figures_are_drawn_in_the_frame_they_arrive(llama_server, tmp_path):
     """The server pane drew "waiting for the server's KV figure" in the first frame; the frame in
     which the first figures arrive draws them too, not one past the pane's own rate limit (half a
-    second later: `attach` launch to data, benchmarks/attach_launch.py)."""
+    second later: `attach` launch to data, benchmarks/serving/attach_launch.py)."""
     source = AttachSource([AttachConfig(url=llama_server.url)])
     app = TokentopApp(source, RunRequest(max_new_tokens=8, ignore_eos=True), fps=4, out_dir=str(tmp_path))
     seen: list[str] = []

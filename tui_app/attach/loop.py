@@ -148,7 +148,7 @@ def _get(commands):
 class _Batches:
     """Events to the UI a few milliseconds at a time, one queue put per batch: at a fast server's
     thousands of chunks a second, a put and a get per event cost the two processes more than the
-    events themselves (measured by benchmarks/chunk_rate.py). Timestamps are taken on arrival, so
+    events themselves (measured by benchmarks/serving/chunk_rate.py). Timestamps are taken on arrival, so
     batching moves none of them."""
 
     EVERY_S = 0.005

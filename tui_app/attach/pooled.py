@@ -3,7 +3,7 @@ Events read as they come.
 
 aiohttp, not httpx, carries the streams: per request it costs a quarter of httpx's CPU (0.33 ms
 against 1.21, a stream of one chunk), and eight requests started at once reach the server over
-0.48 ms where httpx's spread over 7.3 (benchmarks/stream_client.py; docs/performance.md). That time
+0.48 ms where httpx's spread over 7.3 (benchmarks/serving/stream_client.py; docs/performance.md). That time
 is inside every TTFT a client measures, and it is what spread the bench's first burst.
 The GETs (models, metrics, Prometheus) stay on httpx: one a second costs nothing worth a change.
 

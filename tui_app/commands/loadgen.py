@@ -8,7 +8,7 @@ has ended, each with the conversation so far before its own text.
 Timing: a request's send time is its RunStarted (the attach client's clock, which TTFT runs from).
 Each request sleeps to SPIN_S short of its send, then yields to the loop until the time: asyncio's
 own timers wake up to a millisecond late (epoll waits in whole milliseconds), which a send error
-of ≤ 1 ms p99 cannot afford (benchmarks/generator_capacity.py measures it).
+of ≤ 1 ms p99 cannot afford (benchmarks/serving/generator_capacity.py measures it).
 
 Python's collector: a full collection walks every object the process holds (the client, the
 workload, the imports), 11-13 ms here, about once in 4 s at 100-200 req/s, and delays the requests

@@ -9,7 +9,7 @@ tests check greedy outputs token for token against `model.generate`). In a quant
 decoder layer's q/k/v and gate/up projections are each called as one joined layer (the same
 numbers: their rows are independent), in a copy of the decoder layer's own few lines.
 
-Measured on the tiny Llama of benchmarks/framework_overhead.py: this step takes about two thirds
+Measured on the tiny Llama of benchmarks/engine/framework_overhead.py: this step takes about two thirds
 of a bare `model(...)` loop's time per token, and compiled (static cache, C++ wrapper) 0.1 ms
 where a compiled `model(...)` takes 0.17.
 """

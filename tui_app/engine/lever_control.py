@@ -352,7 +352,7 @@ def _stream_gemv_on_cpu(inductor, on: bool) -> None:
     """Have inductor write a decode step's matrix-vector products as its own fused reductions.
 
     MKL's GEMV streams a weight matrix from memory at 11 GB/s on this CPU where a plain read runs
-    at 27-29 (benchmarks/ceiling.py); inductor's reduction over the same weights runs at ~20, so
+    at 27-29 (benchmarks/engine/ceiling.py); inductor's reduction over the same weights runs at ~20, so
     the compiled fp32 step goes from 18 to 37 tok/s with the same greedy tokens. Inductor has this
     rewrite (its mem-bound mm pass) but only for tiny matrices on CPU; the limits below open it to
     every layer and the LM head, for up to MAX_GEMV_ROWS rows (the batch of a decode step): at

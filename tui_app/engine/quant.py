@@ -2,7 +2,7 @@
 inside the kernels).
 
 Why our own module rather than torchao's Int8WeightOnly on CPU (measured on the default model,
-one thread, `benchmarks/ceiling.py`): decode is memory-bound, and what matters is the bytes read
+one thread, `benchmarks/engine/ceiling.py`): decode is memory-bound, and what matters is the bytes read
 per token and how fast a kernel streams them.
 - torchao's CPU path (and aten's `_weight_int8pack_mm`, 1-2 GB/s here) ran at fp32's speed
   eager and 27 tok/s compiled; the tied LM head, a fifth of the model, had to stay fp32 (113 MB

@@ -8,7 +8,7 @@ switching re-styles what is kept.
 
 Drawn through the line API from wrapped lines that are kept between frames: a finished paragraph
 is wrapped once, and a frame re-wraps only the paragraph still growing. Re-wrapping the visible
-tail every frame cost more than all four charts together (measured by benchmarks/ui_cost.py).
+tail every frame cost more than all four charts together (measured by benchmarks/terminal/ui_cost.py).
 
 The text pages rather than scrolls: lines keep their row, and when the pane is full the view
 moves half a pane on. Scrolling by one line moved every line on screen, so each new line sent the
