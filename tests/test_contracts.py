@@ -46,8 +46,8 @@ def test_core_loads_no_textual_rich_or_torch():
     "packages",
     [
         ["tui_app.ui", "tui_app.attach"],
-        # The commands a base install runs: attach (and its tour), bench --endpoint (its sweep and --live), report, replay, serve attach.
-        [f"tui_app.commands.{name}" for name in ("attach", "serving_bench", "sweep_run", "bench_live", "report", "replay", "serve", "demo")],
+        # The commands a base install runs: attach (and its tour), bench --endpoint (serving/ whole: its sweep and --live), report, replay, serve attach.
+        [f"tui_app.commands.{name}" for name in ("attach", "serving", "report", "replay", "serve", "demo")],
         ["tui_app.cli"],
     ],
 )

@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def serving_bench_parser() -> argparse.ArgumentParser:
     """`tokentop bench --endpoint URL ...`: the serving benchmark's own parser, so each bench's --help shows only its options."""
-    module = command("serving_bench")
+    module = command("serving")
     p = argparse.ArgumentParser(**module.PARSER)
     module.add_args(p)
     return p
@@ -44,7 +44,7 @@ def serving_bench_parser() -> argparse.ArgumentParser:
 def parse(argv: list[str]):
     """(the command's module, its options) for a command line; argparse exits 2 on misuse."""
     if argv[0] == "bench" and any(a == "--endpoint" or a.startswith("--endpoint=") for a in argv[1:]):
-        module = command("serving_bench")
+        module = command("serving")
         return module, from_namespace(module.Options, serving_bench_parser().parse_args(argv[1:]))
     parser = build_parser()
     served = None

@@ -11,8 +11,7 @@ import sys
 
 from tests.ui.test_app import APP_SIZE, status_text, until
 from tui_app.cli import serving_bench_parser
-from tui_app.commands.bench_live import BenchSource, Job
-from tui_app.commands.serving_bench import Options, bench_process
+from tui_app.commands.serving import BenchSource, Job, Options, bench_process
 from tui_app.core.options import from_namespace
 from tui_app.ui.bench_app import BenchApp
 from tui_app.ui.widgets.runs_table import RunsTable

@@ -1,7 +1,7 @@
 """The TUI over a running `tokentop bench --endpoint --live`: the attach app's panes, fed by the
 bench's own requests; the status line keeps the bench's progress (its bar, the cell, the time left)
 in place of a single run's state, and the app closes itself once the bench is done, so its tables
-print (tui_app/commands/bench_live.py)."""
+print (tui_app/commands/serving/live.py)."""
 
 from __future__ import annotations
 

@@ -51,8 +51,7 @@ async def test_a_round_runs_on_a_frozen_heap_and_lets_nothing_go_uncollected():
     frozen: a full collection of it took 11-13 ms and delayed the requests due then), and the heap is
     thawed after it: a cycle made before the round and let go during it is collected."""
     from tui_app.attach.client import AttachConfig, ServerClient
-    from tui_app.commands.loadgen import run_round
-    from tui_app.commands.workloads import Item
+    from tui_app.commands.serving import Item, run_round
 
     class Cycle:
         pass

@@ -14,7 +14,7 @@ def headroom_figure(index: int, verdict: dict) -> Figure:
     """The figure of one server's sweep (sweep.summary's JSON), the `index`-th of the bench's."""
     from matplotlib.figure import Figure as MplFigure
 
-    from tui_app.commands.serving_bench import parse_slo
+    from tui_app.commands.serving import parse_slo
 
     steps = verdict["steps"]
     level = verdict["level"]

@@ -27,7 +27,7 @@ NO_TUI = "`tokentop bench --endpoint URL` without --live"
 class Job:
     """What the bench's process is handed (it is spawned: its options go pickled)."""
 
-    opts: object  # serving_bench.Options
+    opts: object  # command.Options
     lengths: list
     out: str  # where its tables go, read back once the TUI has closed
     status: str  # its exit status, as JSON
@@ -73,7 +73,7 @@ class BenchSource(AttachSource):
 
 
 def serve_bench(job: Job, commands, events, log_path: str | None, run: Callable) -> None:
-    """The bench's process: `run` is serving_bench.run_endpoint_bench, its events to the TUI."""
+    """The bench's process: `run` is command.run_endpoint_bench, its events to the TUI."""
     from tui_app.process import quiet_process
 
     if quiet_process(log_path, events):
@@ -131,7 +131,7 @@ def _status(job: Job, code: int) -> None:
 
 
 def run_live(opts, lengths, target: Callable, headless: Callable[[], int]) -> int:
-    """The TUI over the bench (`target`: the bench's process, serving_bench.bench_process), then
+    """The TUI over the bench (`target`: the bench's process, command.bench_process), then
     its tables; without a terminal, `headless()`: the bench as without --live."""
     from tui_app.core.terminal import cannot_draw
     from tui_app.folders import cache_root

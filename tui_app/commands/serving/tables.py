@@ -1,5 +1,5 @@
 """The serving benchmark's cells and what is made of them: each request's numbers, each cell's
-summaries and row, the markdown tables and the files (`tokentop bench --endpoint`, serving_bench.py)."""
+summaries and row, the markdown tables and the files (`tokentop bench --endpoint`, command.py)."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ class Cell:
             for k in STATS:
                 d[f"{name}_{k}_s"] = _none_if_nan(getattr(s, k))
         d.update({f"server_{k}": v for k, v in self.server_figures.items()})
-        from tui_app.commands import cell_stats
+        from tui_app.commands.serving import cell_stats
 
         d.update(fmt.strict_json(cell_stats.flat(self)))
         for name in XRAY_COLUMNS:
@@ -151,7 +151,7 @@ def markdown(cells: list[Cell]) -> str:
         "| goodput req/s | KV peak | waiting peak | preempted | prefix hits |"
     )
     lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
-    from tui_app.commands.cell_stats import prompt_text
+    from tui_app.commands.serving.cell_stats import prompt_text
 
     for c in cells:
         d = c.flat()

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from tests.helpers.llama_server import LlamaServer
-from tui_app.commands import sweep, workloads
+from tui_app.commands.serving import sweep, workloads
 from tui_app.core import stats
 from tui_app.core.options import UsageError
 

@@ -1,18 +1,5 @@
-"""`tokentop bench --endpoint URL [--endpoint URL2]`: a serving benchmark of running servers.
-
-Cells: prompt length × output length × load, where load is a number of concurrent clients (closed
-loop: each sends its next request when the last one ends) or, with --rate, Poisson arrivals at R
-requests/s (open loop: requests start on schedule whatever the server's state, as real traffic
-does); or a dataset's or a trace's requests (workloads.py). Each cell runs --repeats rounds, the
-servers taking turns round by round (round k of each back to back, so that a ratio's pair shares
-the machine's moment), and each figure has its interval over the rounds (cell_stats.py). Every
-request goes through the attach client, so TTFT and ITL have the attach definitions (ITL per token,
-a multi-token chunk spread over its tokens); TPOT is (e2e − TTFT) ÷ (tokens − 1) per request, as
-`vllm bench serve` computes it. The server's own figures come from its /metrics over the cell's
-window. Goodput: requests per second that met every SLO given with --slo. With --sweep, the rate is
-raised step by step until the SLO breaks (sweep.py, sweep_run.py); with --live, the attach TUI
-watches the load (bench_live.py).
-"""
+"""`tokentop bench --endpoint`'s options and their checks (the plan, before any server is
+touched), and the run: each cell's rounds on the servers in turn, the progress, the tables at the end."""
 
 from __future__ import annotations
 
@@ -25,10 +12,10 @@ from dataclasses import dataclass, replace
 from monitors.events import EngineError
 from monitors.servers import MetricsWindow
 from tui_app.attach.tokenizer import Prompts
-from tui_app.commands import workloads as wl
 from tui_app.commands.bench import SweepOptions, add_sweep, outputs_writable, sweep_lengths
-from tui_app.commands.serving_cells import Measuring, Plan, measure_round, report, warm_up
-from tui_app.commands.serving_tables import SLO_KEYS, Cell
+from tui_app.commands.serving import workloads as wl
+from tui_app.commands.serving.cells import Measuring, Plan, measure_round, report, warm_up
+from tui_app.commands.serving.tables import SLO_KEYS, Cell
 from tui_app.core.options import EXIT_USAGE, UsageError, bounded
 
 PARSER = {
@@ -85,7 +72,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--insecure", action="store_true", help="accept a self-signed TLS certificate")
     g.add_argument("--seed-arrivals", type=bounded(int, 0, 2**63 - 1), default=0, help="seed of the open loop's arrival times")
     from tui_app.attach.otlp import add_otlp_arg
-    from tui_app.commands.sweep import add_sweep_args
+    from tui_app.commands.serving.sweep import add_sweep_args
 
     add_otlp_arg(g)  # bench: the server's queue, prefill and decode per request, and the client's overhead beside them
     wl.add_workload_args(g)
@@ -103,7 +90,7 @@ def main(opts: Options) -> int:
     if not outputs_writable(opts):
         return EXIT_USAGE
     if opts.live:
-        from tui_app.commands.bench_live import run_live
+        from tui_app.commands.serving.live import run_live
 
         check(opts)  # a usage error is one line here, not a TUI that closes at once
         return run_live(opts, lengths, bench_process, lambda: asyncio.run(run_endpoint_bench(opts, lengths)))
@@ -112,8 +99,8 @@ def main(opts: Options) -> int:
 
 def bench_process(job, commands, events, log_path: str | None) -> None:
     """The --live bench's own process (spawned by tui_app.process.EngineProcess): the bench, its
-    events to the TUI (bench_live.py)."""
-    from tui_app.commands.bench_live import serve_bench
+    events to the TUI (live.py)."""
+    from tui_app.commands.serving.live import serve_bench
 
     serve_bench(job, commands, events, log_path, run_endpoint_bench)
 
@@ -163,7 +150,7 @@ def read_prompts(path: str) -> list[str]:
 
 def check(args: Options) -> Plan:
     """Every option's sense and every file's entries, before connecting: UsageError, one line."""
-    from tui_app.commands.sweep import parse_sweep
+    from tui_app.commands.serving.sweep import parse_sweep
 
     slo = parse_slo(args.slo)
     try:
@@ -292,7 +279,7 @@ async def run_endpoint_bench(args: Options, lengths: list[tuple[int, int]], emit
         for note in plan.notes:
             print(f"tokentop: {note}", file=sys.stderr)
         if plan.rates is not None:
-            from tui_app.commands.sweep_run import run_sweep
+            from tui_app.commands.serving.sweep_run import run_sweep
 
             return await run_sweep(args, plan, lengths, workload, servers, session, out, progress_sink)
         cps = wl.plans(args, lengths, plan.concurrencies, workload)

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from monitors.events import RunFinished
-from tui_app.commands.workloads import Item
+from tui_app.commands.serving.workloads import Item
 
 SPIN_S = 0.002
 TURN_SEPARATOR = "\n\n"

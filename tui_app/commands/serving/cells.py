@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from monitors.servers import MetricsWindow
-from tui_app.commands.serving_tables import Cell, Request, markdown, write_outputs, xray_markdown
+from tui_app.commands.serving.tables import Cell, Request, markdown, write_outputs, xray_markdown
 from tui_app.core import fmt
 
 
@@ -39,7 +39,7 @@ class Measuring:
 async def measure_round(client, session, run: Measuring, items: list, concurrency: int, on_done=None, stop=None) -> str | None:
     """One round of `items` on `client` into `run.cell` (its requests tagged with the round);
     why it stopped early, or None."""
-    from tui_app.commands.loadgen import run_round
+    from tui_app.commands.serving.loadgen import run_round
 
     cell, window, peaks = run.cell, run.window, run.peaks
 
@@ -122,7 +122,7 @@ async def measure_round(client, session, run: Measuring, items: list, concurrenc
 
 async def warm_up(client, session, items: list) -> None:
     """Requests of the cell's own kind, one at a time, left out of every figure."""
-    from tui_app.commands.loadgen import run_round
+    from tui_app.commands.serving.loadgen import run_round
 
     if items:
         warm = [replace(it, at_s=None, conversation=-1) for it in items]
@@ -143,7 +143,7 @@ async def _accounted(client, session, requests: list[Request]) -> None:
 
 def report(args, plan: Plan, servers, cells: list[Cell], out, extra: dict | None = None) -> int:
     """The tables on `out` and the files asked for; the exit status."""
-    from tui_app.commands import cell_stats
+    from tui_app.commands.serving import cell_stats
 
     names = ", ".join(f"{c.levers.server} ({c.engine.name} {c.model})" for c in servers.clients)
     print(

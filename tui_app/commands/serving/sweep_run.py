@@ -7,10 +7,10 @@ from dataclasses import replace
 
 from monitors.servers import MetricsWindow
 from tui_app.attach.tokenizer import Prompts
-from tui_app.commands import sweep as sw
-from tui_app.commands import workloads as wl
-from tui_app.commands.serving_cells import Measuring, Plan, measure_round, report, warm_up
-from tui_app.commands.serving_tables import Cell
+from tui_app.commands.serving import sweep as sw
+from tui_app.commands.serving import workloads as wl
+from tui_app.commands.serving.cells import Measuring, Plan, measure_round, report, warm_up
+from tui_app.commands.serving.tables import Cell
 
 
 async def run_sweep(args, plan: Plan, lengths, workload, servers, session, out, progress_sink=None) -> int:

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from tui_app.commands.serving_bench import parse_slo
-from tui_app.commands.workloads import arrivals
+from tui_app.commands.serving import parse_slo
+from tui_app.commands.serving.workloads import arrivals
 from tui_app.core.options import UsageError
 
 
