@@ -251,7 +251,7 @@ async def run_endpoint_bench(args: Options, lengths: list[tuple[int, int]], emit
     `out` (default stdout), `progress_sink` gets the progress as it changes."""
     from tui_app.attach.errors import AttachError
     from tui_app.attach.loop import Servers
-    from tui_app.commands.progress import Progress
+    from tui_app.commands.serving.progress import Progress
     from tui_app.core.session import Session
 
     plan = check(args)

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tui_app.commands.progress import WIDTH, eta_text
+from tui_app.commands.serving.progress import WIDTH, eta_text
 from tui_app.core.options import UiOptions
 from tui_app.core.sources import AttachSource
 from tui_app.requests import Shutdown

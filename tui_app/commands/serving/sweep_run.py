@@ -14,7 +14,7 @@ from tui_app.commands.serving.tables import Cell
 
 
 async def run_sweep(args, plan: Plan, lengths, workload, servers, session, out, progress_sink=None) -> int:
-    from tui_app.commands.progress import Progress
+    from tui_app.commands.serving.progress import Progress
 
     args = replace(args, requests=args.requests or sw.DEFAULT_REQUESTS, duration=None)
     level = args.goodput_level / 100
