@@ -1,4 +1,5 @@
 import os
+import tempfile
 
 import pytest
 
@@ -12,8 +13,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
 # Forced, not defaulted: a user's own TOKENTOP_DATA is their real recordings folder, and tests
 # (those that run the CLI in a subprocess inherit this) must never write there.
-TEST_DATA = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "tokentop-data"))
+# Each pytest-xdist worker its own folder and its own tmux server, so two workers' recordings and
+# sessions never meet; the tmux server is private even inside a developer's tmux.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+TEST_DATA = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", f"tokentop-data-{WORKER}"))
 os.environ["TOKENTOP_DATA"] = TEST_DATA
+os.environ.pop("TMUX", None)
+os.environ["TMUX_TMPDIR"] = os.path.join(tempfile.gettempdir(), f"tokentop-tests-tmux-{os.getpid()}")
+os.makedirs(os.environ["TMUX_TMPDIR"], exist_ok=True)
 
 
 def pytest_addoption(parser):
