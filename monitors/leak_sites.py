@@ -66,10 +66,11 @@ class _Reading:
 class LeakSites:
     """Readings at baselines; `grown()` diffs the first after `warmup` against the latest."""
 
-    def __init__(self, warmup: int = 3, frames: int = FRAMES):
+    def __init__(self, warmup: int = 3, frames: int = FRAMES, runs: int = 0):
+        """runs: those done before this reads its first baseline, so its readings carry the run's number."""
         self.warmup = warmup
         self.frames = frames
-        self.runs = 0
+        self.runs = runs
         self.first: _Reading | None = None
         self.last: _Reading | None = None
         self.started_here = False

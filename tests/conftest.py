@@ -1,4 +1,5 @@
 import os
+import signal
 import tempfile
 
 import pytest
@@ -11,10 +12,15 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Snapshots must not catch a colour mid-transition.
 os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
+# The tests that stop a child with SIGINT, as Ctrl-C would, need the child to take it: a child
+# inherits an ignored SIGINT, and a shell runs a command started with `&` so, as pytest-xdist's
+# workers may be. A handler of Python's own is reset to the default in the child at its exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 # Forced, not defaulted: a user's own TOKENTOP_DATA is their real recordings folder, and tests
-# (those that run the CLI in a subprocess inherit this) must never write there.
-# Each pytest-xdist worker its own folder and its own tmux server, so two workers' recordings and
-# sessions never meet; the tmux server is private even inside a developer's tmux.
+# (those that run the CLI in a subprocess inherit this) must never write there. Each pytest-xdist
+# worker has its own folder and its own tmux server, so two workers' recordings and sessions never
+# meet; the tmux server is private even inside a developer's tmux.
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 TEST_DATA = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", f"tokentop-data-{WORKER}"))
 os.environ["TOKENTOP_DATA"] = TEST_DATA

@@ -1,7 +1,7 @@
-"""`tokentop leakcheck`: repeated runs of the engine in this process, the memory baseline trend
-and a verdict, and on a suspected leak the lines that allocate it (monitors/leak_sites.py: it
-traces every allocation, which slows the runs; a check's speed is not its point); exit 1 on a
-suspected leak (for CI)."""
+"""`tokentop leakcheck`: repeated runs of the engine in this process at the engine's own pace, the
+memory baseline trend and a verdict; on a suspected leak, a few runs more that name the lines that
+allocate it (monitors/leak_sites.py traces every allocation, at a seventh of the engine's pace, so
+only those runs are traced); exit 1 on a suspected leak (for CI)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ from tui_app.core.session import DEVICE_BASELINES, Session
 from tui_app.requests import History
 
 MB = 1024 * 1024
+# Traced runs after a suspected verdict: three baselines, two runs of growth between the first and
+# the last, enough to tell a line that keeps memory every run from one that grew once.
+SITE_RUNS = 3
 PARSER = {"help": "repeated runs, the memory baseline trend and a verdict (exit 1 on a suspected leak)"}
 
 
@@ -75,20 +78,16 @@ def leakcheck(args: Options) -> int:
     said: list[str] = []  # the engine's reason, where a run fails
     session.listeners.append(lambda ev: said.append(ev.message) if isinstance(ev, EngineError) else None)
     baselines: dict[str, list[float]] = {"engine RSS": []}  # and on CUDA each device source (session.DEVICE_BASELINES)
-    # From after the load (the weights are no run's allocation) to the verdict, and no further:
-    # a run that fails or a Ctrl-C leaves the process untraced.
     session.listeners.append(
         lambda ev: print(f"\ntokentop: {readings.history_text(ev)[0]}", file=sys.stderr) if isinstance(ev, AllocatorHistory) and not ev.left else None
     )
-    with LeakSites(warmup=session.leak.warmup) as sites, _saved_history(engine):
+    with _saved_history(engine):
         for i in range(args.runs):
             if args.cuda_snapshot and i == session.leak.warmup:  # the engine's own window (the app's H key), the rest of the check
                 engine.command(History(args.cuda_snapshot, args.runs - i))
-            fin = engine.run(req)
-            if not isinstance(fin, RunFinished):
-                print(f"\ntokentop: run {i + 1} failed: {said[-1] if said else 'the engine gave no reason'}", file=sys.stderr)
+            fin = _run(engine, req, said, f"run {i + 1}")
+            if fin is None:
                 return EXIT_USAGE
-            sites.baseline()
             baselines["engine RSS"].append(fin.baseline_rss / MB)
             for name, attr in DEVICE_BASELINES:
                 if getattr(fin, attr) is not None:
@@ -97,14 +96,25 @@ def leakcheck(args: Options) -> int:
             line = f"run {i + 1}/{args.runs}  baseline {baselines['engine RSS'][-1]:.1f} MiB  {session.verdict.text()}{device}"
             print(f"\r{line}", end="", file=sys.stderr, flush=True)
         print(file=sys.stderr)
-        suspected = session.verdict.status == "suspected"
-        device = readings.device_leak(session) if session.device_verdicts else None
-        suspected |= device is not None and device[1].status == "suspected"
-        grown = sites.grown() if suspected else []
-        # tokentop's own objects are its session's ring buffers filling, bounded: not the engine's.
-        types = [t for t in sites.grown_types(top=50) if not t[0].startswith(("tui_app.", "monitors."))][:5] if suspected else []
+    # The verdict is the untraced runs'; the traced runs after it only name where the memory grows.
+    verdict = session.verdict
+    device = readings.device_leak(session) if session.device_verdicts else None
+    said_device = readings.device_leak_text(session) if device is not None else None
+    suspected = verdict.status == "suspected" or (device is not None and device[1].status == "suspected")
+    # From after the verdict, and no further: a run that fails or a Ctrl-C leaves the process untraced.
+    sites, grown, types = LeakSites(warmup=0, runs=args.runs), [], []
+    if suspected:
+        print(f"tokentop: tracing {SITE_RUNS} more runs to name the lines that grow", file=sys.stderr)
+        with sites:
+            for j in range(SITE_RUNS):
+                if _run(engine, req, said, f"traced run {j + 1}") is None:
+                    return EXIT_USAGE
+                sites.baseline()
+            grown = sites.grown()
+            # tokentop's own objects are its session's ring buffers filling, bounded: not the engine's.
+            types = [t for t in sites.grown_types(top=50) if not t[0].startswith(("tui_app.", "monitors."))][:5]
     if args.output == "json":
-        verdicts = {"engine RSS": session.verdict, **({device[0]: device[1]} if device else {})}
+        verdicts = {"engine RSS": verdict, **({device[0]: device[1]} if device else {})}
         out = {
             "suspected": suspected,
             "verdicts": {name: {**vars(v), "text": v.text()} for name, v in verdicts.items()},
@@ -117,14 +127,23 @@ def leakcheck(args: Options) -> int:
         return 1 if suspected else 0
     for name, ys in baselines.items():
         print(text_plot(ys, width=min(60, max(10, len(ys))), height=8, title=f"{name} baseline after each run (MiB)"))
-    print(session.verdict.text())
-    if device is not None:
-        print(readings.device_leak_text(session))
+    print(verdict.text())
+    if said_device is not None:
+        print(said_device)
     if suspected:
         print(sites_text(sites, grown))
         if types:
             print("objects that grew, by type (gc's count; tokentop's own left out):\n" + "\n".join(f"  {name}  {n:+.1f}/run" for name, n in types))
     return 1 if suspected else 0
+
+
+def _run(engine, req, said: list[str], label: str) -> RunFinished | None:
+    """One run; None, said on stderr with the engine's reason, where it failed."""
+    fin = engine.run(req)
+    if isinstance(fin, RunFinished):
+        return fin
+    print(f"\ntokentop: {label} failed: {said[-1] if said else 'the engine gave no reason'}", file=sys.stderr)
+    return None
 
 
 @contextlib.contextmanager
