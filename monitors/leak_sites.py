@@ -19,6 +19,7 @@ reading is taken at a baseline, never mid-run. Importable without torch.
 from __future__ import annotations
 
 import gc
+import itertools
 import os
 import sys
 import tracemalloc
@@ -75,6 +76,9 @@ class LeakSites:
         self.last: _Reading | None = None
         self.started_here = False
         self.mode = None
+        # Each reading's count by type, first to last: a type must grow at every one. Kept as tuples of
+        # names and numbers, which gc untracks, so the history is not counted as growth of its own.
+        self.type_counts: list[tuple[tuple[str, int], ...]] = []
 
     def start(self) -> None:
         """Tracing from now on, in this thread; the torch half only where torch is loaded."""
@@ -107,10 +111,17 @@ class LeakSites:
         self.runs += 1
         if self.runs <= self.warmup or not tracemalloc.is_tracing():
             return
-        reading = _Reading(self.runs, tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, f) for f in HIDE]), *_live())
+        # The readings' own objects are not the engine's: only the first is kept beside the new one,
+        # and the objects are counted before this reading's snapshot is made (the earlier one's
+        # traces, tuples of numbers and names, gc untracked in the run's collection).
+        if self.last is not self.first:
+            self.last = None
+        live = _live()
+        reading = _Reading(self.runs, tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, f) for f in HIDE]), *live)
         if self.first is None:
             self.first = reading
         self.last = reading
+        self.type_counts.append(tuple(reading.types.items()))
 
     def grown(self, top: int = 5) -> list[Site]:
         """The sites that grew most a run, largest first; empty before two readings."""
@@ -130,12 +141,15 @@ class LeakSites:
 
     def grown_types(self, top: int = 5) -> list[tuple[str, float]]:
         """The object types whose live count grew most a run, (type, objects a run), largest first;
-        a type must gain at least one object a run to be named."""
+        a type must gain at least one object a run, and some at every reading: a cache filled once
+        (5 regex patterns in a traced run's first steps) is not a leak."""
         a, b = self.first, self.last
         if a is None or b is None or b.run == a.run:
             return []
         runs = b.run - a.run
-        grown = [(name, (n - a.types.get(name, 0)) / runs) for name, n in b.types.items()]
+        counts = [dict(c) for c in self.type_counts]
+        steady = [n for n in b.types if all(later.get(n, 0) > earlier.get(n, 0) for earlier, later in itertools.pairwise(counts))]
+        grown = [(name, (b.types[name] - a.types.get(name, 0)) / runs) for name in steady]
         return sorted([g for g in grown if g[1] >= 1], key=lambda g: -g[1])[:top]
 
 
