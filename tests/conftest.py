@@ -1,6 +1,7 @@
 import os
 import signal
 import tempfile
+import time
 
 import pytest
 
@@ -32,6 +33,25 @@ os.makedirs(os.environ["TMUX_TMPDIR"], exist_ok=True)
 def pytest_addoption(parser):
     parser.addoption("--device", default="cpu", help="where tests that take a device run the engine: cpu (default) or cuda[:N] (docs/gpu.md)")
     parser.addoption("--no-model", action="store_true", help="skip the tests that need the default model (make test-aarch64: the kernels alone, emulated)")
+
+
+def pytest_configure(config):
+    """Before the workers start: the default model's converted copy, made once (on a machine that
+    has none, two workers converting it at once would each replace the folder the other reads)."""
+    if getattr(config.option, "numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ and not config.getoption("--no-model"):
+        from tui_app.engine.models import ModelError, converted_default
+
+        try:
+            converted_default()
+        except ModelError:  # no default model here: the tests that need it skip, saying why
+            pass
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Where a `make test` run stands at each tier's end (docs/testing.md: the budget)."""
+    start = os.environ.get("TOKENTOP_TEST_START")
+    if start:
+        terminalreporter.write_line(f"make test: {(time.time() - int(start)) / 60:.1f} min since it began")
 
 
 def pytest_report_header(config):

@@ -32,6 +32,7 @@ def test_api_base_adds_the_scheme_and_v1():
         api_base("ftp://h")
 
 
+@pytest.mark.serial
 async def test_stream_tokens_equal_the_servers_count_and_times_agree_with_its_own(llama_server):
     client, session, events = await attached(llama_server.url)
     try:
@@ -70,6 +71,7 @@ async def test_greedy_reruns_are_compared_with_the_servers_first_answer(llama_se
     assert notes == ["reference", "identical"]
 
 
+@pytest.mark.serial
 async def test_concurrency_opens_that_many_streams_and_the_server_counts_them(llama_server):
     client, session, events = await attached(llama_server.url, concurrency=1, metrics_hz=8)
     metrics = asyncio.create_task(client.metrics_loop())

@@ -219,6 +219,7 @@ async def test_a_stalled_stream_times_out_with_the_time_waited(misbehaving):
     assert errors == [f"127.0.0.1:{url.rsplit(':', 1)[1]} sent nothing for 0.5 s: the stream stalled (--timeout sets the limit)"]
 
 
+@pytest.mark.serial
 def test_discovery_finds_the_running_server(llama_server):
     found, tried = find_servers()
     assert (f"http://127.0.0.1:{llama_server.port}", ["smollm2"]) in found

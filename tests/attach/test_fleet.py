@@ -54,6 +54,7 @@ def by_port(rows: list[dict]) -> dict[int, dict]:
     return {int(r["instance"].rsplit(":", 1)[1]): r for r in rows if not r["server"]}
 
 
+@pytest.mark.serial
 async def test_rows_against_each_replicas_own_metrics(prometheus, llama_server, second_llama):
     a, b = llama_server, second_llama
     async with fleet_of(prometheus) as fleet:
@@ -175,6 +176,7 @@ async def test_queries_per_refresh_do_not_grow_with_the_replicas(prometheus):
         standins.close()
 
 
+@pytest.mark.serial
 async def test_a_router_and_a_dcgm_exporter(prometheus, llama_server, second_llama):
     standins = StandIns()
     backends = {f"http://127.0.0.1:{llama_server.port}": (3, 1), f"http://127.0.0.1:{second_llama.port}": (0, 0)}

@@ -39,6 +39,7 @@ def tokentop(*args, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([*TOKENTOP, *args], capture_output=True, text=True, timeout=300, **kw)
 
 
+@pytest.mark.serial
 def test_a_pipeline_script_is_watched_unchanged(folder, tmp_path):
     """Each generate() of the script's pipeline is a run: its text is the script's, the ITL p50 is
     the script's own (its own streamer's stamps) within 5 %, KV is measured from the real cache,
@@ -66,6 +67,7 @@ def test_a_pipeline_script_is_watched_unchanged(folder, tmp_path):
     assert last.seq_len == 5 + 24 - 1 and last.kv_bytes == 2 * 4 * last.seq_len * 30 * 3 * 64
 
 
+@pytest.mark.serial
 def test_a_hand_written_loop_over_model_is_watched(folder, tmp_path):
     """A greedy loop over model(...) with no generate(): a run per prompt, a step per token the loop
     feeds back (the last one, never fed back, is not counted), the script's own ITL within 5 %."""
@@ -82,6 +84,7 @@ def test_a_hand_written_loop_over_model_is_watched(folder, tmp_path):
     assert [ev.n_tokens for ev in finished] == [23, 23]
 
 
+@pytest.mark.serial
 def test_beam_search_is_a_step_a_forward_and_its_best_text(folder, tmp_path):
     """Beam search, which streams nothing: a step per forward (as many as the script's own logits
     processor was called), the median step the script's own within 5 %, the best sequence's text
@@ -135,6 +138,7 @@ def test_processes_generating_together_show_one_run_at_a_time(folder, tmp_path):
     assert all(len([s for s in runs if isinstance(s, Step) and s.run_id == n]) == 24 for n in shown)
 
 
+@pytest.mark.serial
 def test_torchruns_ranks_are_watched_each_call_a_rank_s_own(folder):
     """`tokentop -- torchrun --nproc_per_node=2 script.py`: the ranks are torchrun's children, each
     watched; every row shown is one rank's call, its ITL p50 that rank's own within 5 %."""
@@ -289,6 +293,7 @@ def _listener(env: dict) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.serial
 def test_a_notebook_sends_to_a_listener_that_dies_and_comes_back(folder, tmp_path):
     """`tokentop.watch(model, tok)` in a notebook-like process, `tokentop listen` killed (-9) after its
     first row and started again two seconds later: generation never stalls (no call slower than

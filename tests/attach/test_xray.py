@@ -289,6 +289,7 @@ def test_why_no_span_follows_what_the_receiver_saw():
         receiver.close()
 
 
+@pytest.mark.serial
 def test_a_flood_of_spans_is_counted_in_bounded_memory_and_reaches_the_ui_once_a_second():
     """1,000 spans a second of other clients' traces for 3 s, in batches of 50 as an exporter sends
     them, twice: every one answered and counted; the second round leaves the memory where the

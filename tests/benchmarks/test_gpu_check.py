@@ -186,6 +186,7 @@ def test_the_logit_gap_is_read_from_the_plain_model(small_bench):
     assert small_bench.logit_gap(req, plain, 3, other)[0] > 0  # greedy chose the largest logit
 
 
+@pytest.mark.serial
 def test_ttft_and_itl_agree_with_a_clock_of_their_own(small_bench):
     """The CPU half of the CUDA-events check: the same marks, on perf_counter."""
     req = RunRequest(preset="short", max_new_tokens=12, ignore_eos=True)
@@ -220,6 +221,7 @@ def test_the_snapshot_check_gives_leakcheck_only_options_it_knows(small_folder):
     assert check.status == "FAIL" and "--cuda-snapshot records CUDA's allocator; this engine runs on cpu" in check.reason, check.line()
 
 
+@pytest.mark.serial
 def test_the_tui_check_drives_the_app_and_saves_its_screen(small_folder, tmp_path):
     """The CPU half: two runs with int8 switched on between them, the screen saved; without a GPU
     the panes have no GPU figures, and the check says so."""
@@ -253,6 +255,7 @@ def test_the_device_map_check_places_the_model_over_two_devices_and_compares_gre
     assert refused.status == "FAIL" and refused.reason.startswith("not split: {'cpu': "), refused.line()
 
 
+@pytest.mark.serial
 def test_the_bandwidth_figure_is_weights_times_tokens_over_a_copy(small_folder):
     check = run_check("bandwidth", lambda: check_bandwidth(small_folder, "cpu", {}, "fp32", 16 * 2**20))
     assert check.status == "PASS", check.line()

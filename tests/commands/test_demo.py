@@ -28,6 +28,7 @@ def session_on(plain):
     plain.emit = emit
 
 
+@pytest.mark.serial
 @pytest.mark.kernels
 def test_the_default_tour_headless_states_each_effect_with_the_right_sign(session_on):
     engine, session = session_on
@@ -286,6 +287,7 @@ async def test_a_paused_tour_holds_its_step_and_goes_on_by_itself_when_resumed(t
         await pilot.press("q")
 
 
+@pytest.mark.serial
 def test_the_server_tour_headless_on_two_real_servers(llama_server, capsys):
     """`attach A B --demo --no-tui`: prompt length, streams, then the second server, each measured
     from its rows: the long prompt's TTFT above the short one's, the last step's run on server B."""

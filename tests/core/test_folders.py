@@ -32,7 +32,10 @@ def test_unwritable_model_cache_is_one_line_naming_the_variable(blocked, monkeyp
 
 def test_unwritable_inductor_folder_falls_back_into_the_cache_or_fails_when_set(blocked, tmp_path, monkeypatch):
     monkeypatch.setenv("TOKENTOP_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    # Set, then removed: monkeypatch then restores the variable as it was before the test, not the
+    # fallback the code sets (left set, every later compile in this process began from an empty cache).
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "")
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
     monkeypatch.setattr(tempfile, "tempdir", str(blocked))  # torch's default lives in the temp folder
     notes = folders.check_engine_folders()
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "cache" / "inductor")

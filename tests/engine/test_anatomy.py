@@ -36,6 +36,7 @@ def _spin(ms: float):
     return hook
 
 
+@pytest.mark.serial
 def test_the_parts_account_for_the_step_and_a_delay_in_one_mlp_lands_in_the_mlp_row(plain, collect, tmp_path):
     ev, steps = profiled(plain, collect, tmp_path / "a.json")
     assert ev.steps == STEPS and list(ev.parts)[:5] == ["embedding", "attention", "mlp", "norms", "lm_head"]
@@ -101,6 +102,7 @@ def test_the_trace_holds_the_window_steps_and_their_parts(plain, collect, tmp_pa
         assert len(inside) == plain.n_layers
 
 
+@pytest.mark.serial
 def test_int4_shrinks_the_projections_and_compile_folds_the_framework_into_one_graph(plain, collect, tmp_path):
     """The issue's lever checks, as shares of the step (docs/performance.md has the times): int4's
     projections, inside attention and the MLP, take a fraction of fp32's; compile makes the forward
@@ -158,6 +160,7 @@ def _safetensors_bytes(folder) -> int:
         return sum(math.prod(f.get_slice(k).get_shape()) * size[f.get_slice(k).get_dtype()] for k in f.keys())  # noqa: SIM118 - safe_open has keys(), not iteration
 
 
+@pytest.mark.serial
 def test_the_roofline_counts_the_weights_and_the_kv_a_step_reads_and_weighs_the_steps_ops(plain, collect, tmp_path):
     from tui_app.core.session import Session
     from tui_app.engine.models import _gguf_cache_dir, find_default_gguf
@@ -187,6 +190,7 @@ def test_the_roofline_counts_the_weights_and_the_kv_a_step_reads_and_weighs_the_
     assert json.loads((tmp_path / "s.json").read_text())["runs"][0]["roofline"] == verdict.text
 
 
+@pytest.mark.serial
 def test_the_roofline_of_a_tiny_model_is_overhead(tmp_path):
     """A Llama with 16-wide layers: its ops are microseconds, the Python around them is the step."""
     import torch

@@ -9,6 +9,7 @@ from monitors.events import Phase, RunStarted, Step
 from monitors.timing import RunTimer
 from tui_app.requests import Pause, Resume, RunRequest
 
+pytestmark = pytest.mark.serial
 READER_S = 0.002  # a reader's own work per token (a UI drawing it): the engine waits for it, and so must its figures
 
 

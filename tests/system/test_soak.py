@@ -9,6 +9,7 @@ from benchmarks.common.heap import heap_parts
 from benchmarks.terminal.soak import replay_growth, soak
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 async def test_one_minute_of_random_keys(tmp_path):
     r = await soak(80, 500, seed=7, out_dir=str(tmp_path), history=100)

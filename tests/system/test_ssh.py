@@ -29,6 +29,7 @@ from tui_app.core.session import Session
 
 pytestmark = [
     pytest.mark.ssh,
+    pytest.mark.serial,
     pytest.mark.skipif(missing() is not None, reason=missing() or ""),
     pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux"),
 ]

@@ -7,6 +7,8 @@ import re
 import signal
 from pathlib import Path
 
+import pytest
+
 from monitors.sampler import Sampler
 from tests.helpers.synthetic import session_events
 from tui_app.commands.run import engine_source
@@ -216,6 +218,7 @@ async def test_replay_shows_the_recorded_runs_and_refuses_levers():
         assert app.session.bandwidth.quant == "int8" and readings.read_rate(app.session) is not None
 
 
+@pytest.mark.serial
 async def test_events_keep_flowing_while_a_modal_is_open():
     """With help or the prompt dialog open, the engine's events still reach the panes behind."""
     from tests.helpers.synthetic import session_events as events
@@ -343,6 +346,7 @@ async def test_every_key_answers_at_once(tmp_path):
         await pilot.press("q")
 
 
+@pytest.mark.serial
 async def test_a_phase_in_progress_shows_its_elapsed_time():
     from monitors.events import Phase
 

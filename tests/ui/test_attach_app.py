@@ -1,6 +1,8 @@
 """The TUI attached to the real llama.cpp server: the same panes, the server's own pane, the client's
 levers working and the server's refused with what to do instead."""
 
+import pytest
+
 from monitors.sampler import Sampler
 from tests.ui.test_app import APP_SIZE, finished, notes, status_text, until
 from tui_app.attach.client import AttachConfig
@@ -89,6 +91,7 @@ async def test_t_with_one_server_says_how_to_compare(llama_server, tmp_path):
         await pilot.press("q")
 
 
+@pytest.mark.serial
 async def test_a_servers_first_figures_are_drawn_in_the_frame_they_arrive(llama_server, tmp_path):
     """The server pane drew "waiting for the server's KV figure" in the first frame; the frame in
     which the first figures arrive draws them too, not one past the pane's own rate limit (half a

@@ -5,6 +5,7 @@ import random
 import re
 import time
 
+import pytest
 from rich.segment import Segment
 from rich.style import Style
 from textual.strip import Strip
@@ -54,6 +55,7 @@ def test_repainting_the_damage_turns_the_old_frame_into_the_new():
         assert not {r.y for r in regions} & unchanged, "an unchanged line is not repainted"
 
 
+@pytest.mark.serial
 async def test_frames_wait_for_a_terminal_that_is_behind_and_say_so():
     """A question the terminal leaves unanswered past the link's round trip and a frame: frames are
     skipped (the events still go into the session) and the status line says so; its late answer

@@ -1,6 +1,7 @@
 """benchmarks/engine/ceiling.py's bytes per token, for tokentop and for llama.cpp, against independent counts; where a
 working set lives, by the cache sizes sysfs reports; and a ratio to a ceiling above 1 never shown alone."""
 
+import pytest
 import torch
 
 from benchmarks.engine.ceiling import ReadRate, cache_levels, gguf_bytes_per_token, home, ratio_cell
@@ -84,6 +85,7 @@ def test_a_ratio_above_the_ceiling_carries_a_warning():
     assert "⚠" in ratio_cell(1.29) and "wrong for this working set" in ratio_cell(1.29)
 
 
+@pytest.mark.serial
 def test_the_read_rate_is_the_bytes_asked_for_over_the_time_of_their_sum():
     """The rate in bytes per second of a read of n bytes, against the test's own timing of a sum of
     the same n bytes (the best of several, as ReadRate's; within 3x for a loaded machine)."""

@@ -25,6 +25,7 @@ def test_send_error_is_the_lateness_beyond_the_earliest_offset():
     assert send_errors(one_late, rate)[1][4] == pytest.approx(0.003)
 
 
+@pytest.mark.serial
 def test_the_stand_in_notes_every_request_of_an_open_loop(tmp_path):
     standin = SseStandIn(gap_ms=0.5)
     try:

@@ -177,6 +177,7 @@ def test_multi_turn_conversations_carry_their_history_and_the_cache_shows_it(lla
     assert shown in report(tmp_path)
 
 
+@pytest.mark.serial
 def test_the_sample_trace_replays_on_its_own_schedule_with_its_prompt_lengths(llama_server, tmp_path):
     _, data = run(tmp_path, "--endpoint", llama_server.url, "--trace", "sample", "--trace-speed", "4", "--output-len", "2", "--warmup", "0", "--repeats", "1")
     trace = workloads.read_trace("sample", workloads.SAMPLE_BLOCK)
@@ -248,6 +249,7 @@ def test_two_servers_rounds_give_intervals_and_the_ratio_with_its_interval(llama
     assert f"B ÷ A at c1 {a['prompt_tokens']}→4: " in out.stdout and "With 95 % intervals over the rounds" in out.stdout
 
 
+@pytest.mark.serial
 def test_the_sweep_finds_the_headroom_a_direct_run_confirms(one_slot, tmp_path):
     # The server's pace now (a shared machine's varies): a request alone, and the SLO it gives.
     _, alone = run(tmp_path, "--endpoint", one_slot.url, "--lengths", "16:8", "--requests", "3", "--repeats", "1", "--warmup", "1")

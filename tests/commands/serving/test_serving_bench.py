@@ -57,6 +57,7 @@ def test_a_closed_loop_sweep_has_every_field_and_goodput_is_the_requests_that_me
     assert data["results"][1]["server_running_peak"] >= 1
 
 
+@pytest.mark.serial
 def test_open_loop_arrivals_have_the_asked_mean_rate(llama_server, tmp_path):
     args = ("--lengths", "8:1", "--rate", "40", "--requests", "200", "--repeats", "1", "--warmup", "0", "--seed-arrivals", "7")
     data = bench(tmp_path, "--endpoint", llama_server.url, *args)
