@@ -1,3 +1,4 @@
+import contextlib
 import os
 import signal
 import tempfile
@@ -41,10 +42,8 @@ def pytest_configure(config):
     if getattr(config.option, "numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ and not config.getoption("--no-model"):
         from tui_app.engine.models import ModelError, converted_default
 
-        try:
+        with contextlib.suppress(ModelError):  # no default model here: the tests that need it skip, saying why
             converted_default()
-        except ModelError:  # no default model here: the tests that need it skip, saying why
-            pass
 
 
 def pytest_terminal_summary(terminalreporter):
