@@ -176,5 +176,6 @@ def prometheus(tmp_path_factory, llama_server, second_llama):
     prom = PrometheusServer(str(tmp_path_factory.mktemp("prometheus")))
     prom.set_targets("llama", [group("llama", f"127.0.0.1:{s.port}") for s in (llama_server, second_llama)])
     prom.wait_up("llama", 2)
+    prom.llama_up_at = time.time()  # the history a backfill can read begins about here
     yield prom
     prom.close()

@@ -114,6 +114,8 @@ async def test_rows_against_each_replicas_own_metrics(prometheus, llama_server, 
 
 
 async def test_backfill_is_the_fleet_row_prometheus_had(prometheus):
+    # Five seconds of history at least: this worker's Prometheus may have started just now.
+    await asyncio.sleep(max(0.0, prometheus.llama_up_at + 6 - time.time()))
     async with fleet_of(prometheus) as fleet:
         end = time.time() - 1
         past = await fleet.backfill(span_s=30, step_s=1, end=end)
