@@ -14,6 +14,14 @@ import sys
 
 from tui_app.core.options import EXIT_USAGE, UsageError, from_namespace, quiet_libraries
 
+# The default command's options are run's: without this a user met --present in the README and
+# nowhere in `tokentop --help`.
+DEFAULT_COMMAND = """Without a command, tokentop is `tokentop run`: the default model in the TUI. Its options
+(--model, --present, --theme, --ascii, --device, --max-new-tokens, --no-tui and the rest):
+  tokentop run --help
+A script of yours watched: tokentop [run options] -- python my_script.py (tokentop script --help).
+A command's own options: tokentop COMMAND --help."""
+
 COMMANDS = ("run", "serve", "bench", "replay", "attach", "report", "demo", "leakcheck", "script", "listen")
 
 
@@ -24,7 +32,13 @@ def command(name: str):
 def build_parser() -> argparse.ArgumentParser:
     from tui_app import __version__
 
-    p = argparse.ArgumentParser(prog="tokentop", description="Watch an LLM generate, live.")
+    p = argparse.ArgumentParser(
+        prog="tokentop",
+        usage="tokentop [run options] [-- python SCRIPT ...] | tokentop COMMAND [options]",
+        description="Watch an LLM generate, live.",
+        epilog=DEFAULT_COMMAND,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"tokentop {__version__}")
     sub = p.add_subparsers(dest="command")
     for name in COMMANDS:

@@ -245,6 +245,23 @@ def test_every_numeric_option_has_bounds_and_refuses_each_side_with_the_range(ca
             assert done.value.code == 2 and f"argument {opt}: must be" in err and str(kind(value)) in err, (cmd, opt, value, err)
 
 
+def test_the_top_level_help_says_where_the_default_commands_options_are(capsys):
+    """`tokentop --help` lists the commands; the options of the default one (`--present` in the
+    README) are run's, and the help says so, naming only options that run has."""
+    import re
+
+    from tui_app.cli import build_parser, main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert done.value.code == 0 and "tokentop run --help" in out and "-- python my_script.py" in out
+    named = set(re.findall(r"--[a-z][a-z-]+", out.split("Without a command")[1]))
+    sub = next(a for a in build_parser()._actions if a.choices and isinstance(a.choices, dict))
+    run_options = {o for a in sub.choices["run"]._actions for o in a.option_strings}
+    assert "--present" in named and named - {"--help"} <= run_options, named - run_options
+
+
 def test_top_p_and_threads_ranges_give_reasons():
     r = tokentop("run", "--no-tui", "--top-p", "0")
     assert r.returncode == 2 and "--top-p: must be in (0, 1], got 0" in r.stderr
