@@ -111,15 +111,12 @@ def compare(
     peer: str = "vllm",
     keep_alive: bool = False,
     own_ttfts=None,
-    carry: dict | None = None,
 ) -> dict:
     """Every cell, the tools taking turns round by round, each on `cpus` when given;
     {cell: {tool: figures}}. `peer="self"`: tokentop in the peer's turns too, so the ratios show
     how far the same tool wanders from one turn to the next (the noise floor of an agreement).
     `own_ttfts`: where the server times its own first chunks (the stand-in), a call that returns
-    and forgets them (s); their p50 over the cell is {cell: {"server": {"ttft_p50": …}}}.
-    `carry`: each cell's requests so far, by name, kept across calls: a second call's rounds add
-    to the first's, so a figure in doubt can be read over more rounds."""
+    and forgets them (s); their p50 over the cell is {cell: {"server": {"ttft_p50": …}}}."""
     with tempfile.TemporaryDirectory(prefix="tokentop-peers-") as tmp:
         work = Path(tmp)
         vllm = VllmBench(vllm_python, work, cpus) if peer == "vllm" else None
@@ -130,8 +127,7 @@ def compare(
             base = random.SystemRandom().randrange(1, 1_000_000)
             for cell in cells:
                 tools = (peer, "tokentop", *(("aiperf",) if aiperf else ()))
-                kept = (carry if carry is not None else {}).setdefault(cell.name, tuple({t: f() for t in tools} for f in (Pooled, Pooled, list)))
-                pools, paced, per_round = kept
+                pools, paced, per_round = ({t: f() for t in tools} for f in (Pooled, Pooled, list))
                 server_ttfts: list[float] = []
                 if own_ttfts is not None:
                     own_ttfts()  # what came before this cell
