@@ -1,4 +1,5 @@
-"""TokentopApp: layout, key bindings → actions, events → widgets.
+"""TokentopApp: layout, events → widgets; its keys are two wings, app_levers.py (what runs) and
+app_views.py (what is shown), over the state they share (app_state.py).
 
 The app is a view. It drains the engine's event queue once per frame (never per token), feeds
 the events to the Session, and redraws only the panes whose data changed, at --fps at most.
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -26,34 +26,24 @@ from monitors.events import (
     RunFinished,
     RunStarted,
     Step,
-    cycled,
-    next_lever_value,
 )
-from monitors.files import write_whole
 from monitors.system import trim_heap
-from tui_app.core.export import export_session
 from tui_app.core.session import Session
 from tui_app.core.sources import EventSource
 from tui_app.process import yield_to_children
-from tui_app.requests import Confidence, History, Pause, Probe, Profile, Run, SetLever, Stop
+from tui_app.requests import Confidence
 from tui_app.ui import status_text
-from tui_app.ui.frames import FramePacer, PacedApp
+from tui_app.ui.app_levers import LeverKeys
+from tui_app.ui.app_views import ViewKeys
+from tui_app.ui.frames import FramePacer
 from tui_app.ui.look import Look
 from tui_app.ui.palette import KEYS, KeyCommands
 from tui_app.ui.screens.anatomy import AnatomyScreen
-from tui_app.ui.screens.confirm import ConfirmScreen
-from tui_app.ui.screens.help import HelpScreen
 from tui_app.ui.screens.ledger import LedgerScreen
 from tui_app.ui.screens.monitor import MonitorScreen
-from tui_app.ui.screens.prompt import PromptScreen
-from tui_app.ui.screens.xray import XrayScreen
-from tui_app.ui.widgets.waterfall import Waterfall
-
-ANATOMY_STEPS = 8  # the p key's window: enough steps for a stable mean, few enough that the slowed steps pass in a second
-HISTORY_RUNS = 3  # the H key's window: enough for a leak's step to repeat, and a dump of seconds
 
 
-class TokentopApp(PacedApp):
+class TokentopApp(LeverKeys, ViewKeys):
     # A path of its own: Textual reads a relative one beside the subclass (the demo's app lives in commands/).
     CSS_PATH = Path(__file__).with_name("app.tcss")
     TITLE = "tokentop"
@@ -211,214 +201,9 @@ class TokentopApp(PacedApp):
             self.notify(message, title="finished", timeout=15)
         self.monitor.mark("runs")
 
-    def _watching(self) -> bool:
-        """Attached with --watch (no request to run): said, where the source is live."""
-        if self.request is None and self.source.live:
-            self.notify("--watch: tokentop sends no request of its own; leave out --watch to run prompts", severity="warning")
-        return self.request is None
-
     def _recording_stopped(self, line: str) -> None:
         self.session.say(line, error=True)
         self.notify(line, title="recording", severity="error", timeout=30)
-
-    def _auto_next(self) -> None:
-        if self.auto and not self.running and not self.paused:
-            if len(self.session.servers) > 1:  # compared servers take turns on the same prompt
-                self.action_next_server()
-            self.start_run()
-
-    def start_run(self) -> None:
-        if self.request is None or not self.source.live:
-            return
-        if self.running:
-            self.source.send(Stop())
-        self.source.send(Run(self.request))
-        self.running = True
-
-    def action_lever(self, name: str) -> None:
-        if not self.source.live:
-            self.notify("replay shows recorded levers; they cannot be switched", title=f"{name} refused", severity="warning")
-            return
-        server = self.session.ready.server if self.session.ready else None  # its streams are the batch lever
-        self._set_lever(name, next_lever_value(name, self._wanted.get(name, getattr(self.session.levers, name)), server and tuple(server["concurrency"])))
-
-    def _set_lever(self, name: str, value) -> None:
-        self._wanted[name] = value
-        self.source.send(SetLever(name, value))
-        if not self.running:  # answered now; the engine's LeverChanged or LeverRefused follows
-            self.state = status_text.for_next_run(name, value)
-
-    @property
-    def own_engine(self) -> bool:
-        """Whether the source is a live engine of tokentop's own kind (not a replay, not a server)."""
-        return self.source.live and not (self.session.ready is not None and self.session.ready.server)
-
-    def action_probe(self) -> None:
-        if not self.own_engine:
-            self.notify(
-                "tokentop measures the memory read rate of its own engine only (not a replay's or a server's)", title="bandwidth refused", severity="warning"
-            )
-            return
-        self.source.send(Probe())
-        self.state = "measuring the memory read rate" + (" at the next token" if self.running else "")
-
-    def action_anatomy(self, steps: int = ANATOMY_STEPS) -> None:
-        """The engine profiles the next decode steps (idle: of a run started for them); their anatomy
-        opens when it comes (`_on_event`)."""
-        path = self._own_engine_file("the anatomy", "the step's trace", "trace", "json")
-        if path is not None:
-            self.source.send(Profile(str(path), steps))
-            if not self.running:
-                self.start_run()
-            self.state = f"profiling the next {steps} decode steps"
-
-    def _own_engine_file(self, what: str, file_what: str, kind: str, ext: str):
-        """A stamped path in the output folder for a file the engine writes, or None (said why):
-        only tokentop's own live engine writes one, and the folder must take it."""
-        from tui_app.folders import FolderError, recordings_dir, require, stamped
-
-        if not self.own_engine:
-            self.notify(f"{what} is tokentop's own engine's (not a replay's or a server's)", title=f"{kind} refused", severity="warning")
-            return None
-        try:
-            folder = require(Path(self.out_dir) if self.out_dir else recordings_dir(), file_what, "--out-dir or TOKENTOP_DATA")
-        except FolderError as exc:
-            self.notify(str(exc), severity="error", timeout=15)
-            return None
-        return stamped(folder, kind, ext)
-
-    def action_history(self) -> None:
-        """The engine records the CUDA allocator's history for the next runs and saves it in the
-        output folder; the memory pane shows it recording, then the file's path."""
-        path = self._own_engine_file("the allocator history", "the allocator history", "cuda-history", "pickle")
-        if path is not None:
-            self.source.send(History(str(path), HISTORY_RUNS))
-
-    def action_next_server(self) -> None:
-        labels = list(self.session.servers)
-        if len(labels) < 2:
-            self.notify("t moves between attached servers: tokentop attach URL_A URL_B compares two", title="server refused", severity="warning")
-            return
-        self._set_lever("server", cycled(labels, self._wanted.get("server", self.session.levers.server)))
-
-    def action_preset(self) -> None:
-        if self.request is None:
-            return
-        presets = ["short", "long"] + (["file"] if self.prompt_file else [])
-        self.request = replace(self.request, prompt=None, preset=cycled(presets, self.request.preset))
-        if self.running:  # a prompt cannot change mid-run: the run starts again on the new one
-            self.notify(f"prompt {self.request.preset}: run {self._current_id()} stopped, a new run starts")
-            self.start_run()
-        else:  # as a lever pressed while idle
-            self.state = f"prompt {self.request.preset} for the next run (r starts it)"
-
-    def action_new_prompt(self) -> None:
-        if self._watching():
-            return
-
-        def done(text: str | None) -> None:
-            if text:
-                self.request = replace(self.request, prompt=text, preset="custom")
-                self.start_run()
-
-        self.push_screen(PromptScreen(), done)
-
-    def _current_id(self) -> int | str:
-        cur = self.session.current
-        return cur.started.run_id if cur is not None else "?"
-
-    def action_rerun(self) -> None:
-        if not self.source.live:
-            self.notify("a replay cannot run the prompt again")
-            return
-        if self._watching():
-            return
-        if self.running:
-            self.notify(f"run {self._current_id()} stopped; the prompt runs again")
-        self.start_run()
-
-    def action_pause(self) -> None:
-        if not self.source.can_pause:
-            self.source.send(Pause())  # the source says why not
-            return
-        if self.source.step_mode:  # a replay a step at a time: space releases the next
-            self.source.advance()
-            return
-        self.paused = not self.paused
-        self.source.pause(self.paused)
-        self.state = "paused" if self.paused else ("generating" if self.running else "idle")
-
-    def action_auto(self) -> None:
-        self.auto = not self.auto
-        self.notify(f"auto-repeat {'on' if self.auto else 'off'}")
-        self._auto_next()
-
-    def action_next_view(self) -> None:
-        if why_not := self.monitor.next_view():
-            self.notify(why_not)
-
-    def action_leak_view(self) -> None:
-        self.monitor.leak_view()
-        self.monitor.redraw(self.running, force=True)
-
-    def action_colouring(self) -> None:
-        before = self.monitor.tokens.colouring
-        colouring = self.monitor.tokens.next_colouring()
-        said = f"tokens coloured: {colouring}"
-        if "confidence" in (colouring, before):  # the engine measures it only while it is shown: a softmax a step
-            own = self.own_engine
-            if own:
-                self.source.send(Confidence(on=colouring == "confidence"))
-            if colouring == "confidence":
-                said += " from the next token" if own else "; measured by tokentop's own engine only (a replay shows what was recorded)"
-        self.notify(said)
-        self.monitor.redraw(self.running, force=True)
-
-    def action_ledger(self) -> None:
-        self.push_screen(LedgerScreen(self.session))
-
-    def action_help(self) -> None:
-        self.push_screen(HelpScreen())
-
-    def action_xray(self) -> None:
-        ids = self.session.xray.run_ids()
-        if not ids:
-            self.notify("the X-ray shows the requests of an attached server's runs (tokentop attach URL), once one has run")
-            return
-        self.push_screen(XrayScreen(self.session, Waterfall(self.session, ids[-1], id="waterfall")))
-
-    def action_restart(self) -> None:
-        if not self.source.restartable:
-            self.notify("a replay has no engine to restart" if not self.source.live else "tokentop does not run a script again; start it again yourself")
-            return
-        if self.session.fatal is None and self.source.alive():
-            self.push_screen(
-                ConfirmScreen(status_text.restart_question(self.session)), lambda yes: self._restart() if yes else self.notify("engine not restarted")
-            )
-            return
-        self._restart()
-
-    def _restart(self) -> None:
-        """A new engine process, its runs numbered on: ids stay unique in the table, export and recording."""
-        self.state = "restarting engine…"
-        self.session.engine_died("restarting", why="stopped by the engine restart")
-        self.running = False
-        self.source.restart(self.session.levers, first_run_id=self.session.next_run_id)
-        self.session.fatal = None
-        self._follow()
-
-    def action_save(self, kind: str) -> None:
-        """The session as JSON (export) or the screen as SVG (screenshot), into the output folder."""
-        from tui_app.folders import FolderError, write_stamped
-
-        if kind == "export":
-            what, ext, write, told = "the export", "json", lambda path: export_session(self.session, str(path)), "session exported to"
-        else:
-            what, ext, write, told = "the screenshot", "svg", lambda path: write_whole(path, self.export_screenshot()), "screenshot saved to"
-        try:
-            self.notify(f"{told} {write_stamped(self.out_dir, what, kind, ext, write)}")
-        except FolderError as exc:
-            self.notify(str(exc), severity="error", timeout=15)
 
     def on_unmount(self) -> None:
         self.restore_signals()
