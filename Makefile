@@ -78,16 +78,18 @@ $(VLLM_VENV)/.installed: requirements/vllm.txt
 # third time on the generic body, the one ARM machines build (`make test-aarch64` runs them on ARM
 # itself, emulated). Each tier ends with the minutes since make test began.
 WORKERS ?= 2
+# Each tier names its slowest tests (docs/testing.md keeps the table of where the time goes).
+SLOWEST := --durations=10 --durations-min=15
 PARALLEL := -n $(WORKERS) --dist loadfile
 test: export TOKENTOP_TEST_START := $(shell date +%s)
 test: check chromium prometheus sshd $(VLLM_VENV)/.installed
-	$(PY) -m pytest -q $(PARALLEL) -m "not vllm and not chaos and not serial"
-	$(PY) -m pytest -q -m "serial and not vllm and not chaos"
-	TOKENTOP_CPU_KERNELS=portable $(PY) -m pytest -q $(PARALLEL) -m "kernels and not vllm and not chaos and not serial"
-	TOKENTOP_CPU_KERNELS=portable $(PY) -m pytest -q -m "kernels and serial and not vllm and not chaos"
-	TOKENTOP_CPU_KERNELS=generic $(PY) -m pytest -q $(PARALLEL) tests/engine/test_quant.py tests/engine/test_decode_step.py tests/engine/test_attention.py
-	TOKENTOP_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q -m vllm
-	$(PY) -m pytest -q -m chaos
+	$(PY) -m pytest -q $(SLOWEST) $(PARALLEL) -m "not vllm and not chaos and not serial"
+	$(PY) -m pytest -q $(SLOWEST) -m "serial and not vllm and not chaos"
+	TOKENTOP_CPU_KERNELS=portable $(PY) -m pytest -q $(SLOWEST) $(PARALLEL) -m "kernels and not vllm and not chaos and not serial"
+	TOKENTOP_CPU_KERNELS=portable $(PY) -m pytest -q $(SLOWEST) -m "kernels and serial and not vllm and not chaos"
+	TOKENTOP_CPU_KERNELS=generic $(PY) -m pytest -q $(SLOWEST) $(PARALLEL) tests/engine/test_quant.py tests/engine/test_decode_step.py tests/engine/test_attention.py
+	TOKENTOP_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q $(SLOWEST) -m vllm
+	$(PY) -m pytest -q $(SLOWEST) -m chaos
 
 # Lint, format, the import contracts (layers, no cycles, monitors free of the UI) and types.
 check: $(VENV)/.tested

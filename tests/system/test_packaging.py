@@ -60,7 +60,10 @@ def new_venv(interpreter: str, path: Path) -> Path:
 
 
 def pip(venv: Path, *args: str) -> str:
-    r = outside(venv, "python", "-m", "pip", "--disable-pip-version-check", "-q", *args)
+    # --no-compile: byte-compiling every installed file (torch's thousands) is most of an install's
+    # CPU and none of what these tests check; Python compiles what it imports on first use.
+    extra = ("--no-compile",) if args[:1] == ("install",) else ()
+    r = outside(venv, "python", "-m", "pip", "--disable-pip-version-check", "-q", *args[:1], *extra, *args[1:])
     assert r.returncode == 0, r.stderr[-3000:]
     return r.stdout
 

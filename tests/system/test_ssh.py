@@ -1,11 +1,11 @@
 """tokentop over a real `ssh -t` to a real sshd (Debian's openssh-server, started here on a loopback
 port), through the tests' fault proxy at 256 kbit/s with 100 ms each way: a key's effect reaches
 the screen within half a second of the link's delay; the screen stays within a frame of the
-engine for two minutes; a slower link lowers the frame rate, says so and catches up, never
+engine for over a minute; a slower link lowers the frame rate, says so and catches up, never
 queueing frames; and the run's figures are those of the same runs on a local terminal, the two
 apps generating side by side in one window.
 
-One session of about four minutes serves every test here (a module fixture): the tier's only
+One session of about three minutes serves every test here (a module fixture): the tier's only
 long run. The app runs in a tmux terminal of its own (a private tmux server), as a user's would.
 """
 
@@ -84,7 +84,7 @@ def over_ssh(tmp_path_factory, tmux_server) -> Watched:
         app = TmuxApp("tt-ssh", [*ARGS, "--record", str(session.recording)], wrap=lambda cmd: sshd.shell_line(proxy.port, cmd))
         try:
             app.wait_for(lambda s: TTFT.search(s) is not None, timeout=180)
-            _sample(app, session.link, 95)  # with the 25 s after w: two minutes at 256 kbit/s
+            _sample(app, session.link, 50)  # with the 25 s after w: 75 s at 256 kbit/s, 300 frames
             # w: the weights to int8, a quantization in the engine; the status line says so at once
             t0 = time.perf_counter()
             session.w_at_ns = time.perf_counter_ns()
