@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup chromium prometheus sshd run test bench bench-peer bench-agreement screenshots check clean gpu-wheels gpu-check lock test-latest test-oldest test-aarch64
+.PHONY: setup chromium prometheus sshd run test test-core test-system bench bench-peer bench-agreement screenshots check clean gpu-wheels gpu-check lock test-latest test-oldest test-aarch64
 
 setup: $(VENV)/.installed
 
@@ -70,24 +70,27 @@ $(VLLM_VENV)/.installed: requirements/vllm.txt
 	touch $@
 
 # The tests run only once the checks pass, so CI keeps both green (docs/testing.md: the tiers, their
-# budget, how to run one). Most run on two workers; those marked `serial` (their figures are the
-# machine's pace, or they reach what the other worker's tests use) run alone after them.
-# The tests of what tokentop's CPU kernels compute run again on the body a CPU without AVX-512 builds
-# (AVX2's, or the generic one: engine/native.py), so a machine of either kind tests both (where that
-# is the machine's own best body, the second pass skips them, saying so); the kernels' own tests a
-# third time on the generic body, the one ARM machines build (`make test-aarch64` runs them on ARM
-# itself, emulated). Each tier ends with the minutes since make test began.
+# budget, how to run one). `make test` is two halves, which two machines can run side by side:
+# test-core, the tests that measure no time on two workers, then the kernels' tests again on the
+# body a CPU without AVX-512 builds (AVX2's, or the generic one: engine/native.py), so a machine of
+# either kind tests both (where that is the machine's own best body, that pass skips them, saying
+# so), and the kernels' own tests a third time on the generic body, the one ARM machines build
+# (`make test-aarch64` runs them on ARM itself, emulated); test-system, those marked `serial` (their
+# figures are the machine's pace, or they reach what the other worker's tests use) alone, then the
+# real vLLM and chaos tiers. Each tier ends with the minutes since make test began.
 WORKERS ?= 2
 # Each tier names its slowest tests (docs/testing.md keeps the table of where the time goes).
 SLOWEST := --durations=10 --durations-min=15
 PARALLEL := -n $(WORKERS) --dist loadfile
-test: export TOKENTOP_TEST_START := $(shell date +%s)
-test: check chromium prometheus sshd $(VLLM_VENV)/.installed
+test test-core test-system: export TOKENTOP_TEST_START := $(shell date +%s)
+test: test-core test-system
+test-core: check chromium prometheus sshd
 	$(PY) -m pytest -q $(SLOWEST) $(PARALLEL) -m "not vllm and not chaos and not serial"
-	$(PY) -m pytest -q $(SLOWEST) -m "serial and not vllm and not chaos"
 	TOKENTOP_CPU_KERNELS=portable $(PY) -m pytest -q $(SLOWEST) $(PARALLEL) -m "kernels and not vllm and not chaos and not serial"
 	TOKENTOP_CPU_KERNELS=portable $(PY) -m pytest -q $(SLOWEST) -m "kernels and serial and not vllm and not chaos"
 	TOKENTOP_CPU_KERNELS=generic $(PY) -m pytest -q $(SLOWEST) $(PARALLEL) tests/engine/test_quant.py tests/engine/test_decode_step.py tests/engine/test_attention.py
+test-system: check chromium prometheus sshd $(VLLM_VENV)/.installed
+	$(PY) -m pytest -q $(SLOWEST) -m "serial and not vllm and not chaos"
 	TOKENTOP_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q $(SLOWEST) -m vllm
 	$(PY) -m pytest -q $(SLOWEST) -m chaos
 
