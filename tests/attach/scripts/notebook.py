@@ -1,14 +1,21 @@
 """A notebook's cells as a script: a model and its tokenizer loaded, `tokentop.watch(model, tok)`,
 then generate() calls one after another, each call's own wall time printed as it ends."""
 
+import os
 import sys
 import time
 
+import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import tokentop
 
 folder, calls = sys.argv[1], int(sys.argv[2])
+# A core left for the listener whose death and restart the test times, as tokentop's own engine
+# leaves one for the UI: torch's ops on every core wait for their slowest thread, so a listener
+# starting on a 2-core machine made one call 2.0x the median (2026-11-28, CI), the machine's
+# doing and not the hook's.
+torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
 tok = AutoTokenizer.from_pretrained(folder)
 model = AutoModelForCausalLM.from_pretrained(folder)
 tokentop.watch(model, tok)
