@@ -36,24 +36,24 @@ def measure_cache(cache, seq_len: int | None = None) -> KVMeasure:
     """Bytes held by a transformers Cache, read from its tensors (not from the formula).
 
     A dynamic cache holds exactly what it uses. A static cache preallocates `max_cache_len`
-    slots per layer; what it uses is the filled fraction of those buffers. `seq_len`, when the
+    slots per layer; what it uses is the filled fraction of each layer's buffers. `seq_len`, when the
     caller knows it, saves asking the cache: a static cache keeps its length in a device tensor,
     so asking costs a device→host sync per step on a GPU.
     """
     if cache is None:
         return KVMeasure(0, 0, 0)
-    alloc = 0
-    max_len = 0
+    layers = []  # (bytes, tokens it has room for or holds)
     for layer in getattr(cache, "layers", ()):
         keys = getattr(layer, "keys", None)
         values = getattr(layer, "values", None)
         if keys is None or values is None or not hasattr(keys, "nbytes"):
             continue
-        alloc += keys.nbytes + values.nbytes
-        max_len = max(max_len, keys.shape[-2])
+        layers.append((keys.nbytes + values.nbytes, keys.shape[-2]))
     if seq_len is None:
         seq_len = int(cache.get_seq_length())
-    if max_len == 0:
+    if not any(length for _, length in layers):
         return KVMeasure(0, 0, seq_len)
-    used = alloc if seq_len >= max_len else alloc * seq_len // max_len
-    return KVMeasure(used, alloc, seq_len)
+    # Layer by layer: a dynamic cache read while a forward appends to it holds a token more in the
+    # layers it has passed than in the rest, and a sliding-window layer holds its window at most.
+    used = sum(n if seq_len >= length else n * seq_len // length for n, length in layers)
+    return KVMeasure(used, sum(n for n, _ in layers), seq_len)
