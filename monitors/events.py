@@ -115,6 +115,7 @@ class RunStarted:
     max_new_tokens: int
     prompt_text: str
     preset: str = "custom"
+    cache_note: str = ""  # a watched script's run without a KV cache: why, in the words the screen shows
     t_ns: int = field(default_factory=now_ns)
 
 

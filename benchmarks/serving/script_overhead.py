@@ -1,7 +1,8 @@
 """What watching a script costs it: the test scripts (tests/attach/scripts/) on the default model's
 weights, alone and under `tokentop --no-tui --no-record --`, in alternation, each round the same
 script both ways. The figure is the script's own: its median time from token to token (its
-streamer's or its loop's stamps), as tok/s, watched over alone. Then what a Python process the
+streamer's or its loop's stamps), as tok/s, watched over alone; the loop without a cache is the
+one whose every forward the hook compares with the one before. Then what a Python process the
 script starts pays at its start for being in a watched tree (`python -c pass`, with tokentop's
 sitecustomize and socket name as every such process gets them, against without), and a process
 that imports transformers (when the hook loads).
@@ -26,12 +27,17 @@ from benchmarks.common import ROOT
 from tui_app.attach.script import CHILD, SOCKET_ENV
 from tui_app.engine.models import converted_default
 
-SCRIPTS = {"pipeline": "pipeline_script.py", "loop": "greedy_loop.py"}
+# Each script's arguments after the model's folder, for `calls` generations of 24 forwards.
+SCRIPTS = {
+    "pipeline": lambda calls: ["pipeline_script.py", str(calls)],
+    "loop": lambda calls: ["greedy_loop.py", str(calls)],
+    "loop without a cache": lambda calls: ["whole_context_loop.py", ",".join(["argmax"] * calls), "24"],
+}
 
 
-def itl_ms(script: str, folder: str, calls: int, watched: bool) -> list[float]:
+def itl_ms(script: list[str], folder: str, watched: bool) -> list[float]:
     """The script's own ITL medians, one a call (the first call's warm-up left out)."""
-    cmd = [sys.executable, os.path.join(ROOT, "tests", "attach", "scripts", script), folder, str(calls)]
+    cmd = [sys.executable, os.path.join(ROOT, "tests", "attach", "scripts", script[0]), folder, *script[1:]]
     if watched:
         cmd = [sys.executable, "-m", "tui_app", "--no-tui", "--no-record", "--", *cmd]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=True, timeout=600).stdout
@@ -61,8 +67,8 @@ def main() -> int:
     for name, script in SCRIPTS.items():
         alone, watched = [], []
         for _ in range(args.rounds):
-            alone += itl_ms(script, folder, args.calls, False)
-            watched += itl_ms(script, folder, args.calls, True)
+            alone += itl_ms(script(args.calls), folder, False)
+            watched += itl_ms(script(args.calls), folder, True)
         a, w = 1000 / statistics.median(alone), 1000 / statistics.median(watched)
         print(f"| {name} | {a:.2f} | {w:.2f} | {w / a:.3f} |", flush=True)
     print("\n| a process of the script's that runs | alone ms | in a watched tree ms |\n|---|---:|---:|")

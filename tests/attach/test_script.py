@@ -84,6 +84,32 @@ def test_a_hand_written_loop_over_model_is_watched(folder, tmp_path):
     assert [ev.n_tokens for ev in finished] == [23, 23]
 
 
+def test_a_loop_without_a_cache_is_one_run_a_token_a_forward_and_says_its_cache_is_off(folder, tmp_path):
+    """The loop that feeds the whole sequence back each step: a forward whose input is the last
+    one's plus a token goes on the same run (argmax, sampling, a batch of two rows), whose cache
+    is off with the reason and holds no KV; a chat's second turn, the conversation from the start,
+    is a run of its own."""
+    from tui_app.attach.script_loop import NO_CACHE
+
+    rec, new = tmp_path / "whole.jsonl", 8
+    script = SCRIPTS / "whole_context_loop.py"
+    done = tokentop("--no-tui", "--record", str(rec), "--", sys.executable, str(script), folder, "argmax,sample,batch,chat", str(new))
+    assert done.returncode == 0, done.stderr[-2000:]
+    prompts = [int(x) for x in re.findall(r"^PROMPT (\d+)$", done.stdout, re.M)]
+    rows = [line for line in done.stderr.splitlines() if line.startswith("run ")]
+    assert len(prompts) == len(rows) == 5, done.stdout + done.stderr[-2000:]
+    assert all("[no-cache" in r and f"KV 0 B (cache off: {NO_CACHE})" in r for r in rows), rows
+    events = read_recording(str(rec)).events
+    started = [ev for ev in events if isinstance(ev, RunStarted)]
+    finished = [ev for ev in events if isinstance(ev, RunFinished)]
+    assert [ev.prompt_tokens for ev in started] == prompts and [ev.levers.batch for ev in started] == [1, 1, 2, 1, 1]
+    assert all(not ev.levers.cache and ev.cache_note == NO_CACHE for ev in started)
+    assert [repr(ev.text) for ev in finished] == re.findall(r"^TEXT (.*)$", done.stdout, re.M)
+    assert [ev.n_tokens for ev in finished] == [new - 1] * 5  # the last token chosen is never fed back
+    steps = [ev for ev in events if isinstance(ev, Step)]
+    assert len(steps) == 5 * (new - 1) and not any(s.kv_bytes or s.kv_alloc_bytes for s in steps)
+
+
 @pytest.mark.serial
 def test_beam_search_is_a_step_a_forward_and_its_best_text(folder, tmp_path):
     """Beam search, which streams nothing: a step per forward (as many as the script's own logits

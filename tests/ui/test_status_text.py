@@ -84,3 +84,16 @@ def test_on_a_server_the_status_shows_its_engine_and_streams_not_the_engines_lev
     )
     texts = [i.variants[0] for i in status_text.status_items(session, "s", "short", auto=False)]
     assert texts[:2] == ["vLLM", "b:c4"] and not any(t.startswith(("k:", "w:")) for t in texts)
+
+
+def test_a_watched_loop_without_a_cache_says_so_and_why_where_the_cache_lever_is():
+    session = Session()
+    session.feed(ready())
+    note = "your loop re-reads the whole context each step"
+    session.feed(RunStarted(run_id=1, levers=Levers(cache=False), prompt_tokens=4, max_new_tokens=0, prompt_text="p", preset="script", cache_note=note))
+    texts = [i.variants for i in status_text.status_items(session, "s", "watch", auto=False)]
+    assert texts[0] == (f"cache: off ({note})", "cache: off") and texts[1] == ("c:eager",)
+    assert status_text.cache_off(session) == note
+    session.feed(RunStarted(run_id=2, levers=Levers(cache=False), prompt_tokens=4, max_new_tokens=8, prompt_text="p"))  # the engine's k
+    assert status_text.status_items(session, "s", "short", auto=False)[0].variants == ("k:no-cache",)
+    assert status_text.cache_off(session) == "every step recomputes the whole context"

@@ -7,7 +7,7 @@ What a call is seen through, all public transformers API:
 - generate's own `streamer` argument: ours (a tee with the script's streamer, if it passed one)
   stamps each token as generate hands it over, on the perf counter, in the generating thread;
 - a forward pre-hook on the model for the call's cache object, from which the KV bytes are read;
-- outside generate(), a hand-written loop's forwards (Loop), through hooks on every model that can
+- outside generate(), a hand-written loop's forwards (attach/script_loop.py), through hooks on every model that can
   generate, registered as the model is made (`PreTrainedModel.post_init` wrapped);
 - the latest tokenizer made (its `__init__` wrapped), copied for this hook's own use, so that
   detokenizing here never touches an object the script is using at the same moment.
@@ -39,6 +39,7 @@ from monitors.events import EngineReady, Levers, RunFinished, RunStarted, Step, 
 from monitors.kvcache import measure_cache, model_shape
 from monitors.text import IncrementalDecoder
 from tui_app.attach.hook_writer import Writer
+from tui_app.attach.script_loop import Loop
 
 PATCHES: dict[str, Callable] = {}  # module name → what to do to it once imported
 
@@ -62,6 +63,7 @@ class Call:
         spec = "draft" if kwargs.get("assistant_model") is not None else "lookup" if kwargs.get("prompt_lookup_num_tokens") else "off"
         self.spec = spec
         self.cached = kwargs.get("use_cache", getattr(config, "use_cache", True)) is not False
+        self.cache_note = "" if self.cached else "generate(use_cache=False) recomputes the whole context each step"
         self.t0 = self.last = now_ns()
 
     # ---------------------------------------------------------------- in the generating thread
@@ -93,7 +95,14 @@ class Call:
         levers = Levers(cache=self.cached, compile=_compiled(self.model), quant=_quantized(self.model), spec=self.spec, batch=batch)
         text = self.text.tok.decode(ids, skip_special_tokens=True) if self.text.tok is not None else ""
         run = RunStarted(
-            run_id=self.run_id, levers=levers, prompt_tokens=len(ids), max_new_tokens=self.max_new, prompt_text=text, preset="script", t_ns=self.t0
+            run_id=self.run_id,
+            levers=levers,
+            prompt_tokens=len(ids),
+            max_new_tokens=self.max_new,
+            prompt_text=text,
+            preset="script",
+            cache_note=self.cache_note,
+            t_ns=self.t0,
         )
         return [*ready, run]
 
@@ -164,54 +173,6 @@ class Tee:
             self.theirs.end()
 
 
-class Loop:
-    """A hand-written decode loop over `model(...)`: the forwards outside generate() of a model that
-    can generate, seen by a forward pre-hook and a forward hook. A forward without a cache, or with
-    one the last forward did not return, begins a run with its input as the prompt; each forward
-    that goes on (the cache it was given back, or without a cache its input one token longer) is
-    fed the token the one before chose, as its input's last: that token's step, stamped when the
-    loop feeds it back. The last forward's token is never fed back, so it is not counted."""
-
-    def __init__(self, hook: Hook):
-        self.hook = hook
-        self.call: Call | None = None
-        self.cache = None
-        self.length = 0
-
-    def pre(self, model, args, kwargs) -> None:
-        if getattr(self.hook.local, "inside", False):
-            return
-        t = now_ns()
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        if getattr(ids, "ndim", 0) != 2:  # embeddings fed in: no tokens to follow
-            return
-        cache = kwargs.get("cache", kwargs.get("past_key_values"))
-        n = ids.shape[-1]
-        call = self.call
-        on = call is not None and call.model is model and (cache is self.cache if cache is not None else self.cache is None and n == self.length + 1)
-        self.length = n
-        if call is not None and on:
-            self.hook.writer.put(call.tokens, t, ids[0, -1:], ids.shape[0])
-            return
-        self.end(t)
-        self.call = Call(self.hook, model, next(self.hook.runs), {"use_cache": kwargs.get("use_cache")})
-        self.call.t0 = self.call.last = t
-        self.call.cache = cache
-        self.hook.writer.put(self.call.started, t, ids[0], ids.shape[0])
-
-    def post(self, model, args, kwargs, output) -> None:
-        if getattr(self.hook.local, "inside", False) or self.call is None:
-            return
-        cache = getattr(output, "cache", None)
-        self.cache = cache if cache is not None else getattr(output, "past_key_values", None)
-        self.call.cache = self.cache
-
-    def end(self, t: int) -> None:
-        if self.call is not None:
-            self.hook.writer.put(self.call.finished, t, "the loop ended", None)
-            self.call = None
-
-
 class Hook:
     def __init__(self, writer: Writer):
         self.writer = writer
@@ -220,7 +181,7 @@ class Hook:
         self.latest: weakref.ref | None = None  # the tokenizer made last
         self.copied: tuple = (None, None)  # (a weak reference to a tokenizer, this hook's copy of it)
         self.local = threading.local()
-        self.loop = Loop(self)
+        self.loop = Loop(self, Call)
         self.exits = False  # flush_at_exit done in this process
 
     def close(self) -> None:
@@ -234,7 +195,7 @@ class Hook:
         self.writer = Writer(self.writer.path)
         self.writer.start()
         self.seen = weakref.WeakSet()
-        self.loop.call = None
+        self.loop.call = self.loop.pending = None
         self.exits = False
 
     def flush_at_exit(self) -> None:

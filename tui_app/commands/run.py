@@ -105,7 +105,7 @@ def row_line(row: Row) -> str:
     ]
     server = bool(s.levers.server)  # a server's KV is its own gauge, shown with its figures
     if not server:
-        parts.append(f"KV {fmt.nbytes(s.kv_bytes)}")
+        parts.append(f"KV {fmt.nbytes(s.kv_bytes)}" + (f" (cache off: {row.cache_note})" if row.cache_note else ""))
     if s.proposed:
         parts.append(f"accept {fmt.pct(s.accept_rate)} ({fmt.num(s.mean_accepted_len, 2)} tok/step)")
     if f is not None:

@@ -89,6 +89,7 @@ class Row:
     end_levers: Levers | None = None  # a run's levers at its end, where a switch changed them
     roofline: Roofline | None = None  # the verdict of the anatomy taken in the run, if one was
     slowed_s: float = 0.0  # seconds of the run its GPUs' clocks were held down (power cap, thermal, ...)
+    cache_note: str = ""  # RunStarted's: why a watched script's run has no KV cache
 
     @property
     def label(self) -> str:
@@ -383,7 +384,8 @@ class Session:
         for rid in list(self.timer.runs)[-limit:]:
             rec = self.timer.runs[rid]
             note = end_note(rec.finished) if rec.finished else self.died.get(rid, "running")
-            out.append(Row(rid, None, rec.total, rec.finished, note, rec.segments[-1].levers, self.run_rooflines.get(rid), self.run_slowed.get(rid, 0.0)))
+            roofline, slowed = self.run_rooflines.get(rid), self.run_slowed.get(rid, 0.0)
+            out.append(Row(rid, None, rec.total, rec.finished, note, rec.segments[-1].levers, roofline, slowed, rec.started.cache_note))
             if len(rec.segments) > 1:
                 out.extend(Row(rid, i, seg, None) for i, seg in enumerate(rec.segments) if seg.n_tokens)
         return out

@@ -81,6 +81,12 @@ LABELS = {
 }
 
 
+def cache_off(session) -> str:
+    """Why the current run has no KV cache, as the screen says it."""
+    cur = session.current
+    return (cur.started.cache_note if cur is not None else "") or "every step recomputes the whole context"
+
+
 def lever_label(lever: str, value) -> str:
     """A lever's value as the status line names it."""
     return LABELS.get(lever, str)(value)
@@ -111,7 +117,10 @@ def status_items(session, state: str, preset: str, auto: bool, wanted: dict | No
             lever("t", "server", server["label"], True)
         lever("b", "batch", lev.batch, lev.batch != 1)
     else:
-        lever("k", "cache", lev.cache, lev.cache)
+        if session.current is not None and session.current.started.cache_note and not lev.cache:  # a script's: no key sets it
+            items.append(Item((f"cache: off ({cache_off(session)})", "cache: off"), 0, "bold yellow"))
+        else:
+            lever("k", "cache", lev.cache, lev.cache)
         lever("c", "compile", lev.compile, lev.compile)
         lever("w", "quant", lev.quant, lev.quant != "off")
         lever("s", "spec", lev.spec, lev.spec != "off")

@@ -1,8 +1,8 @@
 """First on the PYTHONPATH of a script tokentop watches (tui_app/attach/script.py): Python runs it
-before the first line of the script and of each Python process the script starts (they inherit
-the path and the socket's name). It waits for the process to import transformers (a process that
-never does, a shell tool or a worker, pays only the standard library's import of this file); then
-it loads the hook (attach/script_hook.py, attach/hook_writer.py) and tokentop's monitors from their
+before the first line of the script and of each Python process the script starts (they inherit the
+path and the socket's name). It waits for the process to import transformers (a process that never
+does, a shell tool or a worker, pays only the standard library's import of this file); then it loads
+the hook (attach/script_hook.py, script_loop.py, hook_writer.py) and tokentop's monitors from their
 own files, so tokentop's folder is never on the script's path (where its packages could hide the
 script's own). It runs the sitecustomize this one hides, if there is one."""
 

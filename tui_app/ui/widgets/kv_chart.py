@@ -14,6 +14,7 @@ from tui_app.core import fmt
 from tui_app.core.axes import Scale
 from tui_app.core.batch_view import cached_tokens, head_text, packed, padding_text, row_texts
 from tui_app.core.braille import plot
+from tui_app.ui.status_text import cache_off
 from tui_app.ui.widgets.chart import Chart
 
 
@@ -30,7 +31,7 @@ class KVChart(Chart):
         self.border_title = "KV cache"
         r = s.ready
         if not s.levers.cache or not pts or r is None:
-            msg = "KV cache off: every step recomputes the whole context" if not s.levers.cache else "waiting for tokens…"
+            msg = f"KV cache off: {cache_off(s)}" if not s.levers.cache else "waiting for tokens…"
             self.border_subtitle = ""
             return Text(msg, style="dim")
         # Only the points since the last time the sequence shrank (a rebuild after a lever switch).
