@@ -175,8 +175,9 @@ def test_the_roofline_counts_the_weights_and_the_kv_a_step_reads_and_weighs_the_
     last = [e for e in collect if isinstance(e, Step)][-1]
     kv_formula = 2 * 4 * 1 * last.seq_len * plain.n_layers * plain.kv_heads * plain.head_dim  # fp32, batch 1
     assert verdict.step_bytes == pytest.approx(_safetensors_bytes(_gguf_cache_dir(find_default_gguf())) + kv_formula, rel=0.01)
-    # The default model's step is torch's ops nearly whole (its GEMVs); the verdict is not overhead.
-    assert verdict.outside < 0.2 and not verdict.text.startswith("overhead-bound"), verdict.text
+    # The default model's step is mostly torch's ops (its GEMVs): the verdict is not overhead. How
+    # much lies outside them is the CPU's (14 % on the Zen 4 EPYC, docs/performance.md; 20.4 % on an Intel Xeon).
+    assert verdict.outside < readings.OVERHEAD_BOUND and verdict.wall != "overhead" and not verdict.text.startswith("overhead-bound"), verdict.text
     assert 0 < verdict.frac < 1.5 and "of the read ceiling" in verdict.text
     # The verdict stays in its run's row: the runs table's wall and the export.
     from tui_app.core.columns import columns_for
