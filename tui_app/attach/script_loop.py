@@ -26,7 +26,7 @@ class Loop:
         self.call = None
         self.cache = None  # what the last forward returned
         self.ids = None  # the last forward's input, where the next may go on without a cache
-        self.pending: tuple | None = None  # (t, ids) of a run's first forward, its start not yet sent
+        self.pending: tuple | None = None  # (t, row 0's ids, rows) of a run's first forward, its start not yet sent
 
     def pre(self, model, args, kwargs) -> None:
         if getattr(self.hook.local, "inside", False):
