@@ -142,7 +142,8 @@ class Step:
     batch: distinct prompts batched with the run's own (the engine's continuous batching), each
     row as [its number in order of arrival (0: the run's own), prompt tokens, new tokens, max new
     tokens]; then kv_alloc_bytes is the padded cache and kv_bytes the rows' own tokens' share of
-    it. waiting: arrivals queued for a slot. batch_tokens: every row's new tokens in this step."""
+    it. waiting: arrivals queued for a slot. batch_tokens: every row's new tokens in this step.
+    phase: the phase of a reasoning model's generation the step's tokens belong to."""
 
     run_id: int
     step: int
@@ -167,6 +168,7 @@ class Step:
     batch: list = field(default_factory=list)
     waiting: int = 0
     batch_tokens: int = 0
+    phase: str = "answer"  # thinking, answer or tool call (monitors/phases.py); recordings from before phases are all answer
 
 
 @dataclass(kw_only=True)

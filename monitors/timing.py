@@ -18,6 +18,10 @@ one clock, the time at which each event was emitted (for a server, a chunk's arr
 - end-to-end: from RunStarted to the last step's emission, less the phases inside the run;
   end-to-end tok/s: batch × all new tokens ÷ end-to-end time (the same per-step sum).
 - prefill tok/s: batch × prompt tokens ÷ TTFT (distinct prompts: the first step's prompts).
+- phases (a reasoning model's: monitors/phases.py): TTFA, the time to the first answer token, from
+  RunStarted to the first step of the answer (a run with no thinking: its TTFT); each phase's
+  tokens, and its own ITL once a run has more than one phase (the same intervals, by the phase of
+  the step that ends each); the thinking share: thinking tokens ÷ new tokens.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import math
 from dataclasses import dataclass, field
 
 from monitors.events import Levers, Phase, RunFinished, RunStarted, Step
+from monitors.phases import ANSWER, THINKING
 
 
 def percentile(values: list[float], q: float, is_sorted: bool = False) -> float:
@@ -109,6 +114,9 @@ class TimingStats:
     seq_tokens: int = 0  # Σ batch × new tokens over steps: tokens over all sequences
     decode_seq_tokens: int = 0
     prefill_seq_tokens: int = 0  # distinct prompts: the prompt tokens of the first step's sequences
+    ttfa_s: float = math.nan
+    phase_tokens: dict = field(default_factory=dict)  # phase → new tokens
+    phase_itl_s: dict = field(default_factory=dict)  # phase → its ITL, once the run has a phase besides the answer
 
     @property
     def itl(self) -> Summary:
@@ -137,6 +145,13 @@ class TimingStats:
         return prompts / self.ttft_s if self.ttft_s and self.ttft_s > 0 else math.nan
 
     @property
+    def thinking_share(self) -> float:
+        return self.phase_tokens.get(THINKING, 0) / self.n_tokens if self.n_tokens else math.nan
+
+    def phase_itl(self, phase: str) -> Summary:
+        return Summary.of(self.phase_itl_s.get(phase, self.itl_s if phase == ANSWER and not self.phase_itl_s else []))
+
+    @property
     def accept_rate(self) -> float:
         return self.accepted / self.proposed if self.proposed else math.nan
 
@@ -156,6 +171,9 @@ class TimingStats:
         batch = self.batch if batch is None else batch
         made = step.batch_tokens if step.batch else batch * step.n_tokens
         self.n_tokens += step.n_tokens
+        self.phase_tokens[step.phase] = self.phase_tokens.get(step.phase, 0) + step.n_tokens
+        if step.phase != ANSWER and not self.phase_itl_s:  # phased from here: the intervals so far were the answer's
+            self.phase_itl_s[ANSWER] = list(self.itl_s)
         self.seq_tokens += made
         self.kv_bytes = step.kv_bytes
         self.kv_alloc_bytes = step.kv_alloc_bytes
@@ -173,6 +191,8 @@ class TimingStats:
         self.overhead_steps += 1
         if step.n_tokens:
             self.itl_s.extend([dt / step.n_tokens] * step.n_tokens)
+            if self.phase_itl_s:
+                self.phase_itl_s.setdefault(step.phase, []).extend([dt / step.n_tokens] * step.n_tokens)
         if step.kind == "verify":
             self.proposed += step.proposed
             self.accepted += step.accepted
@@ -199,7 +219,8 @@ SEGMENT_VALUES = 24  # a TimingStats' own fields, in intervals' worth of memory
 
 
 def weight(rec: RunRecord) -> int:
-    return len(rec.total.itl_s) + sum(len(s.itl_s) + SEGMENT_VALUES for s in rec.segments)
+    stats = (rec.total, *rec.segments)
+    return sum(len(s.itl_s) + sum(map(len, s.phase_itl_s.values())) for s in stats) + SEGMENT_VALUES * len(rec.segments)
 
 
 class RunTimer:
@@ -241,6 +262,9 @@ class RunTimer:
             # is the mean of its streams'.
             seg.ttft_s = (ev.t_ns - t0) / 1e9
             rec.total.ttft_s = mean([s.ttft_s for s in rec.segments if not math.isnan(s.ttft_s)])
+        if ev.phase == ANSWER and math.isnan(seg.ttfa_s):
+            seg.ttfa_s = (ev.t_ns - t0) / 1e9
+            rec.total.ttfa_s = mean([s.ttfa_s for s in rec.segments if not math.isnan(s.ttfa_s)])
         # A server run's streams run side by side: its rate is the sum of theirs (N × tokens ÷ the
         # streams' summed time); an engine segment's steps count batch × tokens.
         rec.total.add_step(ev, rec.total.batch if rec.started.levers.server else seg.batch)

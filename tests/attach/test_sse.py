@@ -12,19 +12,15 @@ def chat(content=None, finish=None, **extra) -> str:
 
 
 def read_all(lines: list[str]) -> tuple[ChunkReader, list[tuple[str, int]]]:
+    """As the client reads: each line's pieces, then what waits at the end (not text without a token after an error)."""
     reader = ChunkReader()
-    steps = []
+    pieces = []
     for line in lines:
-        got = reader.read(line)
+        pieces += reader.read(line)
         if reader.out.error or reader.out.done:
             break
-        if got is not None:
-            steps.append(got)
-    else:
-        reader.close()
-    if reader.out.done:
-        reader.close()
-    return reader, steps
+    pieces += reader.close(keep_pending=not reader.out.error)
+    return reader, [(p.text, p.n) for p in pieces]
 
 
 def test_llama_cpp_running_count_makes_a_chunk_of_several_tokens_one_step():
@@ -86,9 +82,9 @@ def test_an_error_mid_stream_ends_it_with_the_servers_message():
 
 def test_text_still_waiting_for_a_token_ends_the_output_when_the_stream_closes():
     reader = ChunkReader()
-    assert reader.read(chat("a", timings={"predicted_n": 1})) == ("a", 1)
-    assert reader.read(chat("!", timings={"predicted_n": 1})) is None
-    reader.close()
+    assert [(p.text, p.n) for p in reader.read(chat("a", timings={"predicted_n": 1}))] == [("a", 1)]
+    assert reader.read(chat("!", timings={"predicted_n": 1})) == []
+    assert reader.close() == []
     assert reader.out.text == "a!" and reader.out.counted == 1
 
 
@@ -106,3 +102,48 @@ def test_the_runs_end_takes_the_servers_final_counts_and_the_first_streams_reaso
     assert run_end([lead.out], stopped=True)[0] == "stopped" and run_end([other.out], stopped=False)[0] == "stream ended"
     other.out.error = "cannot reach h:1"
     assert run_end([other.out], stopped=False)[0] == "error"
+
+
+def delta(**fields) -> str:
+    return json.dumps({"choices": [{"index": 0, "delta": fields, "finish_reason": None}]})
+
+
+def phases_of(lines: list[str]) -> tuple[ChunkReader, list[tuple[str, int, str]]]:
+    reader = ChunkReader()
+    pieces = [p for line in lines for p in reader.read(line)]
+    pieces += reader.close()
+    return reader, [(p.text, p.n, p.phase) for p in pieces]
+
+
+def test_each_servers_reasoning_field_is_thinking_and_its_content_the_answer():
+    # vLLM and Ollama's /v1: `reasoning`; llama.cpp, SGLang and DeepSeek's API: `reasoning_content`.
+    for field in ("reasoning", "reasoning_content", "thinking"):
+        _, got = phases_of([delta(role="assistant"), delta(**{field: "Hm,"}), delta(**{field: " sky."}), delta(content="\n\nBlue"), "[DONE]"])
+        assert got == [("Hm,", 1, "thinking"), (" sky.", 1, "thinking"), ("\n\nBlue", 1, "answer")], field
+
+
+def test_a_chunk_with_reasoning_and_content_at_the_switch_keeps_both_in_order():
+    usage = lambda n: {"prompt_tokens": 9, "completion_tokens": n}  # noqa: E731
+    lines = [
+        json.dumps({"choices": [{"index": 0, "delta": {"reasoning": "so"}}], "usage": usage(1)}),
+        json.dumps({"choices": [{"index": 0, "delta": {"reasoning": " yes", "content": "Yes"}}], "usage": usage(3)}),
+        json.dumps({"choices": [], "usage": {**usage(3), "completion_tokens_details": {"reasoning_tokens": 2}}}),
+    ]
+    reader, got = phases_of(lines)
+    assert got == [("so", 1, "thinking"), (" yes", 1, "thinking"), ("Yes", 1, "answer")]
+    assert reader.out.text == "so yesYes"
+    assert run_end([reader.out], stopped=False)[3]["server_reasoning_tokens"] == 2  # the server's own count, kept beside ours
+
+
+def test_a_tool_calls_name_and_arguments_are_the_tool_call_phase():
+    call = lambda fn: delta(tool_calls=[{"index": 0, "function": fn}])  # noqa: E731
+    _, got = phases_of([delta(content="Let me look."), call({"name": "get_weather", "arguments": ""}), call({"arguments": '{"city": "Oslo"}'})])
+    assert got == [("Let me look.", 1, "answer"), ("get_weather ", 1, "tool call"), ('{"city": "Oslo"}', 1, "tool call")]
+
+
+def test_think_tags_left_in_content_are_read_and_a_span_never_closed_is_said():
+    reader, got = phases_of([delta(content=t) for t in ("<", "think", ">", "hm", "</think>", "Hi")])
+    assert [p for _, _, p in got] == ["thinking"] * 5 + ["answer"]
+    cut, _ = phases_of([delta(content=t) for t in ("<think>", "hm")])
+    assert run_end([cut.out], stopped=False)[3]["thinking"].startswith("never closed")
+    assert "thinking" not in run_end([reader.out], stopped=False)[3]

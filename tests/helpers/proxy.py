@@ -20,6 +20,9 @@ Every setting can change while connections are open (each chunk reads them as it
   nothing passes either way and both sockets stay open: a half-open connection), `close_delay_s`
   (a side's close reaches the other this much later: a slow close);
 - `proxy.hold()` / `proxy.release()`: stop and restart forwarding on every connection now;
+- `proxy.tap = {"up": [], "down": []}`: every read from then on is appended to its direction's
+  list as (arrival on the perf counter in ns, bytes), the moment the proxy has it: a clock of the
+  raw stream that owes nothing to the client behind it;
 - `proxy.arm([Faults, ...], marker=b"POST ")`: the next connections to carry `marker` client →
   server take these faults in turn, counted from that moment (a pooled keep-alive connection is
   armed when it carries the request, not when it was opened).
@@ -35,6 +38,7 @@ import random
 import socket
 import struct
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 
@@ -80,6 +84,7 @@ class FaultProxy:
         self.faults = Faults()
         self.bytes = {"up": 0, "down": 0}
         self.connections = 0  # accepted so far
+        self.tap: dict[str, list] | None = None
         self.links: list[_Link] = []  # open now
         self._rng = random.Random(seed)
         self._held = False
@@ -205,6 +210,8 @@ class FaultProxy:
                     data = await reader.read(READ)
                 except (ConnectionError, OSError):
                     data = b""
+                if data and self.tap is not None:
+                    self.tap[way].append((time.perf_counter_ns(), data))
                 d = getattr(self, way)
                 if data and way == "up" and self._marker and self._plan and self._marker in data:
                     link.faults, link.armed_at = self._plan.popleft(), link.passed["down"]

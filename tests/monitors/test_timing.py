@@ -25,7 +25,7 @@ def test_empty_summary_is_nan_not_an_error():
     assert s.n == 0 and math.isnan(s.p99) and math.isnan(s.mean)
 
 
-def _step(run, i, kind, t, dt, n=1, seg=0, prop=0, acc=0, fwd=None):
+def _step(run, i, kind, t, dt, n=1, seg=0, prop=0, acc=0, fwd=None, phase="answer"):
     return Step(
         run_id=run,
         step=i,
@@ -43,6 +43,7 @@ def _step(run, i, kind, t, dt, n=1, seg=0, prop=0, acc=0, fwd=None):
         proposed=prop,
         accepted=acc,
         compute_ns=dt - 50,
+        phase=phase,
     )
 
 
@@ -114,3 +115,36 @@ def test_a_mid_run_batch_switch_weights_each_segment_by_its_own_batch():
     assert seg0.decode_tps == pytest.approx(3 / 0.3) and seg1.decode_tps == pytest.approx(2 * 4 / 0.2)
     assert rec.total.decode_tps == pytest.approx((1 * 3 + 2 * 4) / 0.5)
     assert rec.total.e2e_tps == pytest.approx((1 * 1 + 1 * 3 + 2 * 1 + 2 * 4) / 0.6)
+
+
+def test_phases_ttfa_each_phases_tokens_and_itl_and_the_thinking_share():
+    """Two server streams: one thinks 2 steps then answers, the other thinks then calls a tool then
+    answers. TTFA is the run's mean of each stream's first answer step, and a run with no thinking
+    has TTFA = TTFT."""
+    ms = 1_000_000
+    t0 = 5000 * ms
+    timer = RunTimer()
+    timer.started(RunStarted(run_id=1, levers=Levers(server="s"), prompt_tokens=4, max_new_tokens=9, prompt_text="p", t_ns=t0))
+    for seg, plan in enumerate(
+        (
+            [("prefill", 100, "thinking"), ("decode", 20, "thinking"), ("decode", 30, "answer")],
+            [("prefill", 200, "thinking"), ("decode", 10, "tool call"), ("decode", 40, "answer"), ("decode", 50, "answer")],
+        )
+    ):
+        t = t0
+        for i, (kind, dt, phase) in enumerate(plan, 1):
+            t += dt * ms
+            timer.step(_step(1, i, kind, t, dt * ms, seg=seg, phase=phase))
+    tot = timer.runs[1].total
+    s0, s1 = timer.runs[1].segments
+    assert s0.ttfa_s == pytest.approx(0.150) and s1.ttfa_s == pytest.approx(0.250)
+    assert tot.ttfa_s == pytest.approx(0.200) and tot.ttft_s == pytest.approx(0.150)
+    assert tot.phase_tokens == {"thinking": 3, "tool call": 1, "answer": 3}
+    assert tot.thinking_share == pytest.approx(3 / 7)
+    assert s1.phase_itl("answer").p50 == pytest.approx(0.045) and s1.phase_itl("tool call").n == 1
+    assert s0.phase_itl("thinking").mean == pytest.approx(0.020)
+    timer.started(RunStarted(run_id=2, levers=Levers(), prompt_tokens=4, max_new_tokens=2, prompt_text="p", t_ns=t0))
+    timer.step(_step(2, 1, "prefill", t0 + 80 * ms, 80 * ms))
+    timer.step(_step(2, 2, "decode", t0 + 90 * ms, 10 * ms))
+    plain = timer.runs[2].total
+    assert plain.ttfa_s == plain.ttft_s and plain.phase_itl("answer").n == 1 and not plain.phase_itl_s  # nothing kept twice

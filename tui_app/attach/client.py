@@ -354,16 +354,18 @@ class ServerClient:
     async def _read(self, r: aiohttp.ClientResponse, k: int, t0: int, run_id: int, out: StreamResult) -> None:
         """Each chunk that brings tokens as a Step of stream `k`: its latency the gap since the stream's previous one."""
         t_prev, step = t0, 0
-        async for text, n, t in token_chunks(r, out):
+        async for piece in token_chunks(r, out):
             step += 1
+            t = piece.payload
             self.emit(
                 Step(
                     run_id=run_id,
                     step=step,
                     kind="prefill" if step == 1 else "decode",
                     token_ids=[],
-                    text=text,
-                    n_tokens=n,
+                    text=piece.text,
+                    n_tokens=piece.n,
+                    phase=piece.phase,
                     t_ns=t,
                     dt_ns=t - t_prev,
                     forward_ns=0,

@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from monitors.events import now_ns
+from monitors.phases import Piece
 from tui_app.attach.sse import ChunkReader, StreamResult
 
 DRAIN_S = 0.2  # a server that keeps the body open after [DONE] is not waited for longer
@@ -145,19 +146,19 @@ async def sse_post(session: aiohttp.ClientSession, url: str, body: dict, headers
         yield resp
 
 
-async def token_chunks(r: aiohttp.ClientResponse, out: StreamResult) -> AsyncIterator[tuple[str, int, int]]:
-    """(text, tokens, arrival ns) of each chunk of an SSE stream that brings tokens, read into `out`;
-    the stream ends at [DONE], at its end, or at an error (then without the text still waiting)."""
+async def token_chunks(r: aiohttp.ClientResponse, out: StreamResult) -> AsyncIterator[Piece]:
+    """The pieces of an SSE stream that bring tokens, each of one phase and stamped with its
+    chunk's arrival, read into `out`; the stream ends at [DONE], at its end, or at an error (then
+    without the text still waiting for a token, but with every token that came)."""
     reader = ChunkReader(out)
     events = sse_data(r)
     async for data in events:
-        t = now_ns()
-        got = reader.read(data)
+        for piece in reader.read(data, now_ns()):
+            yield piece
         if out.error:
-            return
+            break
         if out.done:
             await drained(events)
             break
-        if got is not None:
-            yield (*got, t)
-    reader.close()
+    for piece in reader.close(keep_pending=not out.error):
+        yield piece

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from monitors.phases import THINKING, TOOL, PhasedStream, Piece
 from tui_app.attach.errors import error_text
 
 STOP_REASONS = {"stop": "eos", "length": "max tokens", "eos_token": "eos", "abort": "stopped"}
@@ -28,6 +29,8 @@ class StreamResult:
     error: str = ""
     context: int = 0  # tokens in this stream's context now (prompt + cached + generated), when known
     done: bool = False  # the stream said [DONE]
+    unclosed: bool = False  # it ended inside a think span
+    stray: int = 0  # think spans' closing markers with no opening, left as answer text
 
     def server_total(self) -> int | None:
         """The server's final count of the tokens it generated, where it said one."""
@@ -38,60 +41,83 @@ class StreamResult:
         return None
 
 
+REASONING_FIELDS = ("reasoning", "reasoning_content", "thinking")  # vLLM, Ollama; llama.cpp, SGLang, DeepSeek; others
+
+
+def delta_parts(c: dict) -> list[tuple[str | None, str]]:
+    """A choice's text as (phase, text) parts in the order a server switches: its reasoning field,
+    then the content (None: read for the model's markers), then a tool call's name and arguments."""
+    delta: dict = c["delta"] if isinstance(c.get("delta"), dict) else {}
+    parts: list[tuple[str | None, str]] = [(THINKING, v) for k in REASONING_FIELDS if isinstance(v := delta.get(k), str) and v]
+    content = delta.get("content") or c.get("text")
+    if isinstance(content, str) and content:
+        parts.append((None, content))
+    for call in delta.get("tool_calls") or []:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            name, args = fn.get("name"), fn.get("arguments")
+            text = (f"{name} " if isinstance(name, str) else "") + (args if isinstance(args, str) else "")
+            if text:
+                parts.append((TOOL, text))
+    return parts
+
+
 class ChunkReader:
-    """Reads one stream's SSE data into `out`; `read(data)` says what a chunk brought as a step."""
+    """Reads one stream's SSE data into `out`; `read(data, t)` says what the chunk (arrived at `t`)
+    and those waiting before it brought, as pieces of one phase each (monitors/phases.py)."""
 
     def __init__(self, out: StreamResult | None = None):
         self.out = out if out is not None else StreamResult()
-        self.pending = ""  # text without a token of its own: it goes out with the next token
+        self.pending: list[tuple[str | None, str]] = []  # text without a token of its own: it goes out with the next token
         self.prompt_n: int | None = None
+        self.phases = PhasedStream()
 
-    def read(self, data: str) -> tuple[str, int] | None:
-        """(text, tokens) of a chunk that brings tokens; None for one that brings none (empty,
-        malformed, usage only, text the server has not counted yet). A [DONE] or an error sets
-        `out.done` or `out.error`: the stream is over."""
+    def read(self, data: str, t: int = 0) -> list[Piece]:
+        """The pieces (text, tokens, phase, arrival) whose phase is known now: none for a chunk that
+        brings no token (empty, malformed, usage only, text the server has not counted yet), or
+        whose text may still begin a marker. A [DONE] or an error sets `out.done` or `out.error`:
+        the stream is over."""
         out = self.out
         data = data.strip()
         if not data:
-            return None
+            return []
         if data == "[DONE]":
             out.done = True
-            return None
+            return []
         try:
             obj = json.loads(data)
         except json.JSONDecodeError:
             out.malformed += 1
-            return None
+            return []
         if not isinstance(obj, dict):
             out.malformed += 1
-            return None
+            return []
         if obj.get("error"):
             out.error = f"the server sent an error mid-stream: {error_text(json.dumps(obj))}"
-            return None
+            return []
         choices = obj.get("choices") or []
         running = self._running_count(obj, choices)
         if not choices or not isinstance(choices[0], dict):
-            return None
+            return []
         c = choices[0]
-        delta = c.get("delta")
-        text = (delta.get("content") if isinstance(delta, dict) else None) or c.get("text") or ""
+        parts = delta_parts(c)
         if c.get("finish_reason"):
             out.finish = c["finish_reason"]
-        out.chunks += 1 if text else 0
+        out.chunks += 1 if parts else 0
         if running is not None:
             n = max(int(running) - out.counted, 0)
             out.from_server = True
         else:
-            n = 1 if text else 0
+            n = 1 if parts else 0
         if n == 0:
-            self.pending += text
-            return None
-        text, self.pending = self.pending + text, ""
+            self.pending += parts
+            return []
+        parts, self.pending = self.pending + parts, []
         out.counted += n
-        out.text += text
+        out.text += "".join(text for _, text in parts)
         if self.prompt_n is not None:
             out.context = self.prompt_n + out.counted
-        return text, n
+        return self.phases.push(parts, n, t)
 
     def _running_count(self, obj: dict, choices: list) -> int | None:
         """The server's count of generated tokens so far, where this chunk carries one (and the prompt's size)."""
@@ -108,10 +134,16 @@ class ChunkReader:
             return usage.get("completion_tokens")
         return None
 
-    def close(self) -> None:
-        """The stream ended: text still waiting for a token of its own is the output's end."""
-        self.out.text += self.pending
-        self.pending = ""
+    def close(self, keep_pending: bool = True) -> list[Piece]:
+        """The stream ended: text still waiting for a token of its own is the output's end (unless
+        it ended in an error), and the pieces still waiting on a marker go out as they stand."""
+        if keep_pending:
+            self.out.text += "".join(text for _, text in self.pending)
+        self.pending = []
+        pieces = self.phases.close()
+        split = self.phases.split
+        self.out.unclosed, self.out.stray = split.unclosed, split.stray
+        return pieces
 
 
 def run_end(streams: list[StreamResult], stopped: bool) -> tuple[str, int, int | None, dict]:
@@ -139,6 +171,13 @@ def run_end(streams: list[StreamResult], stopped: bool) -> tuple[str, int, int |
         if not lead.timings
         else lead.timings.get("cache_n"),
     }
+    reasoning = ((usage.get("completion_tokens_details") or {}).get("reasoning_tokens")) if usage else None
+    if reasoning is not None:
+        details["server_reasoning_tokens"] = reasoning
+    if lead.unclosed:
+        details["thinking"] = "never closed: the stream ended inside the think span"
+    if lead.stray:
+        details["thinking"] = f"{lead.stray} closing marker(s) with no opening, left as answer text"
     if lead.timings:
         for key in ("prompt_ms", "prompt_n", "predicted_ms", "predicted_n", "predicted_per_token_ms", "predicted_per_second"):
             details[key] = lead.timings.get(key)

@@ -234,7 +234,8 @@ async def connected(args, configs):
             raise UsageError(str(exc)) from None
         for c in servers.clients:
             where = f"pid {c.pid}" if c.pid else "not on this host"
-            print(f"{c.engine.name} server at {c.shown_root} ({where}) as {c.levers.server!r}: model {c.model}, metrics {c.shown_metrics}", flush=True)
+            said = f"{c.engine.name} server at {c.shown_root} ({where}) as {c.levers.server!r}: model {c.model}, metrics {c.shown_metrics}"
+            print(said, file=sys.stderr if args.output == "json" else sys.stdout, flush=True)
         metrics = [asyncio.create_task(c.metrics_loop()) for c in servers.clients]
         await asyncio.sleep(0)
         yield servers, session
@@ -251,6 +252,7 @@ async def connected(args, configs):
 
 async def _headless(args, configs, request) -> int:
     from tui_app.commands.run import row_line
+    from tui_app.core.export import run_json
 
     async with connected(args, configs) as (servers, session):
         if args.watch:
@@ -263,21 +265,25 @@ async def _headless(args, configs, request) -> int:
                 fin = await servers.run(request)
                 if fin is None:
                     return EXIT_USAGE
-                if args.runs == 1 and i == 0:
-                    print(fin.text.strip(), flush=True)
-                for row in session.rows():
-                    if row.run_id == fin.run_id:
-                        print(row_line(row), flush=True)
                 await c.sample()
                 latest = next((x for x in reversed(session.server) if x.server == c.levers.server and not x.error), None)
-                print(server_line(fin, latest), flush=True)
-                await xray_lines(session, fin.run_id, c.tracing.joiner)
+                if args.output == "json":  # stdout: one JSON object a run, nothing else
+                    print(run_json(session, fin.run_id), flush=True)
+                else:
+                    if args.runs == 1 and i == 0:
+                        print(fin.text.strip(), flush=True)
+                    for row in session.rows():
+                        if row.run_id == fin.run_id:
+                            print(row_line(row), flush=True)
+                    print(server_line(fin, latest), flush=True)
+                    await xray_lines(session, fin.run_id, c.tracing.joiner)
                 failed = failed or fin.stop_reason == "error"
                 session.trim()
+        human = sys.stderr if args.output == "json" else sys.stdout
         for line in readings.comparison(session):
-            print(line)
+            print(line, file=human)
         if session.verdict and args.runs > 1 and len(servers.clients) == 1:
-            print(session.verdict.text().replace("leak:", "server leak:"))
+            print(session.verdict.text().replace("leak:", "server leak:"), file=human)
         stopped = session.recorder is not None and session.recorder.stopped is not None  # asked to record, it could not record every run
         return 1 if failed or stopped else 0
 

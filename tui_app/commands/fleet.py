@@ -81,7 +81,13 @@ def add_fleet_args(p: argparse.ArgumentParser) -> None:
         help="the leak sentinel's span: each replica's memory over this long, fitted beside its load (default 15m; 0: off)",
     )
     g.add_argument("--once", action="store_true", help="with --no-tui: print the fleet once and exit")
-    g.add_argument("-o", "--output", choices=("table", "json"), default="table", help="with --no-tui: a table, or one JSON object a refresh")
+    g.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="with --no-tui: lines (a fleet: a table), or one JSON object a run (a fleet: a refresh)",
+    )
     p.add_argument(
         "--watch",
         action="store_true",

@@ -13,6 +13,7 @@ from monitors.events import EngineError, LeverRefused
 from monitors.text import plural
 from tui_app.commands.options import COUNT, add_engine, add_ui, check_engine
 from tui_app.core import batch_view, fmt, readings
+from tui_app.core.export import run_json
 from tui_app.core.options import EXIT_USAGE, EngineOptions, PromptOptions, UiOptions, engine_config, open_recording, run_request
 from tui_app.core.session import Row, Session
 from tui_app.requests import Profile
@@ -24,6 +25,7 @@ PARSER = {"help": "the TUI (default), or --no-tui for numbers only"}
 class Options(EngineOptions, PromptOptions, UiOptions):
     no_tui: bool
     runs: int
+    output: str
     profile_steps: int | None
 
 
@@ -32,6 +34,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     add_ui(p)
     p.add_argument("--no-tui", action="store_true", help="print each run's numbers instead of drawing the TUI")
     p.add_argument("--runs", type=COUNT, default=1, help="with --no-tui: how many runs")
+    p.add_argument("-o", "--output", choices=("table", "json"), default="table", help="with --no-tui: a line of figures a run, or one JSON object a run")
     p.add_argument(
         "--profile-steps",
         type=COUNT,
@@ -99,6 +102,7 @@ def row_line(row: Row) -> str:
         f"prompt {s.prompt_tokens} tok",
         f"new {s.n_tokens} tok",
         f"TTFT {fmt.ms(s.ttft_s)}",
+        *([fmt.phases(s)] if fmt.phased(s) else []),
         f"ITL p50 {fmt.ms(itl.p50)} p95 {fmt.ms(itl.p95)}",
         f"{fmt.num(s.decode_tps)} tok/s" + (f" (steps alone {fmt.num(s.compute_tps)})" if s.compute_s else ""),
         f"e2e {fmt.num(s.e2e_s, 2)} s",
@@ -126,6 +130,8 @@ def run_headless(args: Options) -> int:
     session = Session(recorder=recorder)
     errors: list[str] = []
     session.listeners.append(lambda ev: errors.append(ev.message) if isinstance(ev, EngineError) else None)
+    # -o json: stdout is one JSON object a run, and the lines for a reader go to stderr
+    human = sys.stderr if args.output == "json" else sys.stdout
     try:
         engine = load_engine(args, session)
         if engine is None:
@@ -134,6 +140,7 @@ def run_headless(args: Options) -> int:
         print(
             f"{r.model} on {fmt.where(r)} ({r.dtype}, {plural(r.threads, 'thread')}): {r.n_params / 1e6:.0f}M params, "
             f"{fmt.nbytes(r.weight_bytes)} weights, loaded from {r.source} in {r.load_s:.1f} s",
+            file=human,
             flush=True,
         )
         if args.profile_steps:
@@ -153,17 +160,20 @@ def run_headless(args: Options) -> int:
                 return EXIT_USAGE
             for message in errors:  # a run that ended on an error (or ran out of memory) says which
                 print(f"tokentop: run {fin.run_id}: {message.splitlines()[0]}", file=sys.stderr)
-            if args.runs == 1:
+            if args.output == "json":
+                print(run_json(session, fin.run_id), flush=True)
+            elif args.runs == 1:
                 print(fin.text.strip(), flush=True)
-            rows = [row for row in session.rows() if row.run_id == fin.run_id]
-            for row in rows:
-                print(row_line(row), flush=True)
+            if args.output != "json":
+                for row in session.rows():
+                    if row.run_id == fin.run_id:
+                        print(row_line(row), flush=True)
             if session.batch_steps and session.batch_steps[-1].run_id == fin.run_id:
-                print(f"  {batch_view.summary(list(session.batch_steps), session.levers.batch)}", flush=True)
+                print(f"  {batch_view.summary(list(session.batch_steps), session.levers.batch)}", file=human, flush=True)
             if session.anatomy is not None and session.anatomy.run_id == fin.run_id:
-                print("\n".join(readings.anatomy_lines(session.anatomy)), flush=True)
+                print("\n".join(readings.anatomy_lines(session.anatomy)), file=human, flush=True)
                 verdict = session.run_rooflines.get(session.anatomy.run_id)
-                print(f"  {verdict.text if verdict else 'no roofline: the run had no decode step to weigh it against'}", flush=True)
+                print(f"  {verdict.text if verdict else 'no roofline: the run had no decode step to weigh it against'}", file=human, flush=True)
             session.trim()
             read = readings.read_rate(session)
             if read is not None:
@@ -171,12 +181,13 @@ def run_headless(args: Options) -> int:
                 print(
                     f"  memory: the last {plural(len(session.reads), 'decode step')} read {read[0] / 1e9:.1f} GB/s, {read[1]:.2f} of {bw.source} "
                     f"({bw.read_bps / 1e9:.1f} GB/s)",
+                    file=human,
                     flush=True,
                 )
         if session.verdict and args.runs > 1:
-            print(session.verdict.text())
+            print(session.verdict.text(), file=human)
             if session.device_verdicts:
-                print(readings.device_leak_text(session))
+                print(readings.device_leak_text(session), file=human)
         return 0 if recorder is None or recorder.stopped is None else 1  # asked to record, it could not record every run
     finally:
         if recorder is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from monitors.phases import THINKING
 from tui_app.core import fmt
 from tui_app.core.session import Row
 
@@ -37,6 +38,8 @@ COLUMNS = (
     Column("prompt", prompt_cell, 6),
     Column("new", lambda r: str(r.stats.n_tokens), 5),
     Column("TTFT ms", lambda r: fmt.ms(r.stats.ttft_s, 0, unit=False), 1),
+    Column("TTFA ms", lambda r: fmt.ms(r.stats.ttfa_s, 0, unit=False), 2),
+    Column("think", lambda r: f"{r.stats.phase_tokens.get(THINKING, 0)} ({fmt.pct(r.stats.thinking_share)})", 2),
     Column("ITL p50", lambda r: fmt.ms(r.stats.itl.p50, unit=False), 1),
     Column("p95", lambda r: fmt.ms(r.stats.itl.p95, unit=False), 3),
     Column("p99", lambda r: fmt.ms(r.stats.itl.p99, unit=False), 5),
@@ -63,11 +66,17 @@ GAP = 2
 
 def columns_for(rows: list[Row]) -> tuple[Column, ...]:
     """A server's runs' columns where any row is a server's, else the engine's; the roofline's wall
-    only where a run was profiled (p, --profile-steps), the GPU's slowed time where a run had any."""
-    if any(r.stats.levers.server for r in rows):
-        return SERVER_COLUMNS
-    unused = {"wall": not any(r.roofline for r in rows), "GPU slowed": not any(r.slowed_s for r in rows)}
-    return tuple(c for c in COLUMNS if not unused.get(c.title))
+    only where a run was profiled (p, --profile-steps), the GPU's slowed time where a run had any,
+    the time to the first answer token and the thinking where a run had phases besides the answer."""
+    phased = any(fmt.phased(r.stats) for r in rows)
+    unused = {
+        "wall": not any(r.roofline for r in rows),
+        "GPU slowed": not any(r.slowed_s for r in rows),
+        "TTFA ms": not phased,
+        "think": not phased,
+    }
+    chosen = SERVER_COLUMNS if any(r.stats.levers.server for r in rows) else COLUMNS
+    return tuple(c for c in chosen if not unused.get(c.title))
 
 
 def fit_columns(rows: list[tuple[str, ...]], width: int, columns: tuple[Column, ...] = COLUMNS) -> tuple[list[int], list[int]]:

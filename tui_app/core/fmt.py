@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import TypeGuard
 
+from monitors.phases import ANSWER, PHASES, TOOL
 from monitors.servers import FIGURE_LABELS
 
 
@@ -107,3 +108,14 @@ def word_variants(text: str, keep: int = 2) -> tuple[str, ...]:
     """`text`, then shorter by whole words ending in "…", down to its first `keep` words."""
     words = text.split(" ")
     return (text, *(" ".join(words[:n]) + "…" for n in range(len(words) - 1, keep - 1, -1)))
+
+
+def phased(stats) -> bool:
+    """Whether a run's tokens were of more than the answer (a reasoning model's thinking, a tool call)."""
+    return any(n for p, n in stats.phase_tokens.items() if p != ANSWER)
+
+
+def phases(stats) -> str:
+    """A phased run's split: each phase's tokens, the thinking share, and the time to the first answer token."""
+    counts = ", ".join(f"{stats.phase_tokens.get(p, 0)} {p}" for p in PHASES if stats.phase_tokens.get(p) or p != TOOL)
+    return f"{counts} tok (thinking {pct(stats.thinking_share)})  TTFA {ms(stats.ttfa_s)}"

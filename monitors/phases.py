@@ -1,0 +1,230 @@
+"""Which phase of a generation each piece of its text belongs to: `thinking`, `answer` or `tool call`.
+
+One source of truth for every source of tokens (a server's stream, the engine, a watched script):
+- a server's own fields decide for themselves (`reasoning`, `reasoning_content`, `thinking`:
+  thinking; `tool_calls`: a tool call), through `PhaseSplit.field`;
+- text is read for the model's own markers (`PhaseSplit.feed`): a think span (`<think>` …
+  `</think>`, the markers read from the model's tokenizer where there is one), a tool call's span
+  (`<tool_call>` … `</tool_call>`), and Harmony's channels (`<|channel|>analysis<|message|>` is
+  thinking, `final` the answer, `commentary to=…` a tool call).
+The rules are those of the servers' reasoning parsers: a think span opens only before any answer
+text (a `<think>` inside the answer, in a code block, is the answer's text), a close with no
+opening is left as answer text (and counted, `stray`), and a span the stream never closes ends
+as thinking (`unclosed`). The markers' own text belongs to the span they open or close, so the
+phases' texts, joined, are the stream's text: nothing is dropped.
+
+A marker can arrive split over pieces (`<`, `think`, `>`): text that may still be the start of
+one waits, and `PhasedStream` holds the pieces that carry it, each with its tokens and its own
+payload (an arrival time), until their phase is known. A source's clock is never moved: a piece
+goes out late, stamped when it came.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+THINKING, ANSWER, TOOL = "thinking", "answer", "tool call"
+PHASES = (THINKING, ANSWER, TOOL)
+SPANS = (("<think>", "</think>", THINKING), ("<tool_call>", "</tool_call>", TOOL))
+HEADER_OPENS = ("<|start|>", "<|channel|>")  # Harmony: a message's header, up to its body
+HEADER_END = "<|message|>"
+
+
+def harmony_phase(header: str) -> str:
+    """The phase of a Harmony message from its header (`<|start|>assistant<|channel|>final …`)."""
+    channel = header.split("<|channel|>", 1)[-1].split(HEADER_END, 1)[0]
+    name = channel.split()[0] if channel.split() else ""
+    if name == "analysis":
+        return THINKING
+    if name == "commentary" and " to=" in f" {channel}":
+        return TOOL
+    return ANSWER
+
+
+@dataclass
+class PhaseSplit:
+    """Text in, (phase, text) out, in order, as soon as each piece's phase is known.
+    `thinking`: the span is open from the start (a chat template that ends its prompt with the
+    open marker, as DeepSeek-R1's and Qwen3's thinking templates do)."""
+
+    spans: tuple = SPANS
+    thinking: bool = False
+    phase: str = ANSWER
+    closing: str | None = None  # the marker that ends the open span
+    stray: int = 0  # closing markers with no opening: left as answer text
+    buf: str = ""
+    answered: bool = False  # answer text other than whitespace has gone out: no think span opens now
+    header: bool = False
+
+    def __post_init__(self) -> None:
+        if self.thinking:
+            self.phase, self.closing = THINKING, self.spans[0][1]
+
+    @property
+    def unclosed(self) -> bool:
+        return self.closing is not None and self.phase == THINKING
+
+    def field(self, phase: str, text: str) -> list[tuple[str, str]]:
+        """A server's own field's text: its phase is the field's; text still waiting goes first."""
+        return [*self._flush(), (phase, text)] if text else self._flush()
+
+    def close(self) -> list[tuple[str, str]]:
+        """The stream ended: what waits is decided as it stands."""
+        return self._flush()
+
+    def feed(self, text: str) -> list[tuple[str, str]]:
+        self.buf += text
+        out: list[tuple[str, str]] = []
+        while self.buf:
+            if self.header:
+                end = self.buf.find(HEADER_END)
+                if end < 0:
+                    break
+                cut = end + len(HEADER_END)
+                head, self.buf, self.header = self.buf[:cut], self.buf[cut:], False
+                self.phase, self.closing = harmony_phase(head), None
+                self._out(out, self.phase, head)
+                continue
+            at, marker = self._next_marker()
+            if marker is None:
+                keep = self._partial()
+                if self.phase == ANSWER and not self.answered and not self.buf[: len(self.buf) - keep].strip():
+                    break  # only whitespace yet: a think span may still open, and it would be the span's
+                self._out(out, self.phase, self.buf[: len(self.buf) - keep])
+                self.buf = self.buf[len(self.buf) - keep :]
+                break
+            before, rest = self.buf[:at], self.buf[at + len(marker) :]
+            self.buf = rest
+            if marker in HEADER_OPENS:
+                self._out(out, self.phase, before)
+                self.buf, self.header = marker + rest, True
+            elif marker == self.closing:
+                self._out(out, self.phase, before + marker)
+                self.phase, self.closing = ANSWER, None
+            elif any(marker == close for _, close, _ in self.spans):
+                self.stray += 1
+                self._out(out, self.phase, before + marker)
+            else:
+                close, phase = next((c, p) for o, c, p in self.spans if o == marker)
+                if phase == THINKING and (before.strip() or self.answered):
+                    self._out(out, self.phase, before + marker)  # the answer's text, as in a code block
+                    continue
+                if phase == THINKING:
+                    self._out(out, THINKING, before + marker)  # leading whitespace is the span's
+                else:
+                    self._out(out, self.phase, before)
+                    self._out(out, phase, marker)
+                self.phase, self.closing = phase, close
+        return out
+
+    def _markers(self) -> list[str]:
+        if self.closing is not None:
+            return [self.closing, *HEADER_OPENS]
+        opens = [o for o, _, p in self.spans if p != THINKING or not self.answered]
+        return [*opens, *(c for _, c, _ in self.spans), *HEADER_OPENS]
+
+    def _next_marker(self) -> tuple[int, str | None]:
+        found = [(i, m) for m in self._markers() if (i := self.buf.find(m)) >= 0]
+        return min(found) if found else (-1, None)
+
+    def _partial(self) -> int:
+        """How long a tail of the buffer may still begin a marker."""
+        return max((k for m in self._markers() for k in range(1, len(m)) if self.buf.endswith(m[:k])), default=0)
+
+    def _out(self, out: list, phase: str, text: str) -> None:
+        if not text:
+            return
+        if phase == ANSWER and text.strip():
+            self.answered = True
+        if out and out[-1][0] == phase:
+            out[-1] = (phase, out[-1][1] + text)
+        else:
+            out.append((phase, text))
+
+    def _flush(self) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        self._out(out, self.phase, self.buf)
+        self.buf, self.header = "", False
+        return out
+
+
+@dataclass
+class Piece:
+    text: str
+    n: int  # tokens
+    phase: str
+    payload: object = None
+
+
+@dataclass
+class _Held:
+    rest: str  # text whose phase is not known yet
+    n: int
+    payload: object
+    parts: list = field(default_factory=list)  # (phase, text) known so far
+
+
+class PhasedStream:
+    """Pieces of a stream (text, tokens, payload) in; the same pieces out with their phases, a
+    piece whose text spans two phases split in two (its tokens shared by the text's length, at
+    least one each, the later phase first where there are fewer tokens than phases: a token
+    that ends a span and begins the answer is the answer's)."""
+
+    def __init__(self, split: PhaseSplit | None = None):
+        self.split = split if split is not None else PhaseSplit()
+        self._held: list[_Held] = []
+
+    def push(self, parts: list[tuple[str | None, str]], n: int, payload: object = None) -> list[Piece]:
+        """`parts`: (a server field's phase, or None for text to read for markers, text)."""
+        held = _Held("".join(t for _, t in parts), n, payload)
+        self._held.append(held)
+        decided: list[tuple[str, str]] = []
+        for phase, text in parts:
+            decided += self.split.field(phase, text) if phase is not None else self.split.feed(text)
+        return self._assign(decided)
+
+    def close(self) -> list[Piece]:
+        return self._assign(self.split.close(), final=True)
+
+    def _assign(self, decided: list[tuple[str, str]], final: bool = False) -> list[Piece]:
+        out: list[Piece] = []
+        for phase, text in decided:
+            while text:
+                head = self._held[0]
+                k = min(len(head.rest), len(text))
+                if k:
+                    head.parts.append((phase, text[:k]))
+                    head.rest, text = head.rest[k:], text[k:]
+                if not head.rest:
+                    out += self._release()
+        if final:
+            for h in self._held:
+                h.rest = ""
+        out += self._release()
+        return out
+
+    def _release(self) -> list[Piece]:
+        out: list[Piece] = []
+        while self._held and not self._held[0].rest:
+            h = self._held.pop(0)
+            out += share(h.parts or [(self.split.phase, "")], h.n, h.payload)
+        return out
+
+
+def share(parts: list[tuple[str, str]], n: int, payload: object = None) -> list[Piece]:
+    merged: list[list] = []
+    for phase, text in parts:
+        if merged and merged[-1][0] == phase:
+            merged[-1][1] += text
+        else:
+            merged.append([phase, text])
+    while len(merged) > max(n, 1):  # fewer tokens than phases: the earlier text joins the later
+        first = merged.pop(0)
+        merged[0][1] = first[1] + merged[0][1]
+    counts = [1] * len(merged) if n >= len(merged) else [n]
+    extra = n - sum(counts)
+    chars = sum(len(t) for _, t in merged) or 1
+    for i, (_, t) in enumerate(merged):
+        counts[i] += extra * len(t) // chars
+    counts[-1] += n - sum(counts)
+    return [Piece(t, c, p, payload) for (p, t), c in zip(merged, counts, strict=True)]

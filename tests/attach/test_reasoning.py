@@ -1,0 +1,94 @@
+"""A reasoning model's phases against the real llama.cpp server (xllamacpp): a server-wide grammar
+makes every answer a think span then text, and this build leaves the tags in `content`, the path
+users meet with a server that runs no reasoning parser. The raw stream, read by the test itself
+through a proxy that stamps each read, is the independent reference for the split and the clocks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from monitors.events import Step
+from monitors.record import Recorder, read_recording
+from tests.helpers.llama_server import LlamaServer
+from tests.helpers.proxy import FaultProxy
+from tui_app.attach.client import AttachConfig, ServerClient
+from tui_app.core.session import Session
+from tui_app.requests import RunRequest
+
+GRAMMAR = 'root ::= "<think>" [a-z ]{30,60} "</think>" [A-Za-z0-9 ]{8,30}'
+PROMPT = "Why is the sky blue?"
+
+
+@pytest.fixture(scope="module")
+def thinking_server():
+    server = LlamaServer("--grammar", GRAMMAR, "--slots", "1")
+    yield server
+    server.close()
+
+
+def raw_phases(tap: dict) -> tuple[int, list[tuple[int, str]]]:
+    """(when the request reached the proxy, [(arrival, content)] of each chunk with text), read
+    from the bytes as they passed: an SSE event is whole at the read that ends it."""
+    posted = next(t for t, data in tap["up"] if b"POST " in data)
+    buf, chunks = b"", []
+    for t, data in tap["down"]:
+        buf += data
+        *events, buf = buf.split(b"\n\n")
+        for event in events:
+            line = event.split(b"data: ", 1)[-1]
+            if line.startswith(b"{"):
+                choice = (json.loads(line).get("choices") or [{}])[0]
+                if (choice.get("delta") or {}).get("content"):
+                    chunks.append((t, choice["delta"]["content"]))
+    return posted, chunks
+
+
+@pytest.mark.serial  # two clocks of the same moments compared to 2 %: a loaded machine delays one reader
+async def test_the_split_and_ttfa_equal_those_read_from_the_raw_stream(thinking_server, tmp_path):
+    events: list = []
+    recorder = Recorder(str(tmp_path / "r.jsonl"))
+    session = Session(recorder=recorder)
+    session.listeners.append(events.append)
+    with FaultProxy(("127.0.0.1", thinking_server.port)) as proxy:
+        client = ServerClient(AttachConfig(url=proxy.url), session.feed)
+        await client.connect()
+        proxy.tap = {"up": [], "down": []}
+        try:
+            fin = await client.run(RunRequest(prompt=PROMPT, max_new_tokens=120))
+        finally:
+            await client.aclose()
+        recorder.close()
+    posted, chunks = raw_phases(proxy.tap)
+    text = "".join(c for _, c in chunks)
+    assert text.startswith("<think>") and "</think>" in text and fin.text == text
+    # The test's own split: a chunk a token (this server streams no running count), thinking up to
+    # the chunk that ends the closing tag, the answer after it.
+    closed = next(i for i in range(len(chunks)) if "</think>" in "".join(c for _, c in chunks[: i + 1]))
+    st = session.timer.runs[fin.run_id].total
+    assert st.phase_tokens == {"thinking": closed + 1, "answer": len(chunks) - closed - 1}
+    assert fin.n_tokens == fin.server["server_tokens"] >= len(chunks)  # the server counts the grammar's end too
+    steps = [e for e in events if isinstance(e, Step)]
+    assert "".join(s.text for s in steps if s.phase == "thinking") == text[: text.index("</think>") + len("</think>")]
+    # TTFT and TTFA on the client's clock against the proxy's stamps of the same chunks.
+    raw_ttft, raw_ttfa = (chunks[0][0] - posted) / 1e9, (chunks[closed + 1][0] - posted) / 1e9
+    assert st.ttft_s == pytest.approx(raw_ttft, rel=0.02) and st.ttfa_s == pytest.approx(raw_ttfa, rel=0.02)
+    assert st.ttfa_s > st.ttft_s and 0 < st.thinking_share < 1
+    # Recorded and replayed: the same phases.
+    replayed = Session.from_events(read_recording(recorder.path).events).timer.runs[fin.run_id].total
+    assert (replayed.phase_tokens, replayed.ttfa_s) == (st.phase_tokens, st.ttfa_s)
+
+
+def test_attach_no_tui_json_prints_one_object_a_run_with_its_phases(thinking_server):
+    cmd = [sys.executable, "-m", "tui_app", "attach", thinking_server.url, "--no-tui", "-o", "json", "--runs", "2", "--prompt", PROMPT]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    runs = [json.loads(line) for line in out.stdout.splitlines()]  # stdout is JSON alone
+    assert len(runs) == 2 and "llama.cpp server at" in out.stderr
+    for run in runs:
+        assert run["thinking_tokens"] > 0 and run["answer_tokens"] > 0 and run["tool_tokens"] == 0
+        assert run["thinking_tokens"] + run["answer_tokens"] == run["new_tokens"]
+        assert run["ttfa_s"] > run["ttft_s"] > 0 and run["text"].startswith("<think>")
