@@ -16,7 +16,8 @@ phases' texts, joined, are the stream's text: nothing is dropped.
 A marker can arrive split over pieces (`<`, `think`, `>`): text that may still be the start of
 one waits, and `PhasedStream` holds the pieces that carry it, each with its tokens and its own
 payload (an arrival time), until their phase is known. A source's clock is never moved: a piece
-goes out late, stamped when it came.
+goes out late, stamped when it came. A source that has the model's tokenizer (the engine) reads
+each marker as the one token it is (`atomic`): nothing waits, and a step goes out when it is made.
 """
 
 from __future__ import annotations
@@ -45,10 +46,13 @@ def harmony_phase(header: str) -> str:
 class PhaseSplit:
     """Text in, (phase, text) out, in order, as soon as each piece's phase is known.
     `thinking`: the span is open from the start (a chat template that ends its prompt with the
-    open marker, as DeepSeek-R1's and Qwen3's thinking templates do)."""
+    open marker, as DeepSeek-R1's and Qwen3's thinking templates do). `atomic`: each marker comes
+    whole, as one token's text (text that begins one is the text it is, and leading whitespace
+    is the answer's)."""
 
     spans: tuple = SPANS
     thinking: bool = False
+    atomic: bool = False
     phase: str = ANSWER
     closing: str | None = None  # the marker that ends the open span
     stray: int = 0  # closing markers with no opening: left as answer text
@@ -59,10 +63,6 @@ class PhaseSplit:
     def __post_init__(self) -> None:
         if self.thinking:
             self.phase, self.closing = THINKING, self.spans[0][1]
-
-    @property
-    def unclosed(self) -> bool:
-        return self.closing is not None and self.phase == THINKING
 
     def field(self, phase: str, text: str) -> list[tuple[str, str]]:
         """A server's own field's text: its phase is the field's; text still waiting goes first."""
@@ -87,8 +87,8 @@ class PhaseSplit:
                 continue
             at, marker = self._next_marker()
             if marker is None:
-                keep = self._partial()
-                if self.phase == ANSWER and not self.answered and not self.buf[: len(self.buf) - keep].strip():
+                keep = 0 if self.atomic else self._partial()
+                if not self.atomic and self.phase == ANSWER and not self.answered and not self.buf[: len(self.buf) - keep].strip():
                     break  # only whitespace yet: a think span may still open, and it would be the span's
                 self._out(out, self.phase, self.buf[: len(self.buf) - keep])
                 self.buf = self.buf[len(self.buf) - keep :]
@@ -228,3 +228,41 @@ def share(parts: list[tuple[str, str]], n: int, payload: object = None) -> list[
         counts[i] += extra * len(t) // chars
     counts[-1] += n - sum(counts)
     return [Piece(t, c, p, payload) for (p, t), c in zip(merged, counts, strict=True)]
+
+
+def token_id(tok, text: str) -> int | None:
+    """`text`'s id where it is one token of `tok`: a transformers tokenizer, or a `tokenizers`
+    Tokenizer (a watched script's hook decodes with its own copy of one)."""
+    if hasattr(tok, "token_to_id"):
+        return tok.token_to_id(text)
+    i = tok.convert_tokens_to_ids(text)
+    return None if i is None or i == tok.unk_token_id else i
+
+
+def marker_spans(tok) -> tuple:
+    """The spans whose open and close are each one token of this tokenizer (read from it, never
+    from a list of model names): a model without them has no phases."""
+    return tuple(span for span in SPANS if token_id(tok, span[0]) is not None and token_id(tok, span[1]) is not None)
+
+
+class StepPhases:
+    """The phase of each step's text in one run of a source that has the model's tokenizer (the
+    engine, a watched script): atomic, a marker being one token, so nothing waits. The run starts
+    inside a think span where its prompt (a chat template's generation prompt) opened one and did
+    not close it. Without markers every step is the answer, at no cost."""
+
+    def __init__(self, tok, spans: tuple, prompt_ids: list[int]):
+        opened = False
+        if spans:
+            open_id, close_id = token_id(tok, spans[0][0]), token_id(tok, spans[0][1])
+            last = {t: i for i, t in enumerate(prompt_ids) if t in (open_id, close_id)}
+            opened = spans[0][2] == THINKING and last.get(open_id or -1, -1) > last.get(close_id or -1, -1)
+        self.split = PhaseSplit(spans=spans, thinking=opened, atomic=True) if spans else None
+
+    def of(self, text: str) -> str:
+        """A step's phase: that of the text its tokens end in (a verify step's accepted drafts can
+        cross a marker: its tokens are then the later phase's)."""
+        if self.split is None:
+            return ANSWER
+        decided = self.split.feed(text)
+        return decided[-1][0] if decided else self.split.phase

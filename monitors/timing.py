@@ -117,6 +117,7 @@ class TimingStats:
     ttfa_s: float = math.nan
     phase_tokens: dict = field(default_factory=dict)  # phase → new tokens
     phase_itl_s: dict = field(default_factory=dict)  # phase → its ITL, once the run has a phase besides the answer
+    last_phase: str = ANSWER  # a run that ends in thinking never closed its think span (cut, or out of tokens)
 
     @property
     def itl(self) -> Summary:
@@ -172,6 +173,7 @@ class TimingStats:
         made = step.batch_tokens if step.batch else batch * step.n_tokens
         self.n_tokens += step.n_tokens
         self.phase_tokens[step.phase] = self.phase_tokens.get(step.phase, 0) + step.n_tokens
+        self.last_phase = step.phase
         if step.phase != ANSWER and not self.phase_itl_s:  # phased from here: the intervals so far were the answer's
             self.phase_itl_s[ANSWER] = list(self.itl_s)
         self.seq_tokens += made

@@ -68,11 +68,22 @@ def test_leading_whitespace_waits_for_whether_a_think_span_opens():
     assert [(p.text, p.phase, p.payload) for p in pieces] == [("\n\n", ANSWER, 0), ("Hello", ANSWER, 1)]
 
 
-def test_a_span_never_closed_ends_as_thinking_and_says_so():
-    pieces, stream = run(["<think>", "still going"])
-    assert {p.phase for p in pieces} == {THINKING} and stream.split.unclosed
-    _, closed = run(["<think>", "a", "</think>", "b"])
-    assert not closed.split.unclosed
+def test_a_span_never_closed_ends_as_thinking():
+    pieces, stream = run(["<think>", "still <", "/thi"])
+    assert {p.phase for p in pieces} == {THINKING} and "".join(p.text for p in pieces) == "<think>still </thi"
+    assert stream.split.phase == THINKING
+
+
+def test_atomic_markers_let_nothing_wait():
+    stream = PhasedStream(PhaseSplit(atomic=True))
+    got = [stream.push([(None, t)], 1, i) for i, t in enumerate([" ", "<think>", "a <", "</think>", "b"])]
+    assert [[(p.text, p.phase) for p in g] for g in got] == [
+        [(" ", ANSWER)],
+        [("<think>", THINKING)],
+        [("a <", THINKING)],
+        [("</think>", THINKING)],
+        [("b", ANSWER)],
+    ]
 
 
 def test_a_close_with_no_opening_is_counted_and_left_as_answer_text():

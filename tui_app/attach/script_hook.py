@@ -37,6 +37,7 @@ from pathlib import Path
 
 from monitors.events import EngineReady, Levers, RunFinished, RunStarted, Step, now_ns
 from monitors.kvcache import measure_cache, model_shape
+from monitors.phases import ANSWER, StepPhases, marker_spans
 from monitors.text import IncrementalDecoder
 from tui_app.attach.hook_writer import Writer
 from tui_app.attach.script_loop import Loop
@@ -65,6 +66,7 @@ class Call:
         self.cached = kwargs.get("use_cache", getattr(config, "use_cache", True)) is not False
         self.cache_note = "" if self.cached else "generate(use_cache=False) recomputes the whole context each step"
         self.t0 = self.last = now_ns()
+        self.phases: StepPhases | None = None  # the writer's: a reasoning model's phases, once the prompt is known
 
     # ---------------------------------------------------------------- in the generating thread
     def put(self, value) -> None:
@@ -91,6 +93,8 @@ class Call:
     def started(self, t: int, ids, batch: int) -> list:
         ids = ids.tolist() if hasattr(ids, "tolist") else ids  # a loop's tensor is read here, off its thread
         self.prompt = ids
+        tok = self.text.tok
+        self.phases = StepPhases(tok, marker_spans(tok), ids) if tok is not None else None
         ready = self.hook.ready(self.model)
         levers = Levers(cache=self.cached, compile=_compiled(self.model), quant=_quantized(self.model), spec=self.spec, batch=batch)
         text = self.text.tok.decode(ids, skip_special_tokens=True) if self.text.tok is not None else ""
@@ -131,6 +135,7 @@ class Call:
                 kv_bytes=kv.used_bytes,
                 kv_alloc_bytes=kv.alloc_bytes,
                 seq_len=kv.seq_len,
+                phase=self.phases.of(delta) if self.phases is not None else ANSWER,
             )
         ]
 

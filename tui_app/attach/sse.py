@@ -29,7 +29,6 @@ class StreamResult:
     error: str = ""
     context: int = 0  # tokens in this stream's context now (prompt + cached + generated), when known
     done: bool = False  # the stream said [DONE]
-    unclosed: bool = False  # it ended inside a think span
     stray: int = 0  # think spans' closing markers with no opening, left as answer text
 
     def server_total(self) -> int | None:
@@ -141,8 +140,7 @@ class ChunkReader:
             self.out.text += "".join(text for _, text in self.pending)
         self.pending = []
         pieces = self.phases.close()
-        split = self.phases.split
-        self.out.unclosed, self.out.stray = split.unclosed, split.stray
+        self.out.stray = self.phases.split.stray
         return pieces
 
 
@@ -174,8 +172,6 @@ def run_end(streams: list[StreamResult], stopped: bool) -> tuple[str, int, int |
     reasoning = ((usage.get("completion_tokens_details") or {}).get("reasoning_tokens")) if usage else None
     if reasoning is not None:
         details["server_reasoning_tokens"] = reasoning
-    if lead.unclosed:
-        details["thinking"] = "never closed: the stream ended inside the think span"
     if lead.stray:
         details["thinking"] = f"{lead.stray} closing marker(s) with no opening, left as answer text"
     if lead.timings:

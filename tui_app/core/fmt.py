@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import TypeGuard
 
-from monitors.phases import ANSWER, PHASES, TOOL
+from monitors.phases import ANSWER, PHASES, THINKING, TOOL
 from monitors.servers import FIGURE_LABELS
 
 
@@ -118,4 +118,5 @@ def phased(stats) -> bool:
 def phases(stats) -> str:
     """A phased run's split: each phase's tokens, the thinking share, and the time to the first answer token."""
     counts = ", ".join(f"{stats.phase_tokens.get(p, 0)} {p}" for p in PHASES if stats.phase_tokens.get(p) or p != TOOL)
-    return f"{counts} tok (thinking {pct(stats.thinking_share)})  TTFA {ms(stats.ttfa_s)}"
+    unclosed = ", never closed" if stats.last_phase == THINKING else ""
+    return f"{counts} tok (thinking {pct(stats.thinking_share)}{unclosed})  TTFA {ms(stats.ttfa_s)}"

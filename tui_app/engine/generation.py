@@ -25,6 +25,7 @@ import torch
 
 from monitors.events import EngineError, EngineReady, LeverRefused, Levers, RunFinished, RunStarted, now_ns
 from monitors.kvcache import model_shape
+from monitors.phases import StepPhases, marker_spans
 from monitors.system import rss_bytes, trim_heap
 from monitors.text import IncrementalDecoder
 from tui_app.engine import bandwidth
@@ -73,6 +74,7 @@ class Engine:
         self.phases.start("load", f"loading {cfg.model}")
         loaded = load_model(cfg.model, self.device, self.dtype, lambda m: self.phases.start("load", m), device_map=cfg.device_map, max_memory=cfg.max_memory)
         self.model, self.tok = loaded.model, loaded.tokenizer
+        self.marker_spans = marker_spans(self.tok)
         self.placement = placement(self.model)
         # accelerate's hooks move activations between devices, or weights in from disk
         self.split = len(self.placement) > 1 or "disk" in self.placement
@@ -271,6 +273,7 @@ class Engine:
         # counts, as a reader of the events sees it, and TTFT + the intervals = end-to-end.
         memory = MemoryWatch(self.device, self.emit, self.gpus)
         run = RunState(self._run_id, req, ids, [list(ids)], poll, memory, IncrementalDecoder(self.tok), started.t_ns, self.phases.ns, finished_rows=[False])
+        run.phases = StepPhases(self.tok, self.marker_spans, ids)
         self._batch_to(run, lev.batch)
         return run
 

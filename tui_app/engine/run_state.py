@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from monitors.events import Step, now_ns
 from monitors.kvcache import measure_cache
+from monitors.phases import ANSWER, StepPhases
 from monitors.text import IncrementalDecoder, step_text
 from tui_app.engine.batching import ContinuousBatch
 from tui_app.engine.memory import MemoryWatch
@@ -37,6 +38,7 @@ class RunState:
     steps: int = 0
     paused_at: float | None = None
     stop_reason: str = "max tokens"
+    phases: StepPhases | None = None  # a reasoning model's: each step's phase
 
     @property
     def remaining(self) -> int:
@@ -85,4 +87,5 @@ class RunState:
             batch=rows,
             waiting=waiting,
             batch_tokens=batch_tokens,
+            phase=self.phases.of(delta) if self.phases is not None else ANSWER,
         )
