@@ -87,6 +87,21 @@ def test_headless_run_records_and_replay_gives_the_same_statistics(tmp_path):
     assert [row.stats.n_tokens for row in rows] == [8, 8]
 
 
+def test_run_no_tui_json_prints_one_object_a_run_with_its_phases(tmp_path):
+    """A model whose chat template opens a think span (tests/helpers/tiny_models.py): its seeded
+    weights never close it, so every token is thinking and no answer came (TTFA null)."""
+    from tests.helpers.tiny_models import save_thinker
+
+    save_thinker(tmp_path / "m")
+    r = tokentop("run", "--model", str(tmp_path / "m"), "--no-tui", "-o", "json", "--max-new-tokens", "6", "--runs", "2", "--ignore-eos")
+    assert r.returncode == 0, r.stderr
+    runs = [json.loads(line) for line in r.stdout.splitlines()]  # stdout is JSON alone; the model's line on stderr
+    assert [run["run"] for run in runs] == ["1", "2"] and "params" in r.stderr
+    for run in runs:
+        assert (run["thinking_tokens"], run["answer_tokens"], run["tool_tokens"], run["new_tokens"]) == (6, 0, 0, 6)
+        assert run["ttfa_s"] is None and run["ttft_s"] > 0 and run["thinking_share"] == 1.0 and run["text"]
+
+
 def test_replay_of_something_that_is_not_a_recording(tmp_path):
     f = tmp_path / "x.jsonl"
     f.write_text("hello\n")
