@@ -47,9 +47,12 @@ def test_the_contrast_formula_meets_wcag_s_own_figures():
 def spoken_events() -> list:
     """The layouts' two runs, their steps given what a speculative run with confidence measured
     carries: each third token an accepted draft with a rejected one after it, probabilities from
-    5 % to 99 %, so that every colouring draws every one of its styles."""
+    5 % to 99 %, and the first run a reasoning model's (thinking, a tool call, then the answer),
+    so that every colouring draws every one of its styles."""
     out = []
     for ev in session_events(runs=2):
+        if isinstance(ev, Step) and ev.run_id == 1:
+            ev = replace(ev, phase="thinking" if ev.step < 8 else "tool call" if ev.step < 10 else "answer")
         if isinstance(ev, Step) and ev.kind == "decode" and ev.text:
             p = (0.99, 0.7, 0.3, 0.05)[ev.step % 4]
             ev = replace(ev, confidence=[p], token_chars=[len(ev.text)])

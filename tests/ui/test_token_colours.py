@@ -73,6 +73,9 @@ async def test_the_tokens_are_coloured_by_origin_latency_and_confidence_as_o_cyc
         assert styled("green").endswith(" upon a")
         assert styled("green").startswith(" upon") and "Once" not in styled("red") + styled("green") + styled("yellow"), "unmeasured: plain"
         assert "≥90%" in str(pane.border_subtitle)
+        assert pane.next_colouring() == "phase"  # a run of answer alone: nothing styled
+        pane.redraw(force=True)
+        assert not styled("cyan") and not styled("magenta") and "thinking" in str(pane.border_subtitle)
         assert pane.next_colouring() == "plain"
         pane.redraw(force=True)
         assert not styled("reverse red") and not styled("underline")

@@ -30,6 +30,7 @@ from monitors.events import (
 )
 from monitors.kvcache import kv_formula_bytes
 from monitors.leaks import LeakDetector, LeakVerdict
+from monitors.phases import ANSWER
 from monitors.record import Recorder
 from monitors.timing import DETAIL_VALUES, RunRecord, RunTimer, TimingStats
 from monitors.xray import XrayBook
@@ -137,6 +138,7 @@ class Session:
     mem_read: deque = field(init=False)  # per sample: the read rate's fraction of the measured one, or None
     servers: dict = field(default_factory=dict)  # label → EngineReady of each attached server, in attach order
     finished_ids: deque = field(default_factory=lambda: deque(maxlen=1000))
+    phase_now: str = ANSWER  # the shown stream's phase at its last step
     current: RunRecord | None = None
     verdict: LeakVerdict | None = None
     device_verdicts: dict = field(default_factory=dict)  # source name → LeakVerdict, for the sources a run reported
@@ -319,6 +321,9 @@ class Session:
         self.timer.step(ev)
         if self.levers.server and ev.segment:
             return  # the charts follow a server run's first stream; the runs table has every stream
+        if ev.phase != self.phase_now and ev.step > 1:  # a reasoning model's phase boundary, marked on the charts
+            self.markers.append(Marker(self.token_count, ev.t_ns, ev.phase))
+        self.phase_now = ev.phase
         if ev.kind in ("prefill", "reprefill"):
             self.latency.append(TokenPoint(self.token_count, ev.dt_ns / 1e9, ev.kind, ev.run_id))
         else:

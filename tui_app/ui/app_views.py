@@ -36,6 +36,11 @@ class ViewKeys(AppState):
         self.notify(said)
         self.monitor.redraw(self.running, force=True)
 
+    def action_fold(self) -> None:
+        folded = self.monitor.tokens.fold()
+        self.notify("thinking folded: a line a think span" if folded else "thinking shown whole")
+        self.monitor.redraw(self.running, force=True)
+
     def action_ledger(self) -> None:
         self.push_screen(LedgerScreen(self.session))
 

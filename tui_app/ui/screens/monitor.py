@@ -17,6 +17,9 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from monitors.events import EngineError, EngineReady, FleetReady, FleetSample, LeverChanged, LeverRefused, RunFinished, RunStarted, Sampled, ServerSample, Step
+from monitors.phases import ANSWER, THINKING, TOOL
+from monitors.text import plural
+from tui_app.core import fmt
 from tui_app.core.readings import short_value
 from tui_app.ui.widgets.big_numbers import BigNumbers
 from tui_app.ui.widgets.fleet_pane import FleetPane
@@ -33,6 +36,42 @@ from tui_app.ui.widgets.util_chart import UtilChart
 CHARTS = ("latency", "kv", "memory", "util")
 NARROW_W, NARROW_H = 120, 34
 TINY_W, TINY_H = 60, 16
+
+
+class Phases:
+    """A run's phases as the tokens pane marks them: where the answer begins (the first time with
+    its TTFA) and a tool call, and each think span's line for folding, counting on while it grows."""
+
+    def __init__(self, t0: int = 0):
+        self.t0, self.phase = t0, ANSWER
+        self.answered = False  # an answer after thinking was marked: later ones are marked without a TTFA
+        self.tokens, self.first, self.last = 0, 0, 0  # the think span's tokens, its first and last step's t_ns
+
+    def step(self, ev: Step, screen: MonitorScreen) -> None:
+        if ev.phase != self.phase:
+            screen.flush_text()  # the marks go between the phases' texts
+            if self.phase == THINKING:
+                screen.tokens.end_thinking(self.note())
+            if ev.phase == ANSWER:
+                screen.tokens.add_mark("answer" if self.answered else f"answer · TTFA {fmt.ms((ev.t_ns - self.t0) / 1e9)}")
+                self.answered = True
+            elif ev.phase == TOOL:
+                screen.tokens.add_mark("tool call")
+            else:
+                self.tokens, self.first = 0, ev.t_ns
+            self.phase = ev.phase
+        if ev.phase == THINKING:
+            self.tokens += ev.n_tokens
+            self.last = ev.t_ns
+            screen.tokens.thinking_note = self.note()
+
+    def note(self) -> str:
+        return f"thinking… {plural(self.tokens, 'token')}, {(self.last - self.first) / 1e9:.1f} s"
+
+    def ended(self, tokens: TokenStream) -> None:
+        if self.phase == THINKING:
+            tokens.end_thinking(self.note() + ", never closed")
+        self.phase = ANSWER
 
 
 class RunLatency:
@@ -65,7 +104,8 @@ class MonitorScreen(Screen):
         self.session = session
         self.kind = kind
         self.above = list(above)
-        self._text: list[tuple[str, str, int, int]] = []  # this frame's tokens (text, origin, heat, sureness), added once per frame
+        self._text: list[tuple[str, str, int, int, str]] = []  # this frame's tokens (text, origin, heat, sureness, phase), added once per frame
+        self._phases = Phases()
         self._drafts: tuple[int, int, str] | None = None  # this frame's accepted and rejected drafts, and the last step's rejected text
         self._latency = RunLatency()
         self._table_t = 0.0
@@ -107,17 +147,21 @@ class MonitorScreen(Screen):
         which panes redraw at the end of the frame, and what it says in a notification."""
         if isinstance(ev, Step):
             level = self._latency.heat(ev)
-            if ev.text and not (self.session.levers.server and ev.segment):  # a server run's first stream is the one shown
+            shown = not (self.session.levers.server and ev.segment)  # a server run's first stream is the one shown
+            if shown:
+                self._phases.step(ev, self)
+            if ev.text and shown:
+                phase = ev.phase
                 accepted, rejected, _ = self._drafts or (0, 0, "")
                 self._drafts = (accepted + ev.accepted, rejected + ev.proposed - ev.accepted, ev.rejected_text)
                 if ev.token_chars:  # each token's text with its own probability
                     ends = list(accumulate(ev.token_chars))
                     for i, (p, start, end) in enumerate(zip(ev.confidence, [0, *ends], ends, strict=False)):
-                        self._text.append((ev.text[start:end], "drafted" if i < ev.accepted else "", level, sureness(p)))
+                        self._text.append((ev.text[start:end], "drafted" if i < ev.accepted else "", level, sureness(p), phase))
                 else:
                     if ev.drafted_chars:
-                        self._text.append((ev.text[: ev.drafted_chars], "drafted", level, -1))
-                    self._text.append((ev.text[ev.drafted_chars :], "", level, -1))
+                        self._text.append((ev.text[: ev.drafted_chars], "drafted", level, -1, phase))
+                    self._text.append((ev.text[ev.drafted_chars :], "", level, -1, phase))
             self.mark("latency", "kv")
             return
         self.flush_text()  # what follows in the pane comes after the text so far
@@ -125,9 +169,11 @@ class MonitorScreen(Screen):
             self.mark("memory", "util")
         elif isinstance(ev, RunStarted):
             self._latency = RunLatency()
+            self._phases = Phases(ev.t_ns)
             self.tokens.add_prompt(ev.run_id, ev.prompt_text, ev.levers.label())
             self.mark("runs", "latency", "kv")
         elif isinstance(ev, RunFinished):
+            self._phases.ended(self.tokens)
             self.mark("runs", "memory")
         elif isinstance(ev, LeverChanged):
             if ev.run_id is not None:

@@ -2,9 +2,11 @@
 coloured (`o`) by what made them: plain, by origin under speculative decoding (the accepted drafts
 underlined, the target's own plain, the last step's rejected drafts ghosted at the tail until the
 next text comes, and the run's counts of both in the legend), by latency (each step's time a token against the run's
-median so far), or by confidence (the model's probability of the token it picked, measured by the
-engine once this colouring is chosen). Every chunk keeps its origin, heat and confidence, so
-switching re-styles what is kept.
+median so far), by confidence (the model's probability of the token it picked, measured by the
+engine once this colouring is chosen), or by phase (a reasoning model's thinking, its answer and
+its tool calls). Thinking is drawn in italics in every colouring, and `f` folds each think span to
+one line that counts on while the model thinks (`thinking… 812 tokens, 41 s`). Every chunk keeps
+its origin, heat, confidence and phase, so switching re-styles what is kept.
 
 Drawn through the line API from wrapped lines that are kept between frames: a finished paragraph
 is wrapped once, and a frame re-wraps only the paragraph still growing. Re-wrapping the visible
@@ -29,7 +31,10 @@ from tui_app.ui.widgets.pane import LinePane
 MAX_CHUNKS = 4000  # what a resize re-wraps from
 MAX_LINES = 1000  # wrapped lines kept; far more than any terminal shows
 FREEZE_CHARS = 2000  # a paragraph longer than this has all but its last line frozen
-COLOURINGS = ("plain", "origin", "latency", "confidence")
+COLOURINGS = ("plain", "origin", "latency", "confidence", "phase")
+THINKING_STYLE = "italic"  # in every colouring: readable without colour and in --ascii
+PHASE_STYLES = {"thinking": "italic cyan", "tool call": "bold magenta", "answer": ""}
+FOLDED = "fold"  # a chunk's phase: a folded think span's line, shown only while folding
 DRAFTED = "underline green"  # underlined: readable in 16 colours, without colour and in --ascii
 REJECTED = "dim strike"  # dim: readable where a terminal draws no strike
 # Heat a token: its step's time a token over the run's median so far, up to HEAT_BOUNDS[i]; bold
@@ -55,6 +60,7 @@ LEGENDS = {
     "confidence": "o: the model's probability of each token · "
     + " ".join(f"[{_markup(st)}]{label}[/]" for st, label in zip(HEAT_STYLES, ("≥90%", "≥50%", "≥20%", "<20%"), strict=True))
     + " · unmeasured plain",
+    "phase": "o: phase · " + " ".join(f"[{_markup(st)}]{p}[/]" for p, st in PHASE_STYLES.items() if st) + " · the answer plain",
 }
 
 
@@ -80,8 +86,8 @@ class TokenStream(LinePane):
 
     def __init__(self, *, id: str | None = None, classes: str | None = None):
         super().__init__(id=id, classes=classes)
-        # (text, its own style, origin "drafted" or "", heat or -1, sureness or -1): the last three styled by the colouring
-        self.chunks: deque[tuple[str, str, str, int, int]] = deque(maxlen=MAX_CHUNKS)
+        # (text, its own style, origin "drafted" or "", heat or -1, sureness or -1, phase): the last four styled by the colouring
+        self.chunks: deque[tuple[str, str, str, int, int, str]] = deque(maxlen=MAX_CHUNKS)
         self.colouring = "plain"
         self.border_title = "tokens"
         self._done: deque[Strip] = deque(maxlen=MAX_LINES)  # lines of finished paragraphs
@@ -90,6 +96,8 @@ class TokenStream(LinePane):
         self._width = 0
         self.ghost = ""  # the last step's rejected drafts, drawn after the text in the origin colouring
         self.drafts = [0, 0]  # the run's accepted and rejected drafts
+        self.folded = False  # f: each think span as one line
+        self.thinking_note = ""  # the span still growing, in words: its folded line, drawn after the text until it ends
 
     def add_prompt(self, run_id: int, text: str, levers: str) -> None:
         self.drafts = [0, 0]
@@ -99,9 +107,21 @@ class TokenStream(LinePane):
         self._add(f" run {run_id} · {levers} ", "reverse")
         self._add("\n" + text.strip() + "\n", "dim")
 
-    def add_text(self, text: str, origin: str = "", heat: int = -1, sure: int = -1) -> None:
+    def add_text(self, text: str, origin: str = "", heat: int = -1, sure: int = -1, phase: str = "answer") -> None:
         if text:
-            self._add(text, "", origin, heat, sure)
+            self._add(text, "", origin, heat, sure, phase)
+
+    def end_thinking(self, note: str) -> None:
+        """A think span ended: its folded line, in its place (shown while folding)."""
+        self.thinking_note = ""
+        self._add(f"⟨{note}⟩\n", "dim", phase=FOLDED)
+
+    def fold(self) -> bool:
+        self.folded = not self.folded
+        if self._width:
+            self._rewrap()
+        self.dirty = True
+        return self.folded
 
     def add_mark(self, label: str, error: bool = False) -> None:
         self._add(f"⟨{label}⟩", "bold red" if error else "bold reverse yellow")  # reverse: the pane's own background on yellow, in either theme
@@ -127,18 +147,28 @@ class TokenStream(LinePane):
         self.dirty = True
         return self.colouring
 
-    def _style(self, style: str, origin: str, heat: int, sure: int) -> str:
-        if style or self.colouring == "plain":
+    def _style(self, style: str, origin: str, heat: int, sure: int, phase: str) -> str:
+        if style:
             return style
+        if self.colouring == "phase":
+            return PHASE_STYLES.get(phase, "")
         if self.colouring == "origin":
-            return DRAFTED if origin == "drafted" else ""
-        level = heat if self.colouring == "latency" else sure
-        return HEAT_STYLES[level] if level >= 0 else ""
+            own = DRAFTED if origin == "drafted" else ""
+        elif self.colouring in ("latency", "confidence"):
+            level = heat if self.colouring == "latency" else sure
+            own = HEAT_STYLES[level] if level >= 0 else ""
+        else:
+            own = ""
+        return f"{own} {THINKING_STYLE}".strip() if phase == "thinking" else own
 
-    def _add(self, text: str, style: str, origin: str = "", heat: int = -1, sure: int = -1) -> None:
+    def _shown(self, phase: str) -> bool:
+        return phase != ("thinking" if self.folded else FOLDED)
+
+    def _add(self, text: str, style: str, origin: str = "", heat: int = -1, sure: int = -1, phase: str = "answer") -> None:
         self.ghost = ""
-        self.chunks.append((text, style, origin, heat, sure))
-        self._feed(text, self._style(style, origin, heat, sure))
+        self.chunks.append((text, style, origin, heat, sure, phase))
+        if self._shown(phase):
+            self._feed(text, self._style(style, origin, heat, sure, phase))
         self.dirty = True
 
     def _feed(self, text: str, style: str) -> None:
@@ -170,7 +200,8 @@ class TokenStream(LinePane):
         self._done_total = 0
         self._para = Text()
         for text, style, *marks in self.chunks:
-            self._feed(text, self._style(style, *marks))
+            if self._shown(marks[-1]):
+                self._feed(text, self._style(style, *marks))
 
     def draw(self, width: int, height: int) -> list[Strip]:
         if width != self._width:
@@ -179,6 +210,8 @@ class TokenStream(LinePane):
         lines = self._lines(self._para)
         if self.ghost and self.colouring == "origin":  # drawn, never kept: the next text takes its place
             lines = self._lines(self._para + Text(self.ghost.replace("\n", " "), REJECTED))
+        elif self.folded and self.thinking_note:  # drawn, never kept: it counts on until the span ends
+            lines = self._lines(self._para + Text(f"⟨{self.thinking_note}⟩", "dim"))
         elif len(self._para) > FREEZE_CHARS and len(lines) > 1:
             # A paragraph with no newline in sight: stop re-wrapping the lines it has filled.
             self._finish(lines[:-1])
