@@ -97,3 +97,15 @@ def test_a_watched_loop_without_a_cache_says_so_and_why_where_the_cache_lever_is
     session.feed(RunStarted(run_id=2, levers=Levers(cache=False), prompt_tokens=4, max_new_tokens=8, prompt_text="p"))  # the engine's k
     assert status_text.status_items(session, "s", "short", auto=False)[0].variants == ("k:no-cache",)
     assert status_text.cache_off(session) == "every step recomputes the whole context"
+
+
+def test_a_thinking_run_shows_its_ttfa_and_thinking_share_beside_ttft():
+    from dataclasses import replace
+
+    events = [replace(e, phase="thinking" if e.step <= 3 else "answer") if isinstance(e, Step) else e for e in session_events(runs=1, tokens=8)]
+    session = Session.from_events(events)
+    st = session.current.total
+    texts = [i.variants[0] for i in status_text.status_items(session, "s", "long", auto=False)]
+    assert f"TTFA {status_text.fmt.ms(st.ttfa_s, 0)}" in texts and "think 3 (38%)" in texts
+    plain = [i.variants[0] for i in status_text.status_items(Session.from_events(session_events(runs=1, tokens=8)), "s", "long", auto=False)]
+    assert not any(t.startswith(("TTFA", "think")) for t in plain)  # a run of answer alone: nothing more

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from monitors.events import EngineError, EngineReady, FleetReady, LeverChanged, Phase, RunFinished, RunStarted
+from monitors.phases import THINKING
 from tui_app.core import fmt, readings
 from tui_app.core.readings import short_value
 
@@ -140,6 +141,10 @@ def status_items(session, state: str, preset: str, auto: bool, wanted: dict | No
         st = rec.total
         items.append(Item(("│",), 0, "italic", figure=True))
         items.append(Item((f"TTFT {fmt.ms(st.ttft_s, 0)}",), 4, bold, figure=True))
+        if fmt.phased(st):  # a reasoning model's: when its answer began, and how much of the run was thinking
+            think = f"think {st.phase_tokens.get(THINKING, 0)} ({fmt.pct(st.thinking_share)})"
+            items.append(Item((f"TTFA {fmt.ms(st.ttfa_s, 0)}",), 3, bold, figure=True))
+            items.append(Item((think, f"think {fmt.pct(st.thinking_share)}"), 5, bold, figure=True))
         items.append(Item((f"ITL p50 {fmt.ms(st.itl.p50)}", f"ITL {fmt.ms(st.itl.p50)}"), 2, bold, figure=True))
         items.append(Item((f"{fmt.num(st.decode_tps)} tok/s",), 0, bold, figure=True))  # the headline number: stays
         wall = session.run_rooflines.get(rec.started.run_id)  # the roofline of the run's anatomy (p), at its end
