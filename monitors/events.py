@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 QUANT_LEVELS = ("off", "int8", "int4")
 SPEC_MODES = ("off", "lookup", "draft")
 BATCH_SIZES = (1, 2, 4, 8)
+THINK_BUDGETS = (0, 64, 256, 1024)  # a reasoning model's thinking tokens at most (0: off), the close included
 STEP_KINDS = ("prefill", "decode", "reprefill", "verify")
 
 
@@ -22,7 +23,7 @@ def next_lever_value(lever: str, current, batch_sizes: tuple[int, ...] | None = 
     first after the last). `batch_sizes`: on a server, the numbers of streams it may be asked for."""
     if lever in ("cache", "compile"):
         return not current
-    return cycled({"quant": QUANT_LEVELS, "spec": SPEC_MODES, "batch": batch_sizes or BATCH_SIZES}[lever], current)
+    return cycled({"quant": QUANT_LEVELS, "spec": SPEC_MODES, "batch": batch_sizes or BATCH_SIZES, "think": THINK_BUDGETS}[lever], current)
 
 
 def cycled(values, current):
@@ -43,6 +44,7 @@ class Levers:
     quant: str = "off"
     spec: str = "off"
     batch: int = 1  # on a server: concurrent streams
+    think: int = 0  # the thinking budget (THINK_BUDGETS; 0: off)
     server: str = ""  # attached to a server: its label (the in-process levers are the server's own)
 
     def label(self) -> str:
@@ -57,6 +59,8 @@ class Levers:
             parts.append(f"spec:{self.spec}")
         if self.batch != 1:
             parts.append(f"b{self.batch}")
+        if self.think:
+            parts.append(f"think≤{self.think}")
         return " ".join(parts)
 
     def is_plain(self) -> bool:

@@ -269,18 +269,35 @@ class StepPhases:
 
     def __init__(self, tok, spans: tuple, prompt_ids: list[int]):
         opened = False
+        self.thought = 0  # thinking tokens so far, the close included
+        self.close_id: int | None = None
         if spans:
             open_id, close_id = token_id(tok, spans[0][0]), token_id(tok, spans[0][1])
+            self.close_id = close_id
             last = {t: i for i, t in enumerate(prompt_ids) if t in (open_id, close_id)}
             opened = spans[0][2] == THINKING and last.get(open_id or -1, -1) > last.get(close_id or -1, -1)
         self.split = PhaseSplit(spans=spans, thinking=opened, atomic=True) if spans else None
 
-    def of(self, text: str) -> str:
-        """A step's phase: that of the text its tokens end in (a verify step's accepted drafts can
-        cross a marker: its tokens are then the later phase's)."""
+    def of(self, text: str, n: int) -> str:
+        """The phase of a step of `n` tokens: that of the text they end in (a verify step's accepted
+        drafts can cross a marker: its tokens are then the later phase's)."""
         if self.split is None:
             return ANSWER
-        if (phase := self.split.quick(None, text)) is not None:
-            return phase
-        decided = self.split.feed(text)
-        return decided[-1][0] if decided else self.split.phase
+        phase = self.split.quick(None, text)
+        if phase is None:
+            decided = self.split.feed(text)
+            phase = decided[-1][0] if decided else self.split.phase
+        if phase == THINKING:
+            self.thought += n
+        return phase
+
+    def budgeted(self, rows: list[list[int]], budget: int) -> list[list[int]]:
+        """A step's new tokens under a thinking budget: where the span would hold more than `budget`
+        tokens with the next, that token is its close (as vLLM's `thinking_token_budget` and
+        llama.cpp's `--reasoning-budget` end the thinking). Every row is the run's own sequence
+        (a replicated batch: the engine refuses a budget beside distinct prompts)."""
+        if not budget or self.split is None or self.split.phase != THINKING or self.thought < budget - 1:
+            return rows
+        close = self.close_id
+        assert close is not None  # a split is made only with a span's markers, each one token
+        return [[close] for _ in rows]

@@ -80,3 +80,36 @@ def test_a_raw_prompt_that_opens_no_span_is_all_answer(thinker):
     engine, session, _ = thinker
     fin = engine.run(RunRequest(prompt="Why?", max_new_tokens=4, ignore_eos=True, chat=False))
     assert session.timer.runs[fin.run_id].total.phase_tokens == {"answer": 4}
+
+
+def test_a_thinking_budget_closes_the_span_at_the_budget_and_the_answer_follows(thinker):
+    engine, session, tok = thinker
+    close_id = tok.convert_tokens_to_ids("</think>")
+    events: list = []
+    session.listeners.append(events.append)
+    assert engine.set_lever("think", 64)
+    try:
+        fin = engine.run(RunRequest(prompt="Why?", max_new_tokens=72, ignore_eos=True))
+    finally:
+        engine.set_lever("think", 0)
+    ids = [t for e in events if isinstance(e, Step) and e.run_id == fin.run_id for t in e.token_ids]
+    assert ids.index(close_id) == 63  # the span's 64th token, its close included
+    st = session.timer.runs[fin.run_id].total
+    assert st.phase_tokens == {"thinking": 64, "answer": 8} and st.levers.think == 64
+    assert "think≤64" in row_line(session.rows()[-1])
+
+
+def test_a_budget_is_refused_with_the_reason_where_it_cannot_hold(thinker, engine, collect):
+    from monitors.events import LeverRefused
+
+    reasons = []
+    thinking_engine, session, _ = thinker
+    session.listeners.append(lambda ev: reasons.append(ev.reason) if isinstance(ev, LeverRefused) else None)
+    assert thinking_engine.set_lever("spec", "lookup")
+    try:
+        assert not thinking_engine.set_lever("think", 64)  # a speculative step could pass it
+    finally:
+        thinking_engine.set_lever("spec", "off")
+    assert not engine.set_lever("think", 256)  # the default model has no think span
+    refused = [e.reason for e in collect if isinstance(e, LeverRefused)]
+    assert "speculative step" in reasons[-1] and refused == ["this model has no think span: its tokenizer has no <think> and </think> tokens"]

@@ -135,7 +135,7 @@ class Call:
                 kv_bytes=kv.used_bytes,
                 kv_alloc_bytes=kv.alloc_bytes,
                 seq_len=kv.seq_len,
-                phase=self.phases.of(delta) if self.phases is not None else ANSWER,
+                phase=self.phases.of(delta, made) if self.phases is not None else ANSWER,
             )
         ]
 

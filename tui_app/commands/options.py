@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 
-from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES
+from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES, THINK_BUDGETS
 from tui_app.core.options import bounded, demo_leak, require_extra
 from tui_app.engine.config import BATCH_PROMPTS, DEVICE_MAPS
 from tui_app.prompts import PRESETS
@@ -91,6 +91,13 @@ def add_engine(p: argparse.ArgumentParser, generation: bool = True) -> None:
     g.add_argument("--quant", choices=QUANT_LEVELS, default="off")
     g.add_argument("--spec", choices=SPEC_MODES, default="off")
     g.add_argument("--batch", type=int, choices=BATCH_SIZES, default=1)
+    g.add_argument(
+        "--think-budget",
+        type=int,
+        choices=THINK_BUDGETS,
+        default=0,
+        help="a reasoning model's thinking tokens at most, its close included (0: off; T switches it live; docs/reasoning.md)",
+    )
     g.add_argument(
         "--batch-prompts",
         choices=BATCH_PROMPTS,

@@ -140,6 +140,7 @@ class LeverOptions:
     quant: str
     spec: str
     batch: int
+    think_budget: int
     batch_prompts: str  # what the batch lever batches (engine.config.BATCH_PROMPTS)
     verbose: bool  # the libraries' own warnings and progress bars
     demo_leak: tuple[float, str]  # MB kept a run on purpose, and as what (DEMO_LEAK_KINDS)
@@ -173,7 +174,7 @@ def from_namespace(cls, namespace: argparse.Namespace):
 
 
 def levers_from(args: LeverOptions) -> Levers:
-    return Levers(cache=not args.no_cache, compile=args.compile, quant=args.quant, spec=args.spec, batch=args.batch)
+    return Levers(cache=not args.no_cache, compile=args.compile, quant=args.quant, spec=args.spec, batch=args.batch, think=args.think_budget)
 
 
 def engine_config(args: EngineOptions):

@@ -9,7 +9,7 @@ import math
 import sys
 from dataclasses import dataclass, field, replace
 
-from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES, Levers
+from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES, THINK_BUDGETS, Levers
 from tui_app.core import fmt, ledger
 from tui_app.core.session import Row, Session
 from tui_app.prompts import PRESETS
@@ -23,8 +23,8 @@ else:  # the same parser, before it joined the standard library
 LEVERS = ("cache", "compile", "quant", "spec", "batch")
 # Back to plain, then on, in an order no engine refuses: turning a lever on may need another on
 # (compile needs the cache) or off (spec needs batch 1).
-RESET_ORDER = (("spec", "off"), ("compile", False), ("batch", 1), ("cache", True), ("quant", "off"))
-APPLY_ORDER = ("quant", "batch", "cache", "compile", "spec")
+RESET_ORDER = (("spec", "off"), ("think", 0), ("compile", False), ("batch", 1), ("cache", True), ("quant", "off"))
+APPLY_ORDER = ("quant", "batch", "cache", "compile", "spec", "think")
 FINISHED = ("eos", "max tokens")  # a stopped or failed run is not a measurement of its step
 # What a step's effect can state: decode tok/s, ITL p50, time to first token, speculation's
 # acceptance, the leak detector's verdict on the session's baselines so far.
@@ -212,7 +212,7 @@ def _whole(t: dict, key: str, default: int, bad) -> int:
 def _levers(raw, bad) -> Levers:
     if not isinstance(raw, dict):
         raise bad('levers must be a table, e.g. levers = { quant = "int4", compile = true }')
-    allowed = {"cache": (True, False), "compile": (True, False), "quant": QUANT_LEVELS, "spec": SPEC_MODES, "batch": BATCH_SIZES}
+    allowed = {"cache": (True, False), "compile": (True, False), "quant": QUANT_LEVELS, "spec": SPEC_MODES, "batch": BATCH_SIZES, "think": THINK_BUDGETS}
     for key, value in raw.items():
         if key not in allowed:
             raise bad(f"levers.{key}: unknown lever (levers: {', '.join(LEVERS)})")

@@ -100,6 +100,7 @@ class Engine:
             context_len=self.context_len,
             draft=draft_model(cfg, self.tok, self.device, self.dtype, self.phases),
         )
+        self.control.thinks = bool(self.marker_spans) and self.marker_spans[0][2] == "thinking"
         self.ready = EngineReady(
             model=loaded.name,
             source=loaded.source,
@@ -123,7 +124,7 @@ class Engine:
         if cfg.levers.quant == "off":  # the weights a first run reads: measured before the engine says it is ready (and idle)
             self.control.probe_if_due()
         self.emit(self.ready)
-        for name in ("quant", "compile", "cache", "spec", "batch"):
+        for name in ("quant", "compile", "cache", "spec", "batch", "think"):
             if getattr(cfg.levers, name) != getattr(self.levers, name):
                 self.set_lever(name, getattr(cfg.levers, name))
         return self.ready
@@ -309,6 +310,8 @@ class Engine:
         remaining = run.remaining
         t0, phases_before = now_ns(), self.phases.ns
         kind, new_rows, forward_ns, proposed, accepted = self._forward_step(run, lev, model, remaining)
+        if lev.think and run.phases is not None:  # the host's tokens, before the next step feeds them: no read of its own
+            new_rows = run.phases.budgeted(new_rows, lev.think)
         new_rows = extend_rows(run.tokens, new_rows, remaining, run.finished_rows, self.eos_ids, run.req.ignore_eos)
         run.out_ids.extend(new_rows[0])
         compute_ns = now_ns() - t0 - (self.phases.ns - phases_before)  # less a recompile inside the step

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import torch
 
-from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES, Bandwidth, LeverChanged, LeverRefused, Levers, Phase
+from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES, THINK_BUDGETS, Bandwidth, LeverChanged, LeverRefused, Levers, Phase
 from monitors.text import plural
 from tui_app.engine import bandwidth, pages
 from tui_app.engine import levers as lv
@@ -30,6 +30,7 @@ SPLIT = "the model is placed over several devices (--device-map)"
 SLIDING_BATCH = (
     "this model's sliding-window cache layers drop old tokens, so distinct prompts cannot share one padded cache; start with --batch-prompts replicated"
 )
+BUDGET_SPEC = "a speculative step makes several tokens at once and could pass the thinking budget; turn one of them off first"
 DISTINCT_COMPILE = (
     "the compiled step has no attention mask, which distinct prompts' padding needs; batch 1 to compile, or start with --batch-prompts replicated"
 )
@@ -67,6 +68,7 @@ class LeverControl:
         self.trusting = False  # dynamo's stance: only differentiating guards (see compiled_fn)
         self.draft = draft
         self.probe_due = True  # the weights moved or changed: their read rate is to be measured again
+        self.thinks = False  # the model's tokenizer has a think span's markers: a thinking budget can close it
 
     def sliding_window(self) -> bool:
         from transformers import DynamicCache
@@ -124,6 +126,8 @@ class LeverControl:
                     return "speculative verification needs the KV cache; turn the cache on first"
                 if lev.compile:
                     return "verify steps are multi-token and the compiled graph is single-token; turn compile off first"
+                if lev.think:
+                    return BUDGET_SPEC
         elif name == "cache":
             if not value and lev.spec != "off":
                 return "speculative decoding needs the KV cache; turn speculation off first"
@@ -136,12 +140,23 @@ class LeverControl:
                 return DISTINCT_COMPILE
             if value and lev.spec != "off":
                 return "verify steps are multi-token and the compiled graph is single-token; turn speculation off first"
+        elif name == "think":
+            if value not in THINK_BUDGETS:
+                return f"the thinking budget must be one of {', '.join(map(str, THINK_BUDGETS))} (0: off)"
+            if value and not self.thinks:
+                return "this model has no think span: its tokenizer has no <think> and </think> tokens"
+            if value and lev.spec != "off":
+                return BUDGET_SPEC
+            if value and lev.batch != 1 and self.cfg.batch_prompts == "distinct":
+                return "the budget closes the run's own think span, and a batch of distinct prompts holds others; set batch 1 first"
         elif name == "batch":
             if value not in BATCH_SIZES:
                 return f"batch size must be one of {', '.join(map(str, BATCH_SIZES))}"
             if value != 1 and lev.spec != "off":
                 return "speculative decoding verifies one sequence; turn speculation off first"
             if value != 1 and self.cfg.batch_prompts == "distinct":
+                if lev.think:
+                    return "the thinking budget closes the run's own think span, and distinct prompts would be others; turn the budget off first"
                 if lev.compile:
                     return DISTINCT_COMPILE
                 if self.sliding_window():

@@ -87,5 +87,5 @@ class RunState:
             batch=rows,
             waiting=waiting,
             batch_tokens=batch_tokens,
-            phase=self.phases.of(delta) if self.phases is not None else ANSWER,
+            phase=self.phases.of(delta, len(new)) if self.phases is not None else ANSWER,
         )
