@@ -93,6 +93,7 @@ class EngineReady:
     placement: dict | None = None  # --device-map: weight bytes per device ("cuda:0", "cpu", "disk")
     demo_leak: str = ""  # --demo-leak: what the engine keeps a run on purpose, said on screen while on
     experts: str = ""  # an MoE's experts: how many, how many a token reads ("8 experts, 2 a token")
+    thinks: bool = False  # the model's tokenizer has a think span's markers: the thinking budget lever applies
 
 
 @dataclass(kw_only=True)

@@ -103,9 +103,13 @@ def test_a_thinking_run_shows_its_ttfa_and_thinking_share_beside_ttft():
     from dataclasses import replace
 
     events = [replace(e, phase="thinking" if e.step <= 3 else "answer") if isinstance(e, Step) else e for e in session_events(runs=1, tokens=8)]
+    events = [replace(e, thinks=True) if isinstance(e, EngineReady) else e for e in events]
     session = Session.from_events(events)
     st = session.current.total
     texts = [i.variants[0] for i in status_text.status_items(session, "s", "long", auto=False)]
     assert f"TTFA {status_text.fmt.ms(st.ttfa_s, 0)}" in texts and "think 3 (38%)" in texts
+    assert "T:off" in texts  # the thinking budget's lever, where the model has a think span
+    session.feed(LeverChanged(run_id=None, lever="think", value=256, levers=Levers(think=256)))
+    assert "T:≤256" in [i.variants[0] for i in status_text.status_items(session, "s", "long", auto=False)]
     plain = [i.variants[0] for i in status_text.status_items(Session.from_events(session_events(runs=1, tokens=8)), "s", "long", auto=False)]
-    assert not any(t.startswith(("TTFA", "think")) for t in plain)  # a run of answer alone: nothing more
+    assert not any(t.startswith(("TTFA", "think", "T:")) for t in plain)  # a run of answer alone, a model that cannot think

@@ -31,7 +31,19 @@ class Options(EngineOptions, UiOptions):
 
 def add_args(p: argparse.ArgumentParser) -> None:
     add_model(p)  # the tour sets the levers and prompts itself: greedy, from plain
-    p.set_defaults(temperature=0.0, top_p=1.0, seed=0, no_cache=False, compile=False, quant="off", spec="off", batch=1, batch_prompts="distinct", verbose=False)
+    p.set_defaults(
+        temperature=0.0,
+        top_p=1.0,
+        seed=0,
+        no_cache=False,
+        compile=False,
+        quant="off",
+        spec="off",
+        batch=1,
+        think_budget=0,
+        batch_prompts="distinct",
+        verbose=False,
+    )
     add_demo_leak(p)  # a leak scene's (docs/demo.md)
     add_ui(p)
     p.add_argument("script", nargs="?", default=None, help="a tour script (TOML, [[step]] tables; see docs/demo.md); default: the built-in tour")

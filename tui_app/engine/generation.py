@@ -119,6 +119,7 @@ class Engine:
             placement=self.placement if cfg.device_map else None,
             demo_leak=f"+{cfg.demo_leak_mb:g} MB/run ({cfg.demo_leak_kind})" if cfg.demo_leak_mb > 0 else "",
             experts=bandwidth.experts_text(self.model),
+            thinks=self.control.thinks,
         )
         freeze()
         if cfg.levers.quant == "off":  # the weights a first run reads: measured before the engine says it is ready (and idle)

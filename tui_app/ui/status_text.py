@@ -127,8 +127,8 @@ def status_items(session, state: str, preset: str, auto: bool, wanted: dict | No
         lever("w", "quant", lev.quant, lev.quant != "off")
         lever("s", "spec", lev.spec, lev.spec != "off")
         lever("b", "batch", lev.batch, lev.batch != 1)
-        if lev.think:  # a reasoning model's: shown once set, as the other levers' keys are always
-            lever("T", "think", lev.think, True, priority=2)
+        if session.ready is not None and session.ready.thinks:  # a reasoning model's lever
+            lever("T", "think", lev.think, bool(lev.think), priority=2)
     lever("l", "preset", preset, preset != "short", priority=3)
     if auto:
         items.append(Item(("auto",), 2, "bold magenta"))

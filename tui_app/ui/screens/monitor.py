@@ -236,6 +236,8 @@ class MonitorScreen(Screen):
             return ready is not None and not ready.server and ready.device.startswith("cuda")
         if action == "anatomy":
             return ready is not None and not ready.server
+        if action == "lever('think')":  # a reasoning model's only
+            return ready is not None and ready.thinks
         return True
 
     # ------------------------------------------------------------ layout
