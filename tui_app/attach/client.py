@@ -423,6 +423,9 @@ def lever_answer(name: str, value, levers: Levers, engine: str) -> LeverChanged 
             f"{SERVER_OWNED[name]} is set when the {engine} server starts: restart it with the option, or attach to a second server started with it and compare"
         )
         return LeverRefused(lever=name, value=value, reason=reason)
+    if name == "think":
+        reason = "an attached server's thinking is its own: tokentop sends its requests without a thinking budget, and shows the thinking the server streams"
+        return LeverRefused(lever=name, value=value, reason=reason)
     if name != "batch":
         return LeverRefused(lever=name, value=value, reason=f"{name} is not a lever of an attached server")
     if value not in CONCURRENCY:
