@@ -19,7 +19,7 @@ from tui_app.attach.client import AttachConfig, ServerClient
 from tui_app.core.session import Session
 from tui_app.requests import RunRequest
 
-GRAMMAR = 'root ::= "<think>" [a-z ]{30,60} "</think>" [A-Za-z0-9 ]{8,30}'
+GRAMMAR = 'root ::= "<think>" [a-z ]{30,60} "</think>" [A-Za-z0-9 ]{8,400}'  # an answer long enough for a fixed-length request
 PROMPT = "Why is the sky blue?"
 
 
@@ -92,3 +92,19 @@ def test_attach_no_tui_json_prints_one_object_a_run_with_its_phases(thinking_ser
         assert run["thinking_tokens"] > 0 and run["answer_tokens"] > 0 and run["tool_tokens"] == 0
         assert run["thinking_tokens"] + run["answer_tokens"] == run["new_tokens"]
         assert run["ttfa_s"] > run["ttft_s"] > 0 and run["text"].startswith("<think>")
+
+
+def test_the_serving_bench_gives_ttfa_and_the_thinking_share_and_holds_an_slo_on_ttfa(thinking_server, tmp_path):
+    """Each request's TTFA is the timer's own (checked against the raw stream above); the cell's
+    percentiles are those of its requests, and `--slo ttfa=` counts the requests that met it."""
+    cmd = [sys.executable, "-m", "tui_app", "bench", "--endpoint", thinking_server.url, "--lengths", "16:80", "--concurrency", "1"]
+    cmd += ["--repeats", "1", "--warmup", "0", "--slo", "ttfa=1.2s", "-o", "json", "--out", str(tmp_path / "b")]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "TTFA p50/p95/p99" in out.stdout and "thinking share" in out.stdout
+    data = json.loads((tmp_path / "b.json").read_text())
+    row, reqs = data["results"][0], data["requests"][0]
+    assert all(r["ttfa_s"] > r["ttft_s"] and r["thinking_tokens"] > 0 for r in reqs)
+    assert row["ttfa_p50_s"] == pytest.approx(sorted(r["ttfa_s"] for r in reqs)[len(reqs) // 2])
+    assert row["thinking_share"] == pytest.approx(sum(r["thinking_tokens"] for r in reqs) / sum(r["tokens"] for r in reqs))
+    assert row["good"] == sum(r["ttfa_s"] <= 1.2 for r in reqs)

@@ -19,7 +19,7 @@ def headroom_figure(index: int, verdict: dict) -> Figure:
     steps = verdict["steps"]
     level = verdict["level"]
     slo = parse_slo(verdict["slo"])
-    keys = [k for k in ("ttft", "itl", "tpot", "e2e") if any(f"{k}_at_level_s" in s for s in steps)]
+    keys = [k for k in ("ttft", "ttfa", "itl", "tpot", "e2e") if any(f"{k}_at_level_s" in s for s in steps)]
     fig = MplFigure(figsize=(10, 3.2 * max(len(keys), 1)), layout="constrained")
     axes = fig.subplots(max(len(keys), 1), 1, squeeze=False)[:, 0]
     best = verdict.get("headroom_rate")

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from monitors.servers import MetricsWindow
-from tui_app.commands.serving.tables import Cell, Request, markdown, write_outputs, xray_markdown
+from tui_app.commands.serving.tables import Cell, Request, markdown, reasoning_markdown, write_outputs, xray_markdown
 from tui_app.core import fmt
 
 
@@ -82,6 +82,8 @@ async def measure_round(client, session, run: Measuring, items: list, concurrenc
                     conversation=sent.item.conversation,
                     turn=sent.item.turn,
                     stop_reason=fin.stop_reason,
+                    ttfa_s=st.ttfa_s,
+                    thinking_tokens=st.phase_tokens.get("thinking", 0),
                 )
             )
         if on_done is not None:
@@ -158,6 +160,8 @@ def report(args, plan: Plan, servers, cells: list[Cell], out, extra: dict | None
         print("\n" + cell_stats.ratios_markdown(ratios), file=out)
     if args.otlp is not None:
         print("\n" + xray_markdown(cells), file=out)
+    if any(r.thinking_tokens for c in cells for r in c.requests):
+        print("\n" + reasoning_markdown(cells), file=out)
     env = {
         "servers": [{"label": c.levers.server, "engine": c.engine.name, "url": c.root, "model": c.model} for c in servers.clients],
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

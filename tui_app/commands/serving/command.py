@@ -65,7 +65,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--concurrency", default="1", help="closed loop: comma-separated numbers of concurrent clients (default 1)")
     g.add_argument("--rate", type=bounded(float, 0, lo_open=True), default=None, help="open loop: Poisson arrivals at this many requests/s instead")
     g.add_argument("--duration", type=bounded(float, 0, lo_open=True), default=None, help="open loop: seconds of arrivals per round (default: 10 requests)")
-    g.add_argument("--slo", default="", help="e.g. ttft=500ms,itl=50ms (also tpot, e2e; ms or s): goodput counts requests meeting all")
+    g.add_argument(
+        "--slo",
+        default="",
+        help="e.g. ttft=500ms,itl=50ms (also ttfa: a reasoning model's first answer token, tpot, e2e; ms or s): goodput counts requests meeting all",
+    )
     g.add_argument("--prompts", default=None, metavar="FILE", help="prompts to cycle through: JSONL with a 'prompt' field, or one per line")
     g.add_argument("--shared-prefix", type=bounded(int, 0), default=0, metavar="N", help="every request starts with the same N tokens (prefix-cache studies)")
     g.add_argument("--api-key-env", default=None, metavar="VAR", help="the environment variable holding the API key")

@@ -120,6 +120,7 @@ def step_row(cell, rate: float, level: float) -> dict:
     ok = [r for r in cell.requests if r.ok]
     got = {
         "ttft": [r.ttft_s for r in ok],
+        "ttfa": [r.ttfa_s for r in ok if not math.isnan(r.ttfa_s)],
         "itl": [r.mean_itl_s for r in ok],
         "tpot": [r.tpot_s for r in ok if not math.isnan(r.tpot_s)],
         "e2e": [r.e2e_s for r in ok],

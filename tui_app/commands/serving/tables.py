@@ -11,7 +11,7 @@ from monitors.timing import Summary
 from tui_app.core import fmt
 from tui_app.core.options import csv_text, write_file
 
-SLO_KEYS = ("ttft", "itl", "tpot", "e2e")
+SLO_KEYS = ("ttft", "ttfa", "itl", "tpot", "e2e")
 XRAY_COLUMNS = ("server_queue", "server_prefill", "server_decode", "overhead_ttft", "overhead_e2e")
 STATS = ("mean", "std", "p50", "p90", "p95", "p99")
 
@@ -36,6 +36,8 @@ class Request:
     conversation: int = -1
     turn: int = 0
     stop_reason: str = ""  # the attach client's: eos, max tokens, error, stopped (a sweep's step ended early)
+    ttfa_s: float = math.nan  # a reasoning model's time to its first answer token (its TTFT where it does not think)
+    thinking_tokens: int = 0
 
     @property
     def tpot_s(self) -> float:
@@ -46,7 +48,7 @@ class Request:
         return sum(self.itl_s) / len(self.itl_s) if self.itl_s else math.nan
 
     def good(self, slo: dict[str, float]) -> bool:
-        got = {"ttft": self.ttft_s, "itl": self.mean_itl_s, "tpot": self.tpot_s, "e2e": self.e2e_s}
+        got = {"ttft": self.ttft_s, "ttfa": self.ttfa_s, "itl": self.mean_itl_s, "tpot": self.tpot_s, "e2e": self.e2e_s}
         return self.ok and all(not math.isnan(got[k]) and got[k] <= v for k, v in slo.items())
 
 
@@ -73,6 +75,7 @@ class Cell:
         ok = [r for r in self.requests if r.ok]
         values = {
             "ttft": [r.ttft_s for r in ok],
+            "ttfa": [r.ttfa_s for r in ok if not math.isnan(r.ttfa_s)],
             "itl": [x for r in ok for x in r.itl_s],
             "tpot": [r.tpot_s for r in ok if not math.isnan(r.tpot_s)],
             "e2e": [r.e2e_s for r in ok],
@@ -97,6 +100,7 @@ class Cell:
             "slo": self.slo or None,
             "good": good,
             "goodput_requests_s": good / self.wall_s if good is not None and self.wall_s else None,
+            "thinking_share": thinking_share(ok),
         }
         for name in SLO_KEYS:
             s = self.summary(name)
@@ -116,6 +120,25 @@ class Cell:
         """The server's account over the cell's requests (server_queue, server_prefill, …), or the
         client's time outside it (overhead_ttft, overhead_e2e)."""
         return Summary.of([r.xray[f"{name}_s"] for r in self.requests if r.ok and isinstance(r.xray.get(f"{name}_s"), (int, float))])
+
+
+def thinking_share(requests: list[Request]) -> float | None:
+    """Of the requests' new tokens, the share that was thinking (by tokentop's own count of the streams)."""
+    tokens = sum(r.tokens for r in requests)
+    return sum(r.thinking_tokens for r in requests) / tokens if tokens else None
+
+
+def reasoning_markdown(cells: list[Cell]) -> str:
+    """A reasoning model's cells: when the answer began, and how much of the output was thinking."""
+    head = "| server | load | prompt→new | TTFT p50 | TTFA p50/p95/p99 | thinking share |"
+    lines = ["A reasoning model's answer, after its thinking (docs/reasoning.md):", "", head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
+    for c in cells:
+        ttfa, share = c.summary("ttfa"), thinking_share([r for r in c.requests if r.ok])
+        lines.append(
+            f"| {c.server} | {c.load} | {c.prompt_tokens}→{c.new_tokens} | {fmt.ms(c.summary('ttft').p50, 0)}"
+            f" | {fmt.ms(ttfa.p50, 0)} / {fmt.ms(ttfa.p95, 0)} / {fmt.ms(ttfa.p99, 0)} | {fmt.pct(share)} |"
+        )
+    return "\n".join(lines)
 
 
 def _none_if_nan(x):
