@@ -31,6 +31,11 @@ HEADER_OPENS = ("<|start|>", "<|channel|>")  # Harmony: a message's header, up t
 HEADER_END = "<|message|>"
 
 
+def think_span(spans: tuple) -> tuple | None:
+    """The think span among `spans`, by its phase: a tokenizer may have a tool call's markers and no think span's."""
+    return next((span for span in spans if span[2] == THINKING), None)
+
+
 def harmony_phase(header: str) -> str:
     """The phase of a Harmony message from its header (`<|start|>assistant<|channel|>final …`)."""
     channel = header.split("<|channel|>", 1)[-1].split(HEADER_END, 1)[0]
@@ -61,8 +66,9 @@ class PhaseSplit:
     header: bool = False
 
     def __post_init__(self) -> None:
-        if self.thinking:
-            self.phase, self.closing = THINKING, self.spans[0][1]
+        span = think_span(self.spans) if self.thinking else None
+        if span is not None:
+            self.phase, self.closing = THINKING, span[1]
 
     def quick(self, phase: str | None, text: str) -> str | None:
         """The phase of a piece decided whole without reading it (as `field` or `feed` would), where
@@ -200,9 +206,9 @@ class PhasedStream:
         return self._assign(decided)
 
     def close(self) -> list[Piece]:
-        return self._assign(self.split.close(), final=True)
+        return self._assign(self.split.close())
 
-    def _assign(self, decided: list[tuple[str, str]], final: bool = False) -> list[Piece]:
+    def _assign(self, decided: list[tuple[str, str]]) -> list[Piece]:
         out: list[Piece] = []
         for phase, text in decided:
             while text:
@@ -213,9 +219,6 @@ class PhasedStream:
                     head.rest, text = head.rest[k:], text[k:]
                 if not head.rest:
                     out += self._release()
-        if final:
-            for h in self._held:
-                h.rest = ""
         out += self._release()
         return out
 
@@ -271,11 +274,11 @@ class StepPhases:
         opened = False
         self.thought = 0  # thinking tokens so far, the close included
         self.close_id: int | None = None
-        if spans:
-            open_id, close_id = token_id(tok, spans[0][0]), token_id(tok, spans[0][1])
+        if (span := think_span(spans)) is not None:
+            open_id, close_id = token_id(tok, span[0]), token_id(tok, span[1])
             self.close_id = close_id
             last = {t: i for i, t in enumerate(prompt_ids) if t in (open_id, close_id)}
-            opened = spans[0][2] == THINKING and last.get(open_id or -1, -1) > last.get(close_id or -1, -1)
+            opened = last.get(open_id or -1, -1) > last.get(close_id or -1, -1)
         self.split = PhaseSplit(spans=spans, thinking=opened, atomic=True) if spans else None
 
     def of(self, text: str, n: int) -> str:

@@ -264,13 +264,17 @@ class RunTimer:
             # is the mean of its streams'.
             seg.ttft_s = (ev.t_ns - t0) / 1e9
             rec.total.ttft_s = mean([s.ttft_s for s in rec.segments if not math.isnan(s.ttft_s)])
-        if ev.phase == ANSWER and math.isnan(rec.total.ttfa_s if not rec.started.levers.server else seg.ttfa_s):
+        if ev.phase == ANSWER:
             # A server run's streams each have their own, and the run the mean of theirs; an engine
             # run's is its first answer step's, its segment's where the segment made the run's first token.
             ttfa = (ev.t_ns - t0) / 1e9
-            if rec.started.levers.server or not math.isnan(seg.ttft_s):
+            if rec.started.levers.server and math.isnan(seg.ttfa_s):
                 seg.ttfa_s = ttfa
-            rec.total.ttfa_s = mean([s.ttfa_s for s in rec.segments if not math.isnan(s.ttfa_s)]) if rec.started.levers.server else ttfa
+                rec.total.ttfa_s = mean([s.ttfa_s for s in rec.segments if not math.isnan(s.ttfa_s)])
+            elif not rec.started.levers.server and math.isnan(rec.total.ttfa_s):
+                rec.total.ttfa_s = ttfa
+                if not math.isnan(seg.ttft_s):
+                    seg.ttfa_s = ttfa
         # A server run's streams run side by side: its rate is the sum of theirs (N × tokens ÷ the
         # streams' summed time); an engine segment's steps count batch × tokens.
         rec.total.add_step(ev, rec.total.batch if rec.started.levers.server else seg.batch)

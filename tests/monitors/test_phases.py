@@ -113,3 +113,13 @@ def test_a_pieces_tokens_are_shared_by_length_and_the_later_phase_wins_a_lone_to
     ]
     assert [(p.text, p.n, p.phase) for p in share([(THINKING, "x</think>"), (ANSWER, "Hi")], 1)] == [("x</think>Hi", 1, ANSWER)]
     assert [(p.text, p.n) for p in share([(ANSWER, "a"), (ANSWER, "b")], 3)] == [("ab", 3)]
+
+
+def test_the_think_span_is_found_by_its_phase_not_its_place():
+    from monitors.phases import SPANS, think_span
+
+    tool_only = tuple(s for s in SPANS if s[2] == TOOL)  # a tokenizer with a tool call's markers and no think span's
+    assert think_span(tool_only) is None and think_span(tuple(reversed(SPANS)))[0] == "<think>"
+    assert PhaseSplit(spans=tool_only, thinking=True).phase == ANSWER  # no span to be inside of
+    pieces, _ = run(["</tool_call>", "x"], spans=tool_only)
+    assert {p.phase for p in pieces} == {ANSWER}

@@ -25,7 +25,7 @@ import torch
 
 from monitors.events import EngineError, EngineReady, LeverRefused, Levers, RunFinished, RunStarted, now_ns
 from monitors.kvcache import model_shape
-from monitors.phases import StepPhases, marker_spans
+from monitors.phases import StepPhases, marker_spans, think_span
 from monitors.system import rss_bytes, trim_heap
 from monitors.text import IncrementalDecoder
 from tui_app.engine import bandwidth
@@ -100,7 +100,7 @@ class Engine:
             context_len=self.context_len,
             draft=draft_model(cfg, self.tok, self.device, self.dtype, self.phases),
         )
-        self.control.thinks = bool(self.marker_spans) and self.marker_spans[0][2] == "thinking"
+        self.control.thinks = think_span(self.marker_spans) is not None
         self.ready = EngineReady(
             model=loaded.name,
             source=loaded.source,
