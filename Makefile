@@ -37,8 +37,11 @@ sshd:
 # requirements/run.txt is the engine's and the reports'; test.txt the same versions and the test tools.
 # uv installs them (pip installs uv itself, from its own hashed lock): torch and the locks into a
 # fresh venv took 14 s with uv against 109 s with pip, both caches cold (docs/testing.md).
+# --compile-bytecode: uv writes no .pyc of its own, and where PYTHONDONTWRITEBYTECODE is set (as on
+# CI's machines) Python never does, so every process compiled torch's and transformers' sources
+# anew: 12 of a headless run's 20 s of CPU, in each of the suite's hundreds of processes.
 UV := $(VENV)/bin/uv
-INSTALL := $(UV) pip install --quiet --python $(PY)
+INSTALL := $(UV) pip install --quiet --compile-bytecode --python $(PY)
 TORCH_CPU ?= $(or $(PIP_FIND_LINKS),https://download.pytorch.org/whl/cpu/torch/)
 
 $(VENV)/.installed: pyproject.toml Makefile requirements/run.txt requirements/model.txt requirements/uv.txt
