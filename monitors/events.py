@@ -94,6 +94,10 @@ class EngineReady:
     demo_leak: str = ""  # --demo-leak: what the engine keeps a run on purpose, said on screen while on
     experts: str = ""  # an MoE's experts: how many, how many a token reads ("8 experts, 2 a token")
     thinks: bool = False  # the model's tokenizer has a think span's markers: the thinking budget lever applies
+    # An MoE whose routing is counted (tui_app/engine/routing.py): {"layers", "experts", "top_k",
+    # "shared" (layers with a shared expert, read by every token)}; routing_note: an MoE's that is not, why.
+    routing: dict | None = None
+    routing_note: str = ""
 
 
 @dataclass(kw_only=True)
@@ -174,6 +178,7 @@ class Step:
     waiting: int = 0
     batch_tokens: int = 0
     phase: str = "answer"  # thinking, answer or tool call (monitors/phases.py); recordings from before phases are all answer
+    experts_hit: int | None = None  # an MoE's: distinct (layer, routed expert) pairs the step's forwards read
 
 
 @dataclass(kw_only=True)
@@ -261,6 +266,9 @@ class RunFinished:
     # NVML's count of the engine process, which holds the CUDA context and graph pools too.
     gpu_reserved: int | None = None
     gpu_proc_mem: int | None = None
+    # An MoE's routing over the run (EngineReady.routing): for each MoE layer in order, each routed
+    # expert's count of the positions forwarded to it; a layer's counts sum to positions × top_k.
+    expert_counts: list | None = None
 
 
 @dataclass(kw_only=True)

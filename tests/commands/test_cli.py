@@ -102,6 +102,24 @@ def test_run_no_tui_json_prints_one_object_a_run_with_its_phases(tmp_path):
         assert run["ttfa_s"] is None and run["ttft_s"] > 0 and run["thinking_share"] == 1.0 and run["text"]
 
 
+def test_run_no_tui_on_an_moe_gives_each_layers_expert_counts_and_its_imbalance(tmp_path):
+    """A small Qwen3-MoE (tests/helpers/tiny_models.py): `-o json` carries the counts, each layer's
+    summing to the positions forwarded × 2 a token; the human line and its replay say the load."""
+    from monitors.routing import load_text
+    from tests.helpers.tiny_models import K, save_moe
+
+    save_moe("qwen3moe", tmp_path / "m")
+    rec = tmp_path / "moe.jsonl"
+    r = tokentop("run", "--model", str(tmp_path / "m"), "--no-tui", "-o", "json", "--max-new-tokens", "5", "--ignore-eos", "--record", str(rec))
+    assert r.returncode == 0, r.stderr
+    (run,) = [json.loads(line) for line in r.stdout.splitlines()]
+    positions = run["prompt_tokens"] + run["new_tokens"] - 1
+    assert len(run["expert_counts"]) == 3 and all(sum(layer) == positions * K for layer in run["expert_counts"])
+    replayed = tokentop("replay", "--stats", str(rec))
+    assert replayed.returncode == 0, replayed.stderr
+    assert load_text(run["expert_counts"]) in replayed.stdout and "experts max/mean" in replayed.stdout
+
+
 def test_replay_of_something_that_is_not_a_recording(tmp_path):
     f = tmp_path / "x.jsonl"
     f.write_text("hello\n")

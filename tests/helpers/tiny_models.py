@@ -49,3 +49,47 @@ def save_thinker(folder):
     tf.Qwen3ForCausalLM(cfg).save_pretrained(folder)
     tok.save_pretrained(folder)
     return tok
+
+
+E, K = 8, 2
+COMMON = {"vocab_size": 49152, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 1024, "eos_token_id": 2}
+
+
+def moe_config(family: str):
+    """A small random-weight MoE of the family: 8 experts, 2 a token, 3 layers."""
+    import transformers as tf
+
+    moe = {"num_experts_per_tok": K, "intermediate_size": 96, "num_hidden_layers": 3}
+    if family == "qwen3moe":
+        return tf.Qwen3MoeForCausalLM, tf.Qwen3MoeConfig(**COMMON, **moe, head_dim=16, num_experts=E, moe_intermediate_size=32, decoder_sparse_step=1)
+    if family == "mixtral":
+        return tf.MixtralForCausalLM, tf.MixtralConfig(**COMMON, **moe, num_local_experts=E)
+    if family == "olmoe":
+        return tf.OlmoeForCausalLM, tf.OlmoeConfig(**COMMON, **moe, num_experts=E)
+    if family == "qwen2moe":  # a shared expert beside the routed ones
+        return tf.Qwen2MoeForCausalLM, tf.Qwen2MoeConfig(**COMMON, **moe, num_experts=E, moe_intermediate_size=32, shared_expert_intermediate_size=48)
+    if family == "deepseekv3":  # its first layer dense, a shared expert in the others; one group, so its choice is the logits' top k
+        cfg = tf.DeepseekV3Config(
+            **COMMON, **moe, n_routed_experts=E, moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1,
+            n_group=1, topk_group=1, q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16,
+        )  # fmt: skip
+        return tf.DeepseekV3ForCausalLM, cfg
+    return tf.GptOssForCausalLM, tf.GptOssConfig(**COMMON, **moe, num_local_experts=E, head_dim=16, layer_types=["full_attention"] * 3)
+
+
+FAMILIES = ["qwen3moe", "mixtral", "olmoe", "qwen2moe", "deepseekv3", "gptoss"]
+
+
+def routers(model) -> list[torch.nn.Module]:
+    """Each MoE layer's router, found the test's own way (by class name), not routing.py's."""
+    return [m for m in model.modules() if type(m).__name__.lower().endswith("topkrouter")]
+
+
+def save_moe(family: str, folder) -> None:
+    torch.manual_seed(0)
+    cls, cfg = moe_config(family)
+    model = cls(cfg)
+    with torch.no_grad():  # save_tiny's ×20 would saturate the routers' softmax and sigmoid into ties that a recount breaks otherwise
+        for router in routers(model):
+            router.weight.div_(20)
+    save_tiny(model, folder)

@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass, replace
 
 from monitors.events import EngineError, LeverRefused
+from monitors.routing import load_text
 from monitors.text import plural
 from tui_app.commands.options import COUNT, add_engine, add_ui, check_engine
 from tui_app.core import batch_view, fmt, readings
@@ -117,6 +118,8 @@ def row_line(row: Row) -> str:
             parts.append(f"{'server RSS' if server else 'peak RSS'} {fmt.nbytes(f.peak_rss)}")
         if f.perplexity is not None:
             parts.append(f"ppl {f.perplexity:.2f}")
+        if f.expert_counts:
+            parts.append(load_text(f.expert_counts))
         if f.stop_reason != "max tokens":
             parts.append(f"ended: {f.stop_reason}")
         parts.append(f"vs plain greedy: {f.diff_note}")
@@ -143,6 +146,8 @@ def run_headless(args: Options) -> int:
             file=human,
             flush=True,
         )
+        if r.routing_note:
+            print(f"tokentop: an MoE whose routing is not counted: {r.routing_note}", file=sys.stderr, flush=True)
         if args.profile_steps:
             from tui_app.folders import FolderError, write_stamped
 

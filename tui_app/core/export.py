@@ -45,6 +45,7 @@ def row_figures(row: Row) -> dict:
         "output": f.diff_note if f else row.note,
         "roofline": row.roofline.text if row.roofline else None,
         "gpu_slowed_s": row.slowed_s,
+        "expert_counts": f.expert_counts if f else None,
     }
 
 

@@ -91,6 +91,8 @@ class Decoder:
         self.confidence = False  # measure the chosen tokens' probabilities (the Confidence command)
         self.last_p: list[float] = []  # row 0's, of the last step's new tokens, when measured
         self.rejected: list[int] = []  # the last verify step's rejected proposals
+        self.routes: list[torch.Tensor] | None = None  # an MoE's routing counts of the step (routing.py)
+        self.routed: list = []  # what the last read brought back of them
 
     def lean_step(self, model) -> LeanDecode | None:
         key = id(model)
@@ -132,14 +134,21 @@ class Decoder:
         probability at each of the logits' places, row 0's picks being the argmax there), packed into
         the same transfer as float32 (exact for token ids below 2^24)."""
         self.rejected = []
+        routes = [torch.cat(self.routes)] if self.routes else []
+        n, k = new.numel(), new.shape[1]
         if not self.confidence:
             self.last_p = []
-            return new.tolist()
+            if not routes:
+                return new.tolist()
+            flat = torch.cat([new.flatten(), *routes]).tolist()
+            self.routed = flat[n:]
+            return [flat[i : i + k] for i in range(0, n, k)]
         logp = torch.log_softmax(logits[0].float(), dim=-1)
         p = (logp.gather(-1, new[0].unsqueeze(-1)).squeeze(-1) if chosen else logp.amax(-1)).exp()
-        flat = torch.cat([new.flatten().float(), p]).tolist()
-        n, k = new.numel(), new.shape[1]
-        self.last_p = flat[n:]
+        # float32 is exact for token ids and a step's counts below 2^24
+        flat = torch.cat([new.flatten().float(), p, *(r.float() for r in routes)]).tolist()
+        self.last_p = flat[n : n + p.numel()]
+        self.routed = flat[n + p.numel() :]
         return [[int(t) for t in flat[i : i + k]] for i in range(0, n, k)]
 
     def prefill(self, model, tokens: list[list[int]], cache) -> tuple[list[list[int]], int]:

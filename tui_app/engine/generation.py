@@ -38,6 +38,7 @@ from tui_app.engine.lever_control import MB, LeverControl, Phases, draft_model, 
 from tui_app.engine.memory import CudaHistory, MemoryWatch, demo_leak, history_refusal
 from tui_app.engine.models import eos_ids, load_model, placement, resolve_device, resolve_dtype, weight_counts
 from tui_app.engine.quality import Quality
+from tui_app.engine.routing import Routing
 from tui_app.engine.run_state import RunState
 from tui_app.engine.speculative import sliding_layers
 from tui_app.requests import Command, Confidence, History, Pause, Probe, Profile, Resume, Run, RunRequest, SetLever, Shutdown, Stop
@@ -101,6 +102,7 @@ class Engine:
             draft=draft_model(cfg, self.tok, self.device, self.dtype, self.phases),
         )
         self.control.thinks = think_span(self.marker_spans) is not None
+        self.routing, routing_note = Routing.of(self.model)
         self.ready = EngineReady(
             model=loaded.name,
             source=loaded.source,
@@ -120,6 +122,8 @@ class Engine:
             demo_leak=f"+{cfg.demo_leak_mb:g} MB/run ({cfg.demo_leak_kind})" if cfg.demo_leak_mb > 0 else "",
             experts=bandwidth.experts_text(self.model),
             thinks=self.control.thinks,
+            routing=self.routing.shape() if self.routing else None,
+            routing_note=routing_note,
         )
         freeze()
         if cfg.levers.quant == "off":  # the weights a first run reads: measured before the engine says it is ready (and idle)
@@ -276,6 +280,8 @@ class Engine:
         memory = MemoryWatch(self.device, self.emit, self.gpus)
         run = RunState(self._run_id, req, ids, [list(ids)], poll, memory, IncrementalDecoder(self.tok), started.t_ns, self.phases.ns, finished_rows=[False])
         run.phases = StepPhases(self.tok, self.marker_spans, ids)
+        if self.routing is not None:
+            self.routing.new_run()
         self._batch_to(run, lev.batch)
         return run
 
@@ -310,13 +316,19 @@ class Engine:
             return False
         remaining = run.remaining
         t0, phases_before = now_ns(), self.phases.ns
+        if self.routing is not None:
+            self.decoder.routes = self.routing.begin(model)
         kind, new_rows, forward_ns, proposed, accepted = self._forward_step(run, lev, model, remaining)
+        if self.routing is not None and self.decoder.routes:
+            self.routing.settle(self.decoder.routed)
         if lev.think and run.phases is not None:  # the host's tokens, before the next step feeds them: no read of its own
             new_rows = run.phases.budgeted(new_rows, lev.think)
         new_rows = extend_rows(run.tokens, new_rows, remaining, run.finished_rows, self.eos_ids, run.req.ignore_eos)
         run.out_ids.extend(new_rows[0])
         compute_ns = now_ns() - t0 - (self.phases.ns - phases_before)  # less a recompile inside the step
         step = run.step_event(kind, new_rows[0], forward_ns, (proposed, accepted, self.decoder.rejected), compute_ns, self.phases.ns, self.decoder.last_p)
+        if self.routing is not None and self.decoder.routes:
+            step.experts_hit = self.routing.step_hits
         self.emit(step)
         run.memory.tick(step.t_ns)
         if all(run.finished_rows):
@@ -399,6 +411,7 @@ class Engine:
             diff_note=note,
             gpu_reserved=gpu_reserved,
             gpu_proc_mem=gpu_proc,
+            expert_counts=self.routing.counts() if self.routing else None,
         )
         self.emit(ev)
         if self.history is not None and self.history.after_run():

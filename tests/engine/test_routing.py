@@ -1,0 +1,172 @@
+"""An MoE's routing as the engine counts it (tui_app/engine/routing.py), against the test's own
+recount: a hook on each layer's router takes its logits, picks the top k itself and counts. Small
+random-weight configs of each MoE family transformers runs, made here; the engine finds them by
+module type, never by name."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from monitors.events import RunFinished, Step
+from monitors.host_reads import count_host_reads
+from tests.helpers.tiny_models import COMMON, FAMILIES, E, K, moe_config, routers, save_moe
+from tui_app.engine.config import EngineConfig
+from tui_app.engine.generation import Engine
+from tui_app.engine.routing import Routing
+from tui_app.requests import RunRequest, SetLever
+
+MOE_LAYERS = {"deepseekv3": 2}  # its first layer dense
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def moe(request, tmp_path_factory):
+    folder = tmp_path_factory.mktemp(request.param)
+    save_moe(request.param, folder)
+    events: list = []
+    engine = Engine(EngineConfig(model=str(folder)), events.append)
+    engine.load()
+    engine.events, engine.family = events, request.param
+    return engine
+
+
+class Recount:
+    """Each forward's top-k choices counted by the test from its routers' logits, on every weight
+    variant the engine has (a quantized copy routes with its own routers)."""
+
+    def __init__(self, models):
+        self.calls: list[torch.Tensor] = []  # [layers, E] per forward
+        self.handles = []
+        for model in models:
+            layers = routers(model)
+            self.handles += [r.register_forward_hook(self._hook(i, len(layers))) for i, r in enumerate(layers)]
+        self.layer_calls: list[torch.Tensor] = []
+
+    def _hook(self, layer: int, layers: int):
+        def hook(module, args, out):
+            logits = out[0].reshape(-1, E).float()
+            self.layer_calls.append(torch.bincount(logits.topk(K, dim=-1).indices.flatten(), minlength=E))
+            if layer == layers - 1:
+                self.calls.append(torch.stack(self.layer_calls))
+                self.layer_calls = []
+
+        return hook
+
+    def close(self):
+        for h in self.handles:
+            h.remove()
+
+
+def run_counted(engine, req: RunRequest, poll=lambda: ()) -> tuple[RunFinished, list[Step], list[torch.Tensor]]:
+    """The run, its steps, and the test's recount of each step's forwards."""
+    recount = Recount(engine.control.variants.values())
+    marks, emit = [], engine.emit
+
+    def watch(ev):
+        if isinstance(ev, Step):
+            marks.append(len(recount.calls))
+        emit(ev)
+
+    engine.emit = watch
+    first = len(recount.calls)
+    try:
+        done = engine.run(req, poll)
+    finally:
+        engine.emit, _ = emit, recount.close()
+    steps = [e for e in engine.events if isinstance(e, Step) and e.run_id == done.run_id]
+    bounds = [first, *marks]
+    per_step = [sum(recount.calls[a:b], torch.zeros(engine.ready.routing["layers"], E, dtype=torch.long)) for a, b in itertools.pairwise(bounds)]
+    return done, steps, per_step
+
+
+def test_each_family_is_counted_as_its_routers_chose(moe):
+    ready = moe.ready
+    layers = MOE_LAYERS.get(moe.family, 3)
+    assert ready.routing == {"layers": layers, "experts": E, "top_k": K, "shared": {"qwen2moe": 3, "deepseekv3": 2}.get(moe.family, 0)}, ready.routing
+    req = RunRequest(preset="short", max_new_tokens=6, ignore_eos=True)
+    done, steps, per_step = run_counted(moe, req)
+    ours = torch.stack(per_step).sum(0)
+    assert done.expert_counts == ours.tolist()
+    positions = len(moe.prompt_ids(req)[0]) + done.n_tokens - 1  # the last token is never forwarded
+    assert [sum(layer) for layer in done.expert_counts] == [positions * K] * layers
+    assert [s.experts_hit for s in steps] == [int(torch.count_nonzero(c)) for c in per_step]
+    assert steps[0].experts_hit > steps[-1].experts_hit  # the prompt's many positions reach more experts than one token
+
+
+@pytest.mark.parametrize("moe", ["qwen3moe"], indirect=True)  # the union is the engine's, not a family's
+def test_a_batch_of_distinct_prompts_reads_the_union_of_its_rows_experts(moe):
+    req = RunRequest(preset="short", max_new_tokens=8, ignore_eos=True)
+    _, alone, _ = run_counted(moe, req)
+    assert moe.set_lever("batch", 4)
+    try:
+        done, steps, per_step = run_counted(moe, req)
+    finally:
+        moe.set_lever("batch", 1)
+    assert done.expert_counts == torch.stack(per_step).sum(0).tolist()
+    assert [s.experts_hit for s in steps] == [int(torch.count_nonzero(c)) for c in per_step]
+    decode = [s.experts_hit for s in steps if s.kind == "decode"]
+    one = [s.experts_hit for s in alone if s.kind == "decode"]
+    assert sum(decode) / len(decode) > sum(one) / len(one)  # four rows' experts, not one's: the k/n figure's error
+    assert all(h <= 3 * K for h in one) and all(h <= 3 * E for h in decode)
+
+
+@pytest.mark.parametrize("moe", ["qwen3moe", "mixtral"], indirect=True)  # the experts tokentop quantizes itself (engine/experts.py)
+def test_int8_experts_switched_mid_run_route_as_the_routers_chose(moe):
+    assert moe.set_lever("quant", "int8") and moe.set_lever("quant", "off")  # made now, so the recount hooks its routers too
+    sent = iter([[], [], [SetLever("quant", "int8")]])
+    try:
+        done, steps, per_step = run_counted(moe, RunRequest(preset="short", max_new_tokens=8, ignore_eos=True), lambda: next(sent, []))
+        assert moe.levers.quant == "int8" and done.n_tokens == 8
+        assert done.expert_counts == torch.stack(per_step).sum(0).tolist()
+        assert [s.experts_hit for s in steps] == [int(torch.count_nonzero(c)) for c in per_step]
+    finally:
+        moe.set_lever("quant", "off")
+
+
+@pytest.mark.parametrize("moe", ["qwen3moe"], indirect=True)
+def test_a_compiled_step_counts_as_the_eager_one(moe):
+    """The hooks run inside the compiled graph. The recount's own hooks would be traced into it
+    too, so the compiled run is held to the eager run of the same text, which the recount holds."""
+    req = RunRequest(preset="short", max_new_tokens=6, ignore_eos=True)
+    eager, eager_steps, per_step = run_counted(moe, req)
+    assert eager.expert_counts == torch.stack(per_step).sum(0).tolist()
+    assert moe.set_lever("compile", True)
+    try:
+        compiled = moe.run(req)
+    finally:
+        moe.set_lever("compile", False)
+    steps = [e for e in moe.events if isinstance(e, Step) and e.run_id == compiled.run_id]
+    assert compiled.text == eager.text and compiled.expert_counts == eager.expert_counts
+    assert [s.experts_hit for s in steps] == [s.experts_hit for s in eager_steps]
+
+
+@pytest.mark.parametrize("moe", ["olmoe"], indirect=True)  # the read is the decoder's, not a family's
+def test_routing_adds_no_host_read(moe):
+    """transformers' own experts loop reads which experts were hit, layer by layer (its eager
+    implementation); the counting adds nothing to that."""
+    req = RunRequest(preset="short", max_new_tokens=6, ignore_eos=True)
+    moe.run(req)
+    reads = {}
+    routing = moe.routing
+    for counted in (True, False, True):
+        moe.routing = routing if counted else None
+        with count_host_reads() as n:
+            done = moe.run(req)
+        assert bool(done.expert_counts) == counted
+        reads.setdefault(counted, set()).add(n.reads)
+    moe.routing = routing
+    assert reads[True] == reads[False] and len(reads[True]) == 1, reads
+
+
+def test_a_router_of_an_unknown_kind_is_said_once_and_left_out():
+    import transformers as tf
+
+    cls, cfg = moe_config("qwen3moe")
+    model = cls(cfg)
+    for layer in model.model.layers:  # custom experts: the router's choices never reach an interface tokentop knows
+        layer.mlp.experts = torch.nn.Identity()
+    routing, note = Routing.of(model)
+    assert routing is None and "does not count" in note
+    assert Routing.of(tf.Qwen3ForCausalLM(tf.Qwen3Config(**COMMON, intermediate_size=96, num_hidden_layers=2, head_dim=16))) == (None, "")

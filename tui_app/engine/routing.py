@@ -1,0 +1,111 @@
+"""An MoE's routing, counted where it happens: each layer's routed-experts module is called with the
+router's top-k choices (transformers 5's experts interface, `experts(hidden, top_k_index, weights)`,
+which every MoE family it runs shares, and tokentop's QuantExperts with it), so a forward pre-hook
+adds them into a count on the module's own device, by `index_add_`: `bincount` would size its output
+on the host, a sync. The counts travel with the step's tokens in its one device→host transfer
+(decoding.py's read), so no read is added. A count is of positions forwarded: prefill and decode,
+every batch row (a padded row's padding included, as the experts compute it), a verify step's
+proposals, and a self-draft's forwards through the layers it shares with the model."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .experts import QuantExperts
+
+ROUTED = "_tokentop_routed"
+# Names the experts' forward gives its indices, for a caller that passes them by keyword.
+INDEX_KWARGS = ("top_k_index", "router_indices", "selected_experts", "topk_indices")
+
+
+def _config_experts(model) -> tuple[int, int] | None:
+    cfg = getattr(model, "config", None)
+    cfg = getattr(cfg, "get_text_config", lambda: cfg)()
+    n = getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None) or getattr(cfg, "n_routed_experts", None)
+    k = getattr(cfg, "num_experts_per_tok", None)
+    return (int(n), int(k)) if isinstance(n, int) and isinstance(k, int) and n > 1 else None
+
+
+def experts_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """Each MoE layer's routed experts, in layer order: modules transformers' experts interface made
+    (it sets `is_concatenated` on them) and QuantExperts."""
+    return [m for m in model.modules() if isinstance(getattr(m, "num_experts", None), int) and (hasattr(m, "is_concatenated") or isinstance(m, QuantExperts))]
+
+
+def _shared(model: torch.nn.Module) -> int:
+    """Layers with a shared expert beside the routed ones (Qwen2-MoE's `shared_expert`, DeepSeek's
+    `shared_experts`): every token goes through it, so it is counted as read by every step, not routed."""
+    return sum(1 for name, _ in model.named_modules() if name.rsplit(".", 1)[-1] in ("shared_expert", "shared_experts"))
+
+
+def _count(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+    index = args[1] if len(args) > 1 else next((kwargs[k] for k in INDEX_KWARGS if k in kwargs), None)
+    if index is None:
+        return
+    flat = index.reshape(-1).to(torch.long)
+    getattr(module, ROUTED).index_add_(0, flat, torch.ones_like(flat))
+
+
+class Routing:
+    """The counts of one MoE model and its variants (quantized copies, a self-draft): `begin` before
+    a step's forwards, `packed` for the read, `settle` with what the read brought back."""
+
+    def __init__(self, layers: int, experts: int, top_k: int, shared: int):
+        self.layers, self.experts, self.top_k, self.shared = layers, experts, top_k, shared
+        self._buffers: dict[int, list[torch.Tensor]] = {}
+        self.run = np.zeros((layers, experts), dtype=np.int64)  # the run's counts so far
+        self.step_hits = 0  # distinct (layer, expert) pairs the last step's forwards touched
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> tuple[Routing | None, str]:
+        """The model's routing, or None and why not ("" for a dense model)."""
+        config = _config_experts(model)
+        modules = experts_modules(model)
+        if not modules:
+            return None, ("its routers are of a kind tokentop does not count (no experts module of transformers' interface): no expert pane" if config else "")
+        n = modules[0].num_experts
+        if any(m.num_experts != n for m in modules):
+            return None, "its MoE layers have different numbers of experts: no expert pane"
+        routing = cls(len(modules), n, config[1] if config else 0, _shared(model))
+        routing.attach(model)
+        return routing, ""
+
+    def attach(self, model: torch.nn.Module) -> None:
+        """Hooks and counts on `model`'s experts (a variant made since: its new experts modules)."""
+        if id(model) in self._buffers:
+            return
+        modules = experts_modules(model)
+        if len(modules) != self.layers:
+            return  # a draft of some layers only: its forwards count through the modules it shares
+        for m in modules:
+            if not hasattr(m, ROUTED):
+                device = next(iter(m.parameters()), torch.empty(0)).device
+                # One column past the experts: Qwen-style experts take index == num_experts as "none".
+                m.register_buffer(ROUTED, torch.zeros(self.experts + 1, dtype=torch.long, device=device), persistent=False)
+                m.register_forward_pre_hook(_count, with_kwargs=True)
+        self._buffers[id(model)] = [getattr(m, ROUTED) for m in modules]
+
+    def begin(self, model: torch.nn.Module) -> list[torch.Tensor] | None:
+        """Zeroes `model`'s counts before a step (forwards outside steps, such as the perplexity's,
+        count into nothing read); returns the tensors the step's read packs."""
+        self.attach(model)
+        buffers = self._buffers.get(id(model))
+        if buffers:
+            torch._foreach_zero_(buffers)
+        return buffers
+
+    def shape(self) -> dict:
+        return {"layers": self.layers, "experts": self.experts, "top_k": self.top_k, "shared": self.shared}
+
+    def new_run(self) -> None:
+        self.run = np.zeros((self.layers, self.experts), dtype=np.int64)
+
+    def settle(self, values: list) -> None:
+        """The step's counts as its read brought them (layers × (experts + 1), flat)."""
+        step = np.asarray(values, dtype=np.int64).reshape(self.layers, self.experts + 1)[:, : self.experts]
+        self.run += step
+        self.step_hits = int(np.count_nonzero(step))
+
+    def counts(self) -> list[list[int]]:
+        return self.run.tolist()
