@@ -302,13 +302,16 @@ class Bandwidth:
     """The weights a decode step reads and this machine's rate of reading those bytes (the engine's
     measurement: tui_app/engine/bandwidth.py), taken when the weights change and on request.
     weight_bytes: each weight tensor a step reads, once; read_bytes: what the measurement read
-    (the weights in place, less runs of them under 1 MiB); read_bps: its best rate, bytes/s."""
+    (the weights in place, less runs of them under 1 MiB); read_bps: its best rate, bytes/s.
+    expert_bytes: an MoE's, one routed expert of one layer; weight_bytes counts top_k of them a
+    layer (one token's), and a step's distinct experts (Step.experts_hit) say what it really read."""
 
     quant: str
     weight_bytes: int
     read_bytes: int
     read_bps: float
     source: str
+    expert_bytes: int = 0
     t_ns: int = field(default_factory=now_ns)
 
 

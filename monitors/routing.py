@@ -25,3 +25,11 @@ def load_text(counts: list[list[int]]) -> str:
     mean = sum(v for _, v in known) / len(known)
     idle = sum(idle_share(layer) for layer in counts) / len(counts)
     return f"experts max/mean {mean:.2f} (layer {worst} {top:.2f}), {idle:.0%} never chosen"
+
+
+def step_weight_bytes(weight_bytes: int, expert_bytes: int, routing: dict | None, experts_hit: int | None) -> int:
+    """The weights a step read: `weight_bytes` counts top_k routed experts a layer (one token's
+    read, Bandwidth's), so that share is replaced by the distinct experts the step touched."""
+    if not routing or not expert_bytes or experts_hit is None:
+        return weight_bytes
+    return weight_bytes + (experts_hit - routing["layers"] * routing["top_k"]) * expert_bytes

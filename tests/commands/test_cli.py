@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -118,6 +119,11 @@ def test_run_no_tui_on_an_moe_gives_each_layers_expert_counts_and_its_imbalance(
     replayed = tokentop("replay", "--stats", str(rec))
     assert replayed.returncode == 0, replayed.stderr
     assert load_text(run["expert_counts"]) in replayed.stdout and "experts max/mean" in replayed.stdout
+    # four distinct prompts at a time: each step reads the union of its rows' experts, and the read rate weighs it
+    batch = tokentop("run", "--model", str(tmp_path / "m"), "--no-tui", "--max-new-tokens", "8", "--ignore-eos", "--batch", "4", "--no-record")
+    assert batch.returncode == 0, batch.stderr
+    mean = float(re.search(r"weighing the experts each step read \(a mean of ([\d.]+) of 3×8; one token's: 3×2\)", batch.stdout).group(1))
+    assert 6 < mean <= 24
 
 
 def test_replay_of_something_that_is_not_a_recording(tmp_path):

@@ -12,10 +12,12 @@ import pytest
 import torch
 
 from monitors.events import Bandwidth, EngineError, LeverRefused, Phase, Step
+from monitors.routing import step_weight_bytes
 from tests.helpers.tiny_models import save_tiny
 from tui_app.commands.bench import apply_levers
 from tui_app.engine import levers as lv
 from tui_app.engine.generation import Engine, EngineConfig
+from tui_app.engine.routing import ROUTED
 from tui_app.requests import Probe, RunRequest
 
 NEW = 12
@@ -135,18 +137,26 @@ def test_an_moe_step_reads_its_active_experts_only(arch):
 
     cfg = arch.model.config
     active = cfg.num_experts_per_tok / cfg.num_experts
-    total = float(sum(b.numel() * b.element_size() for b in arch.model.buffers()))  # the rotary tables, not in the file
+    # the rotary tables, not in the file (the routing counts are no weights)
+    total = float(sum(b.numel() * b.element_size() for name, b in arch.model.named_buffers() if not name.endswith(ROUTED)))
+    experts = 0
     with safe_open(str(arch.folder / "model.safetensors"), "pt") as f:
         for name in f.keys():  # noqa: SIM118 - safe_open has keys(), not iteration
             shape = f.get_slice(name).get_shape()
             if name.endswith("embed_tokens.weight"):
                 continue
             total += math.prod(shape) * 4 * (active if ".experts." in name else 1.0)  # the file keeps one tensor an expert
+            experts += math.prod(shape) * 4 if ".experts." in name else 0
     arch.events.clear()
     arch.command(Probe())  # measured at the next run's first decode step
     arch.run(RunRequest(prompt_ids=[5, 6, 7], max_new_tokens=3, ignore_eos=True))
     (bw,) = [e for e in arch.events if isinstance(e, Bandwidth)]
     assert bw.weight_bytes == pytest.approx(total, rel=1e-6) and bw.weight_bytes < arch.ready.weight_bytes
+    assert bw.expert_bytes * cfg.num_hidden_layers * cfg.num_experts == experts  # one expert of one layer
+    routing = arch.ready.routing  # a step that touched every expert of every layer read the whole file's experts
+    every = step_weight_bytes(bw.weight_bytes, bw.expert_bytes, routing, cfg.num_hidden_layers * cfg.num_experts)
+    assert every == pytest.approx(total + (1 - active) * experts, rel=1e-6)
+    assert step_weight_bytes(bw.weight_bytes, bw.expert_bytes, routing, cfg.num_hidden_layers * cfg.num_experts_per_tok) == bw.weight_bytes
     from tui_app.ui.status_text import subtitle
 
     assert arch.ready.experts == "8 experts, 2 a token" and "MoE: 8 experts, 2 a token" in subtitle(arch.ready)

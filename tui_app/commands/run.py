@@ -128,6 +128,15 @@ def row_line(row: Row) -> str:
     return "  ".join(parts)
 
 
+def experts_read(session: Session, run_id: int) -> str:
+    """An MoE's steps read the experts their positions touched, not one token's k of n: the read rate says which it weighed."""
+    run, hits, steps = session.decode_hits
+    r = session.ready.routing if session.ready else None
+    if not r or run != run_id or not steps:
+        return ""
+    return f", weighing the experts each step read (a mean of {hits / steps:.1f} of {r['layers']}×{r['experts']}; one token's: {r['layers']}×{r['top_k']})"
+
+
 def run_headless(args: Options) -> int:
     recorder = open_recording(args)
     session = Session(recorder=recorder)
@@ -185,7 +194,7 @@ def run_headless(args: Options) -> int:
                 bw = session.bandwidth
                 print(
                     f"  memory: the last {plural(len(session.reads), 'decode step')} read {read[0] / 1e9:.1f} GB/s, {read[1]:.2f} of {bw.source} "
-                    f"({bw.read_bps / 1e9:.1f} GB/s)",
+                    f"({bw.read_bps / 1e9:.1f} GB/s){experts_read(session, fin.run_id)}",
                     file=human,
                     flush=True,
                 )

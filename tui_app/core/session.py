@@ -32,6 +32,7 @@ from monitors.kvcache import kv_formula_bytes
 from monitors.leaks import LeakDetector, LeakVerdict
 from monitors.phases import ANSWER
 from monitors.record import Recorder
+from monitors.routing import step_weight_bytes
 from monitors.timing import DETAIL_VALUES, RunRecord, RunTimer, TimingStats
 from monitors.xray import XrayBook
 from tui_app.core.batch_view import cached_tokens
@@ -133,6 +134,7 @@ class Session:
     run_slowed: dict = field(default_factory=dict)  # run id → seconds its GPUs' clocks were held down (NVML's clock events)
     allocator_history: AllocatorHistory | None = None  # the H key's window: recording, or where it was saved
     bandwidth: Bandwidth | None = None  # the current weights' bytes and the measured rate of reading them
+    decode_hits: tuple = (0, 0, 0)  # an MoE's: (run id, its decode steps' distinct experts read, summed; those steps)
     reads: deque = field(default_factory=lambda: deque(maxlen=READ_WINDOW))  # (bytes read, dt_ns, t_ns) of recent decode steps
     batch_steps: deque = field(default_factory=lambda: deque(maxlen=READ_WINDOW))  # the current run's last steps of a batch of distinct prompts
     mem_read: deque = field(init=False)  # per sample: the read rate's fraction of the measured one, or None
@@ -331,7 +333,10 @@ class Session:
             if self.levers.server:
                 self._mark_stall(ev, per)
             elif self.bandwidth is not None:
-                self.reads.append((self.bandwidth.weight_bytes + ev.kv_bytes, ev.dt_ns, ev.t_ns))
+                self.reads.append((self._weights_read(ev.experts_hit) + ev.kv_bytes, ev.dt_ns, ev.t_ns))
+            if ev.experts_hit is not None and ev.kind == "decode":
+                run, hits, steps = self.decode_hits if self.decode_hits[0] == ev.run_id else (ev.run_id, 0, 0)
+                self.decode_hits = (run, hits + ev.experts_hit, steps + 1)
             for k in range(ev.n_tokens):
                 self.latency.append(TokenPoint(self.token_count + k, per, ev.kind, ev.run_id))
         self.token_count += ev.n_tokens
@@ -347,6 +352,12 @@ class Session:
             x = ev.batch[0][1] + ev.batch[0][2] - 1 if ev.batch else ev.seq_len
             self.kv.append(KVPoint(x, ev.kv_bytes, formula, ev.kv_alloc_bytes, ev.run_id))
 
+    def _weights_read(self, experts_hit: int | None) -> int:
+        """The weight bytes a step read: an MoE's, by the distinct experts it touched (monitors/routing.py)."""
+        bw = self.bandwidth
+        assert bw is not None
+        return step_weight_bytes(bw.weight_bytes, bw.expert_bytes, self.ready.routing if self.ready else None, experts_hit)
+
     def _roofline(self, run_id: int) -> None:
         """The roofline verdict of the anatomy taken in this run, on the run's own decode steps: their
         median interval (the profiled ones, slowed, are the fewer), the bytes a step reads (the
@@ -361,7 +372,9 @@ class Session:
         kv = next((p.measured for p in reversed(self.kv) if p.run_id == run_id), 0)
         since = self.timer.runs[run_id].started.t_ns if run_id in self.timer.runs else ev.t_ns
         dram = [x.gpu_dram_pct for x in self.samples if x.t_ns >= since and x.gpu_dram_pct is not None]
-        step_bytes, read_bps = (bw.weight_bytes + kv, bw.read_bps) if bw else (None, None)
+        run, hits, steps = self.decode_hits
+        weights = self._weights_read(round(hits / steps) if run == run_id and steps else None) if bw else 0
+        step_bytes, read_bps = (weights + kv, bw.read_bps) if bw else (None, None)
         verdict = roofline(ev, decode[len(decode) // 2], step_bytes, read_bps, sum(dram) / len(dram) if dram else None)
         self.run_rooflines[run_id] = verdict
 

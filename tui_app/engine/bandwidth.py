@@ -20,6 +20,7 @@ import time
 import torch
 
 from tui_app.engine.experts import QuantExperts
+from tui_app.engine.routing import ROUTED, experts_modules
 
 MIN_SPAN = 1 << 20
 ALIGN = 64  # pages.adopt starts each weight on a multiple of this
@@ -43,7 +44,8 @@ def _plain(t):
 def _read_tensors(model) -> list:
     """The tensors a decode step reads: each once, but the embedding table only when the LM head
     is tied to it (then the head reads all of it); otherwise one row of it per token."""
-    seen = {id(t): t for t in list(model.parameters()) + list(model.buffers())}
+    buffers = [b for name, b in model.named_buffers() if not name.endswith(ROUTED)]  # routing.py's counts are no weights
+    seen = {id(t): t for t in list(model.parameters()) + buffers}
     table = model.get_input_embeddings().weight
     if getattr(model.get_output_embeddings(), "weight", None) is not table:
         seen.pop(id(table))
@@ -64,15 +66,29 @@ def experts_text(model) -> str:
 
 
 def weight_bytes(model) -> int:
-    """Weight bytes a decode step reads (see _read_tensors). An MoE's experts, kept as 3-D
-    parameters (one slice an expert), are read only for the experts the router picks: the top k of
-    n for one token, so k/n of their bytes (a batch or a verify step reads more of them)."""
+    """Weight bytes a decode step reads (see _read_tensors). An MoE's routed experts (one slice an
+    expert of each of their parameters) are read only for the experts the router picks: the top k
+    of n for one token, so k/n of their bytes. A batch or a verify step reads more of them: the
+    experts its positions touched, which the engine counts (routing.py, expert_bytes below)."""
     moe = _experts(model)
     active = moe[1] / moe[0] if moe else 1.0
-    total = sum(round(tensor_bytes(t) * (active if t.dim() >= 3 else 1.0)) for t in _read_tensors(model))
+    modules = experts_modules(model) if moe else []
+    routed = {id(p) for m in modules if not isinstance(m, QuantExperts) for p in m.parameters()}
+    total = sum(round(tensor_bytes(t) * (active if id(t) in routed else 1.0)) for t in _read_tensors(model))
     # Quantized experts lie in the pools beside the other layers: their idle share is taken off by layer.
-    quantized = sum(layer.nbytes() for m in model.modules() if isinstance(m, QuantExperts) for layer in (*m.gate_up, *m.down))
+    quantized = sum(layer.nbytes() for m in modules if isinstance(m, QuantExperts) for layer in (*m.gate_up, *m.down))
     return total - round(quantized * (1 - active))
+
+
+def expert_bytes(model) -> int:
+    """The bytes of one routed expert of one layer, as this variant holds them; 0 for a dense model."""
+    modules = experts_modules(model)
+    if not modules or _experts(model) is None:
+        return 0
+    m = modules[0]
+    if isinstance(m, QuantExperts):
+        return sum(layer.nbytes() for layer in (m.gate_up[0], m.down[0]))
+    return sum(tensor_bytes(p) // m.num_experts for p in m.parameters(recurse=False))
 
 
 def spans(model, min_bytes: int = MIN_SPAN) -> list[torch.Tensor]:

@@ -93,7 +93,16 @@ class LeverControl:
         nbytes, rate = bandwidth.read_rate(model)
         weights = "fp" if self.levers.quant == "off" else self.levers.quant
         source = f"a read of the {weights} weights in place ({nbytes / 2**20:.1f} MiB), the best of {bandwidth.REPEATS}"
-        self.emit(Bandwidth(quant=self.levers.quant, weight_bytes=bandwidth.weight_bytes(model), read_bytes=nbytes, read_bps=rate, source=source))
+        self.emit(
+            Bandwidth(
+                quant=self.levers.quant,
+                weight_bytes=bandwidth.weight_bytes(model),
+                expert_bytes=bandwidth.expert_bytes(model),
+                read_bytes=nbytes,
+                read_bps=rate,
+                source=source,
+            )
+        )
         self.phases.done("bandwidth", f"{source}: {rate / 1e9:.1f} GB/s", time.perf_counter() - t0)
 
     def _refuse(self, lever: str, value, reason: str) -> bool:
