@@ -170,3 +170,15 @@ def test_a_router_of_an_unknown_kind_is_said_once_and_left_out():
     routing, note = Routing.of(model)
     assert routing is None and "does not count" in note
     assert Routing.of(tf.Qwen3ForCausalLM(tf.Qwen3Config(**COMMON, intermediate_size=96, num_hidden_layers=2, head_dim=16))) == (None, "")
+
+
+def test_a_model_too_random_for_a_finite_perplexity_says_inf_and_runs_on(tmp_path):
+    """exp(mean NLL) past a float's range (this MoE's logits scaled up until it is) is inf, not an OverflowError that ends the engine."""
+    save_moe("qwen3moe", tmp_path)
+    events: list = []
+    engine = Engine(EngineConfig(model=str(tmp_path)), events.append)
+    engine.load()
+    with torch.no_grad():
+        engine.model.lm_head.weight.mul_(1e4)
+    done = engine.run(RunRequest(preset="short", max_new_tokens=2, ignore_eos=True))
+    assert done.perplexity == float("inf") and done.stop_reason == "max tokens"

@@ -55,26 +55,31 @@ E, K = 8, 2
 COMMON = {"vocab_size": 49152, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 1024, "eos_token_id": 2}
 
 
-def moe_config(family: str):
-    """A small random-weight MoE of the family: 8 experts, 2 a token, 3 layers."""
+def moe_config(family: str, **sizes):
+    """A small random-weight MoE of the family: 8 experts, 2 a token, 3 layers, unless `sizes` say otherwise."""
     import transformers as tf
 
-    moe = {"num_experts_per_tok": K, "intermediate_size": 96, "num_hidden_layers": 3}
+    base = {**COMMON, "num_experts_per_tok": K, "intermediate_size": 96, "num_hidden_layers": 3}
     if family == "qwen3moe":
-        return tf.Qwen3MoeForCausalLM, tf.Qwen3MoeConfig(**COMMON, **moe, head_dim=16, num_experts=E, moe_intermediate_size=32, decoder_sparse_step=1)
-    if family == "mixtral":
-        return tf.MixtralForCausalLM, tf.MixtralConfig(**COMMON, **moe, num_local_experts=E)
-    if family == "olmoe":
-        return tf.OlmoeForCausalLM, tf.OlmoeConfig(**COMMON, **moe, num_experts=E)
-    if family == "qwen2moe":  # a shared expert beside the routed ones
-        return tf.Qwen2MoeForCausalLM, tf.Qwen2MoeConfig(**COMMON, **moe, num_experts=E, moe_intermediate_size=32, shared_expert_intermediate_size=48)
-    if family == "deepseekv3":  # its first layer dense, a shared expert in the others; one group, so its choice is the logits' top k
-        cfg = tf.DeepseekV3Config(
-            **COMMON, **moe, n_routed_experts=E, moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1,
-            n_group=1, topk_group=1, q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16,
-        )  # fmt: skip
-        return tf.DeepseekV3ForCausalLM, cfg
-    return tf.GptOssForCausalLM, tf.GptOssConfig(**COMMON, **moe, num_local_experts=E, head_dim=16, layer_types=["full_attention"] * 3)
+        cls, cfg, own = tf.Qwen3MoeForCausalLM, tf.Qwen3MoeConfig, {"head_dim": 16, "num_experts": E, "moe_intermediate_size": 32, "decoder_sparse_step": 1}
+    elif family == "mixtral":
+        cls, cfg, own = tf.MixtralForCausalLM, tf.MixtralConfig, {"num_local_experts": E}
+    elif family == "olmoe":
+        cls, cfg, own = tf.OlmoeForCausalLM, tf.OlmoeConfig, {"num_experts": E}
+    elif family == "qwen2moe":  # a shared expert beside the routed ones
+        cls, cfg, own = tf.Qwen2MoeForCausalLM, tf.Qwen2MoeConfig, {"num_experts": E, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48}
+    elif family == "deepseekv3":  # its first layer dense, a shared expert in the others; one group, so its choice is the logits' top k
+        cls, cfg = tf.DeepseekV3ForCausalLM, tf.DeepseekV3Config
+        own = {
+            "n_routed_experts": E, "moe_intermediate_size": 32, "n_shared_experts": 1, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
+            "q_lora_rank": None, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16,
+        }  # fmt: skip
+    else:
+        cls, cfg, own = tf.GptOssForCausalLM, tf.GptOssConfig, {"num_local_experts": E, "head_dim": 16}
+    kwargs = {**base, **own, **sizes}
+    if family == "gptoss":
+        kwargs["layer_types"] = ["full_attention"] * kwargs["num_hidden_layers"]
+    return cls, cfg(**kwargs)
 
 
 FAMILIES = ["qwen3moe", "mixtral", "olmoe", "qwen2moe", "deepseekv3", "gptoss"]
@@ -85,9 +90,9 @@ def routers(model) -> list[torch.nn.Module]:
     return [m for m in model.modules() if type(m).__name__.lower().endswith("topkrouter")]
 
 
-def save_moe(family: str, folder) -> None:
+def save_moe(family: str, folder, **sizes) -> None:
     torch.manual_seed(0)
-    cls, cfg = moe_config(family)
+    cls, cfg = moe_config(family, **sizes)
     model = cls(cfg)
     with torch.no_grad():  # save_tiny's ×20 would saturate the routers' softmax and sigmoid into ties that a recount breaks otherwise
         for router in routers(model):

@@ -8,6 +8,7 @@ text (what quantization costs).
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 
@@ -57,7 +58,8 @@ class Quality:
                 return None
             logits = model(input_ids=ids, use_cache=False).logits[0].float()
             nll = torch.nn.functional.cross_entropy(logits[:-1], ids[0, 1:])
-            self._ppl[level] = float(math.exp(float(nll)))
+            nll_f = float(nll)  # a random-weight model's can pass exp's float range: its perplexity is then inf, said so
+            self._ppl[level] = math.exp(nll_f) if nll_f < math.log(sys.float_info.max) else math.inf
         return self._ppl[level]
 
 
