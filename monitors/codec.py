@@ -12,6 +12,7 @@ from monitors.events import (
     Bandwidth,
     EngineError,
     EngineReady,
+    ExpertLoad,
     FleetReady,
     FleetSample,
     LeverChanged,
@@ -42,6 +43,7 @@ EVENT_TYPES = {
         AllocatorHistory,
         Anatomy,
         RunFinished,
+        ExpertLoad,
         Sampled,
         ServerSample,
         Bandwidth,
@@ -72,6 +74,7 @@ Event = (
     | AllocatorHistory
     | Anatomy
     | RunFinished
+    | ExpertLoad
     | Sampled
     | ServerSample
     | Bandwidth

@@ -272,6 +272,20 @@ class RunFinished:
 
 
 @dataclass(kw_only=True)
+class ExpertLoad:
+    """An MoE's routing since the previous ExpertLoad of the run (or its start), sent at most every
+    quarter second and at the run's end (tui_app/engine/routing.py): for each MoE layer in order,
+    each routed expert's count of the positions sent to it, over `steps` steps; `last_hits`: the
+    distinct (layer, expert) pairs the last of them read."""
+
+    run_id: int
+    steps: int
+    counts: list
+    last_hits: int
+    t_ns: int = field(default_factory=now_ns)
+
+
+@dataclass(kw_only=True)
 class Sampled:
     """One sampler reading, recorded so that replay draws the same memory and utilization charts."""
 

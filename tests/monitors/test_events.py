@@ -115,6 +115,8 @@ SAMPLES = [
         server={"engine": "vLLM", "pid": None},
     ),
     E.Bandwidth(quant="int4", weight_bytes=95004160, read_bytes=94666752, read_bps=37.1e9, source="a read of the int4 weights in place"),
+    E.Bandwidth(quant="off", weight_bytes=12_900_000, read_bytes=12_600_000, read_bps=20e9, source="a read of the fp weights in place", expert_bytes=24576),
+    E.ExpertLoad(run_id=2, steps=5, counts=[[3, 0, 7, 0], [1, 4, 5, 0]], last_hits=3),
     E.RequestSent(
         run_id=2, segment=3, trace_id="0af7651916cd43dd8448eb211c80319c", request_id="tokentop-2.3-0af765191cd4", wall_ns=1_700_000_000_000_000_000, t_ns=8
     ),

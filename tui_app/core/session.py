@@ -15,6 +15,7 @@ from monitors.events import (
     Bandwidth,
     EngineError,
     EngineReady,
+    ExpertLoad,
     FleetReady,
     FleetSample,
     LeverChanged,
@@ -32,7 +33,7 @@ from monitors.kvcache import kv_formula_bytes
 from monitors.leaks import LeakDetector, LeakVerdict
 from monitors.phases import ANSWER
 from monitors.record import Recorder
-from monitors.routing import step_weight_bytes
+from monitors.routing import LoadBook, step_weight_bytes
 from monitors.timing import DETAIL_VALUES, RunRecord, RunTimer, TimingStats
 from monitors.xray import XrayBook
 from tui_app.core.batch_view import cached_tokens
@@ -134,6 +135,7 @@ class Session:
     run_slowed: dict = field(default_factory=dict)  # run id → seconds its GPUs' clocks were held down (NVML's clock events)
     allocator_history: AllocatorHistory | None = None  # the H key's window: recording, or where it was saved
     bandwidth: Bandwidth | None = None  # the current weights' bytes and the measured rate of reading them
+    experts: LoadBook = field(default_factory=LoadBook)  # an MoE's routing: the run's counts and its recent loads
     decode_hits: tuple = (0, 0, 0)  # an MoE's: (run id, its decode steps' distinct experts read, summed; those steps)
     reads: deque = field(default_factory=lambda: deque(maxlen=READ_WINDOW))  # (bytes read, dt_ns, t_ns) of recent decode steps
     batch_steps: deque = field(default_factory=lambda: deque(maxlen=READ_WINDOW))  # the current run's last steps of a batch of distinct prompts
@@ -250,6 +252,8 @@ class Session:
         elif isinstance(ev, Bandwidth):
             self.bandwidth = ev
             self.reads.clear()
+        elif isinstance(ev, ExpertLoad):
+            self.experts.add(ev)
         elif isinstance(ev, TorchMemory):
             self.torch_mem.append(ev)
         elif isinstance(ev, Anatomy):

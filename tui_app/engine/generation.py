@@ -330,6 +330,8 @@ class Engine:
         if self.routing is not None and self.decoder.routes:
             step.experts_hit = self.routing.step_hits
         self.emit(step)
+        if self.routing is not None and (load := self.routing.load(run.run_id)) is not None:
+            self.emit(load)
         run.memory.tick(step.t_ns)
         if all(run.finished_rows):
             run.stop_reason = "eos"
@@ -395,6 +397,8 @@ class Engine:
             self._leak.append(demo_leak(self.device, int(self.cfg.demo_leak_mb * MB), self.cfg.demo_leak_kind))
         gc.collect()
         trim_heap()
+        if self.routing is not None and (load := self.routing.load(run.run_id, end=True)) is not None:
+            self.emit(load)
         torch_peak, gpu_base, gpu_reserved, gpu_proc = run.memory.after_run()
         first_diff, note = self.quality.compare(run.prompt_ids, run.out_ids, run.req.ignore_eos, plain)
         ev = RunFinished(

@@ -9,12 +9,17 @@ proposals, and a self-draft's forwards through the layers it shares with the mod
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
+
+from monitors.events import ExpertLoad
 
 from .experts import QuantExperts
 
 ROUTED = "_tokentop_routed"
+LOAD_EVERY_S = 0.25  # the expert pane's pace: a long MoE's counts are thousands of numbers
 # Names the experts' forward gives its indices, for a caller that passes them by keyword.
 INDEX_KWARGS = ("top_k_index", "router_indices", "selected_experts", "topk_indices")
 
@@ -56,6 +61,7 @@ class Routing:
         self._buffers: dict[int, list[torch.Tensor]] = {}
         self.run = np.zeros((layers, experts), dtype=np.int64)  # the run's counts so far
         self.step_hits = 0  # distinct (layer, expert) pairs the last step's forwards touched
+        self.delta, self.delta_steps, self.sent = np.zeros_like(self.run), 0, time.monotonic()  # not yet sent
 
     @classmethod
     def of(cls, model: torch.nn.Module) -> tuple[Routing | None, str]:
@@ -100,12 +106,23 @@ class Routing:
 
     def new_run(self) -> None:
         self.run = np.zeros((self.layers, self.experts), dtype=np.int64)
+        self.delta, self.delta_steps, self.sent = np.zeros_like(self.run), 0, time.monotonic()
 
     def settle(self, values: list) -> None:
         """The step's counts as its read brought them (layers × (experts + 1), flat)."""
         step = np.asarray(values, dtype=np.int64).reshape(self.layers, self.experts + 1)[:, : self.experts]
         self.run += step
+        self.delta += step
+        self.delta_steps += 1
         self.step_hits = int(np.count_nonzero(step))
+
+    def load(self, run_id: int, end: bool = False) -> ExpertLoad | None:
+        """The counts since the last load sent, if a quarter second has passed (or the run ended)."""
+        if not self.delta_steps or not (end or time.monotonic() - self.sent >= LOAD_EVERY_S):
+            return None
+        ev = ExpertLoad(run_id=run_id, steps=self.delta_steps, counts=self.delta.tolist(), last_hits=self.step_hits)
+        self.delta, self.delta_steps, self.sent = np.zeros_like(self.run), 0, time.monotonic()
+        return ev
 
     def counts(self) -> list[list[int]]:
         return self.run.tolist()

@@ -20,6 +20,7 @@ from monitors.events import (
     Anatomy,
     EngineError,
     EngineReady,
+    ExpertLoad,
     LeverChanged,
     LeverRefused,
     Phase,
@@ -39,6 +40,7 @@ from tui_app.ui.frames import FramePacer
 from tui_app.ui.look import Look
 from tui_app.ui.palette import KEYS, KeyCommands
 from tui_app.ui.screens.anatomy import AnatomyScreen
+from tui_app.ui.screens.experts import ExpertsScreen
 from tui_app.ui.screens.ledger import LedgerScreen
 from tui_app.ui.screens.monitor import MonitorScreen
 
@@ -180,6 +182,8 @@ class TokentopApp(LeverKeys, ViewKeys):
                 self.start_run()
         elif isinstance(ev, EngineError) and (not self.session.current or self.session.current.finished is not None):
             self.running = False
+        if isinstance(ev, ExpertLoad | EngineReady) and isinstance(self.screen, ExpertsScreen):
+            self.screen.show()
 
     def _follow(self) -> None:
         """The memory pane and the leak detector follow the engine's process, or the active server's when it runs here."""

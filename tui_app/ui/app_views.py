@@ -8,6 +8,7 @@ from monitors.files import write_whole
 from tui_app.core.export import export_session
 from tui_app.requests import Confidence
 from tui_app.ui.app_state import AppState
+from tui_app.ui.screens.experts import ExpertsScreen
 from tui_app.ui.screens.help import HelpScreen
 from tui_app.ui.screens.ledger import LedgerScreen
 from tui_app.ui.screens.xray import XrayScreen
@@ -43,6 +44,9 @@ class ViewKeys(AppState):
 
     def action_ledger(self) -> None:
         self.push_screen(LedgerScreen(self.session))
+
+    def action_experts(self) -> None:
+        self.push_screen(ExpertsScreen(self.session, self.look.ascii))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

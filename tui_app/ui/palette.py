@@ -28,6 +28,7 @@ KEYS: list[BindingType] = [
     Binding("o", "colouring", "colour", show=False),
     Binding("f", "fold", "fold thinking", show=False),
     Binding("g", "ledger", "ledger", show=False),
+    Binding("E", "experts", "experts", show=False),
     Binding("P", "screen.present", "present", show=False),
     Binding("e", "save('export')", "export"),
     Binding("x", "xray", "x-ray"),

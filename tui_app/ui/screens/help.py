@@ -27,6 +27,7 @@ HELP = """\
 | `a` | auto-repeat: run in a loop (demos, leak watching) |
 | `o` | colour the tokens: plain → by origin (accepted drafts underlined, rejected ones ghosted) → by latency → by the model's confidence |
 | `g` | the lever ledger: each mix run so far against plain on the same prompt and length, and whether it paid |
+| `E` | an MoE's routing: layers × experts heatmap, each layer's imbalance, the hottest experts, what the last step read (`w`: run / last steps) |
 | `P` | the presenter's screen: tok/s, TTFT and ITL p50 in big figures over the text and one thick chart (`v` cycles) |
 | `m` | measure the memory read rate again (the `mem bw` figure's reference) |
 | `v` | next chart, when the terminal is too small for all of them (under 120×34) |
