@@ -61,6 +61,7 @@ ENTRIES = {
     "fold": "Fold a reasoning model's thinking to a line a think span (it counts on while the model thinks), or show it whole",
     "screen.present": "The presenter's screen on or off: tok/s, TTFT and ITL in big figures, thick charts, for a projector",
     "ledger": "The lever ledger: whether each lever mix run so far paid on this machine against plain, and when",
+    "experts": "An MoE's experts: which each layer routes to, how evenly, and what the last step read",
     "history": "Record the CUDA allocator's history for the next 3 runs, saved for PyTorch's memory viewer (slows the engine)",
     "xray": "X-ray: the last run's requests as a waterfall, server phases under the client's chunks",
     "save('export')": "Export the session as JSON",
