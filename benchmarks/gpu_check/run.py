@@ -28,6 +28,7 @@ from benchmarks.gpu_check.checks import (
     make_model,
 )
 from benchmarks.gpu_check.counters import check_gpm_and_clock_events
+from benchmarks.gpu_check.experts import check_moe_routing
 from benchmarks.gpu_check.memory import check_cuda_snapshot, check_torch_memory
 from benchmarks.gpu_check.models import Bench, check_device_leak, lever_check, tokenizer_dir
 from benchmarks.gpu_check.report import Report, Skip, lever_cases, one_line
@@ -95,6 +96,7 @@ def run_all(report: Report, device: str, tok: Path, work: Path, small_overrides:
     for name, combo in [("plain", {}), *singles]:
         report.check(f"syncs per token: {name} (bf16)", lambda c=combo: check_syncs(bench("bf16"), c, req))
     report.check("syncs per token: confidence measured (bf16)", lambda: check_syncs(bench("bf16"), {}, req, confidence=True))
+    report.check("MoE routing: counts vs each router's top-k, no sync added (bf16)", lambda: check_moe_routing(work / "moe", tok, device))
     for dtype in ("bf16", "fp16"):
         for name, combo in singles:
             report.check(f"lever {name} ({dtype})", lambda c=combo, d=dtype: lever_check(bench(d), c, req))

@@ -276,3 +276,16 @@ def test_only_runs_what_it_names_and_makes_the_model_it_needs(tmp_path):
     assert [c.name for c in report.checks] == ["lever no-cache+b2 (bf16)", "lever no-cache+b2 (fp16)"]
     assert all(c.status == "PASS" for c in report.checks), lines
     assert [h for h in report.header if h.startswith("model ")] == [report.header[0]] and "default-arch" in report.header[0]
+
+
+SMALL_MOE = {"hidden_size": 64, "num_hidden_layers": 3, "head_dim": 16, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
+
+
+def test_the_moe_check_counts_as_its_routers_chose_and_adds_no_read_off_cuda(tmp_path):
+    """The CPU half of the MoE check: the random MoE made, the counts against the routers' own
+    top-k, and the host reads with the counting on and off (no CUDA syncs to count here); smaller, in fp32."""
+    from benchmarks.gpu_check.experts import check_moe_routing
+
+    check = run_check("moe", lambda: check_moe_routing(tmp_path / "moe", tokenizer_dir(None), "cpu", SMALL_MOE, "fp32"))
+    assert check.status == "PASS", check.line()
+    assert check.figure.startswith("counts = recount over") and "CUDA syncs/token None vs None" in check.figure
