@@ -78,3 +78,16 @@ def test_a_large_moe_folds_into_80_by_24(ascii_only):
     assert lines[0].plain.startswith("L0–2") and lines[-1].plain.split()[0].endswith("47")
     heat = "".join(line.plain[7 : line.plain.index("  ", 7)] for line in lines)
     assert set(heat) <= set(" .:=*#" if ascii_only else " ·░▒▓█") and len(set(heat)) > 2
+
+
+def test_an_attached_server_is_said_to_expose_no_load_not_to_be_dense():
+    from dataclasses import replace
+
+    from monitors.events import EngineReady
+    from tests.helpers.synthetic import session_events
+    from tui_app.core.session import Session
+
+    session = Session()
+    for ev in session_events(runs=1):
+        session.feed(replace(ev, server={"engine": "vLLM", "url": "http://127.0.0.1:8000"}) if isinstance(ev, EngineReady) else ev)
+    assert "no expert pane: vLLM exposes no expert load that tokentop reads" in str(render(session, 120, 30, "run"))

@@ -74,7 +74,10 @@ def render(session, width: int, height: int, window: str, ascii_only: bool = Fal
     r = session.ready
     routing = r.routing if r is not None else None
     if not routing:
-        why = (r.routing_note if r is not None else "") or "the model is not a mixture of experts"
+        if r is not None and r.server:
+            why = f"{r.server.get('engine') or 'the server'} exposes no expert load that tokentop reads; an MoE's routing shows for models tokentop runs"
+        else:
+            why = (r.routing_note if r is not None else "") or "the model is not a mixture of experts"
         return Text(f"no expert pane: {why}", style="dim")
     book = session.experts
     shared = f", {routing['shared']} layers with a shared expert (every token's, not routed)" if routing["shared"] else ""
