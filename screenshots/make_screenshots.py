@@ -41,6 +41,9 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+from moe_shot import shoot_experts  # noqa: E402
+from shots import to_png, until  # noqa: E402
+
 from monitors.events import Levers  # noqa: E402
 from monitors.record import Recorder  # noqa: E402
 from monitors.sampler import Sampler  # noqa: E402
@@ -56,22 +59,6 @@ from tui_app.ui.look import Look  # noqa: E402
 from tui_app.ui.screens.anatomy import AnatomyScreen  # noqa: E402
 
 SIZES = [(160, 45), (80, 24)]
-
-
-async def until(pilot, cond, timeout=180):
-    for _ in range(int(timeout * 10)):
-        if cond():
-            return
-        await pilot.pause(0.1)
-    raise TimeoutError("the app did not get there in time")
-
-
-def to_png(svg: str, size: tuple[int, int]) -> str:
-    """The PNG beside a Textual SVG screenshot (11 pixels a column), the SVG removed."""
-    png = svg.removesuffix(".svg") + ".png"
-    subprocess.run(["rsvg-convert", "-w", str(size[0] * 11), svg, "-o", png], check=True)
-    os.unlink(svg)
-    return png
 
 
 def named(look: str) -> Look:
@@ -413,6 +400,7 @@ ALONE = {
     "anatomy": lambda: pictures([shoot_anatomy((160, 45))]),
     "colours": lambda: pictures([shoot_colours((160, 45)), shoot_colours((160, 45), spec="draft"), shoot_colours((160, 45), "confidence")]),
     "ledger": lambda: pictures([shoot_ledger((160, 45))]),
+    "experts": lambda: pictures([shoot_experts(size) for size in SIZES]),
     "batch": lambda: pictures([shoot_batch((160, 45))]),
     "script": lambda: pictures([shoot_script((160, 45))]),
     "fleet": lambda: pictures([shoot_fleet((160, 45))]),

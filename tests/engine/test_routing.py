@@ -182,3 +182,28 @@ def test_a_model_too_random_for_a_finite_perplexity_says_inf_and_runs_on(tmp_pat
         engine.model.lm_head.weight.mul_(1e4)
     done = engine.run(RunRequest(preset="short", max_new_tokens=2, ignore_eos=True))
     assert done.perplexity == float("inf") and done.stop_reason == "max tokens"
+
+
+@pytest.mark.parametrize("moe", ["qwen3moe"], indirect=True)
+def test_the_ledger_says_whether_int8_experts_route_as_plain(moe):
+    """The same workload plain and with int8 experts, twice each: the ledger's verdict names
+    whether int8 sent the positions to plain's experts, and where not, in how many layers."""
+    from tui_app.core.ledger import entries
+    from tui_app.core.session import Session
+
+    req = RunRequest(preset="short", max_new_tokens=8, ignore_eos=True)
+    start = len(moe.events)
+    try:
+        for quant in ("off", "off", "int8", "int8"):
+            moe.set_lever("quant", quant)
+            moe.run(req)
+    finally:
+        moe.set_lever("quant", "off")
+    session = Session()
+    for ev in [moe.ready, *moe.events[start:]]:
+        session.feed(ev)
+    (entry,) = entries(session)
+    plain, int8 = [e for e in moe.events[start:] if isinstance(e, RunFinished)][1::2]
+    differ = sum(a != b for a, b in zip(int8.expert_counts, plain.expert_counts, strict=True))
+    said = "routes as plain" if not differ else f"routes otherwise in {differ} of 3 layers"
+    assert entry.routing.startswith(said) and entry.verdict.endswith(entry.routing), entry

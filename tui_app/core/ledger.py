@@ -43,6 +43,7 @@ class Entry:
     accept: float  # speculation's accepted share of the proposed tokens; nan without it
     note: str  # what the engine said runs instead of a lever's kernel on this machine
     verdict: str
+    routing: str = ""  # an MoE's: whether the mix's runs sent the positions to plain's experts
 
     def row(self) -> tuple[str, ...]:
         payback = "never" if math.isinf(self.payback_tokens) else "–" if not self.one_time_s else f"{self.payback_tokens:,.0f} tok"
@@ -110,7 +111,7 @@ def entries(session: Session) -> list[Entry]:
             note = session.prepared_for.get(f"quant:{lev.quant}", "") if lev.quant != "off" else ""
             note = note if note != lev.quant else ""
             figures = (decode, decode_ci, ttft, ttft_ci, spent, recompiles, breaks, payback, accept)
-            entry = Entry(lev.label(), prompt, new, len(runs), len(plain), *figures, note, "")
+            entry = Entry(lev.label(), prompt, new, len(runs), len(plain), *figures, note, "", routing_note(session, (prompt, new), lev))
             out.append(_judged(entry))
     return out
 
@@ -126,7 +127,36 @@ def _judged(e: Entry) -> Entry:
         verdict = f"does not pay here: {x}" + (f" ({why})" if why else "")
     else:
         verdict = f"no clear difference here: {x}" + (f" ({ci[0]:.2f}–{ci[1]:.2f})" if ci else "")
-    return Entry(**{**e.__dict__, "verdict": verdict})
+    return Entry(**{**e.__dict__, "verdict": verdict + (f"; {e.routing}" if e.routing else "")})
+
+
+def _finished_counts(session: Session, workload: tuple[int, int], lev: Levers) -> list[tuple[list, str]]:
+    """(expert counts, output against plain greedy) of the whole runs of a mix on a workload."""
+    return [
+        (rec.finished.expert_counts, rec.finished.diff_note)
+        for rec in session.timer.runs.values()
+        if rec.finished is not None
+        and rec.finished.expert_counts
+        and rec.finished.stop_reason in FINISHED
+        and len(rec.segments) == 1
+        and rec.started.levers == lev
+        and (rec.started.prompt_tokens, rec.started.max_new_tokens) == workload
+    ]
+
+
+def routing_note(session: Session, workload: tuple[int, int], lev: Levers) -> str:
+    """An MoE's: whether a mix (quantized experts, say) sent the positions to the experts plain did.
+    The same greedy text should route the same; where the text differs, so will the routing."""
+    plain, mix = _finished_counts(session, workload, Levers()), _finished_counts(session, workload, lev)
+    if not plain or not mix:
+        return ""
+    ref = plain[-1][0]
+    counts, output = mix[-1]
+    if counts == ref:
+        return "routes as plain"
+    layers = sum(1 for a, b in zip(counts, ref, strict=False) if a != b)
+    text = "for the same text" if output == "identical" else f"its text {output}" if output.startswith("differs") else output
+    return f"routes otherwise in {layers} of {len(ref)} layers ({text})"
 
 
 def lines(session: Session) -> list[str]:
