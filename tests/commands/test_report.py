@@ -368,3 +368,28 @@ def test_a_long_session_keeps_every_run_and_drops_the_words_that_would_overlap(t
     page, _ = make_report(tmp_path, path, capsys)
     assert_self_contained(page, SESSION_FIGURES)
     assert [row[0] for row in page.tables["runs"][1:] if "." not in row[0]] == [str(i) for i in range(1, 41)]
+
+
+def test_an_moe_sessions_report_draws_its_experts_and_each_runs_load(tmp_path, capsys):
+    """A small random-weight Qwen3-MoE's two runs, recorded: the heatmap of the last run and a row a
+    run, whose figures are monitors/routing.py's of the recorded counts."""
+    from monitors.routing import imbalance
+    from tests.helpers.tiny_models import save_moe
+    from tui_app.engine.config import EngineConfig
+    from tui_app.engine.generation import Engine
+    from tui_app.requests import RunRequest
+
+    save_moe("qwen3moe", tmp_path / "m")
+    path = tmp_path / "moe.jsonl"
+    recorder = Recorder(path)
+    engine = Engine(EngineConfig(model=str(tmp_path / "m")), recorder.write)
+    engine.load()
+    done = [engine.run(RunRequest(preset=p, max_new_tokens=6, ignore_eos=True)) for p in ("short", "long")]
+    recorder.close()
+    page, _ = make_report(tmp_path, path, capsys)
+    assert_self_contained(page, {*SESSION_FIGURES, "experts"})
+    rows = page.tables["experts"][1:]
+    assert [row[0] for row in rows] == [str(d.run_id) for d in done] and all(row[1] == "3 × 8" for row in rows)
+    for row, fin in zip(rows, done, strict=True):
+        each = [imbalance(layer) for layer in fin.expert_counts]
+        assert row[2] == f"{sum(each) / len(each):.2f}"

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 from monitors.leaks import fit_fan
+from tui_app.commands.report.experts import experts_figure, experts_table_html
 from tui_app.commands.report.page import LABELLED_RUNS, LEVER, MIB, PALETTE, REPREFILL, Figure, Report, ReportError
 from tui_app.commands.report.xray import xray_figure
 from tui_app.core import fmt, readings
@@ -36,6 +37,9 @@ def session_report(p: Path) -> Report:
     if session.timer.runs:  # a fleet watched with --watch has none of tokentop's own
         figures = [latency_figure(session), ttft_figure(session), kv_figure(session), memory_figure(session, phases), util_figure(session, phases)]
         tables = [runs_table_html(session)]
+        if (experts := experts_figure(session)) is not None:  # an MoE's
+            figures.append(experts)
+            tables.append(experts_table_html(session))
     if session.xray.runs:
         figures.append(xray_figure(session))
     if session.fleet is not None:
