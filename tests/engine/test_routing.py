@@ -207,3 +207,12 @@ def test_the_ledger_says_whether_int8_experts_route_as_plain(moe):
     differ = sum(a != b for a, b in zip(int8.expert_counts, plain.expert_counts, strict=True))
     said = "routes as plain" if not differ else f"routes otherwise in {differ} of 3 layers"
     assert entry.routing.startswith(said) and entry.verdict.endswith(entry.routing), entry
+
+
+def test_experts_offloaded_to_disk_are_said_not_counted_and_the_run_goes_on(tmp_path):
+    save_moe("qwen3moe", tmp_path)
+    engine = Engine(EngineConfig(model=str(tmp_path), device_map="auto", max_memory={"cpu": "14MiB"}), lambda ev: None)
+    ready = engine.load()
+    assert "disk" in ready.placement and ready.routing is None and "offloaded" in ready.routing_note
+    done = engine.run(RunRequest(preset="short", max_new_tokens=3, ignore_eos=True))
+    assert done.stop_reason == "max tokens" and done.expert_counts is None

@@ -134,7 +134,8 @@ class Decoder:
         probability at each of the logits' places, row 0's picks being the argmax there), packed into
         the same transfer as float32 (exact for token ids below 2^24)."""
         self.rejected = []
-        routes = [torch.cat(self.routes)] if self.routes else []
+        # --device-map splits the layers over devices: a copy to the tokens' device, queued (no read of its own)
+        routes = [torch.cat([r if r.device == new.device else r.to(new.device, non_blocking=True) for r in self.routes])] if self.routes else []
         n, k = new.numel(), new.shape[1]
         if not self.confidence:
             self.last_p = []

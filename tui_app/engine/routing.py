@@ -71,6 +71,8 @@ class Routing:
         if not modules:
             return None, ("its routers are of a kind tokentop does not count (no experts module of transformers' interface): no expert pane" if config else "")
         n = modules[0].num_experts
+        if any(p.is_meta for m in modules for p in m.parameters()):
+            return None, "its experts are offloaded (--device-map to disk): their routing is not counted"
         if any(m.num_experts != n for m in modules):
             return None, "its MoE layers have different numbers of experts: no expert pane"
         routing = cls(len(modules), n, config[1] if config else 0, _shared(model))
