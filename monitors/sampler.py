@@ -12,7 +12,8 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 
 from monitors.events import Sampled, now_ns
-from monitors.gpu import GpuReading, NvmlReader
+from monitors.gpu import GpuReading
+from monitors.gpus import gpu_reader
 from monitors.system import ProcessSample, ProcessWatcher, SystemSample, SystemWatcher
 
 
@@ -27,7 +28,7 @@ class Sample:
 
 
 class Sampler:
-    def __init__(self, hz: float = 4.0, history: int = 2400, nvml=None, gpu: NvmlReader | None = None):
+    def __init__(self, hz: float = 4.0, history: int = 2400, nvml=None, gpu=None):
         self.interval = 1.0 / hz
         self.samples: deque[Sample] = deque(maxlen=history)
         self._lock = threading.Lock()
@@ -35,7 +36,7 @@ class Sampler:
         self._stop = threading.Event()
         self._watchers: dict[str, ProcessWatcher] = {"app": ProcessWatcher(os.getpid())}
         self._system = SystemWatcher()
-        self._gpu = gpu or NvmlReader(nvml)
+        self._gpu = gpu or gpu_reader(nvml)
         self._thread: threading.Thread | None = None
 
     @property

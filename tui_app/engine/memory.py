@@ -11,7 +11,7 @@ import time
 import torch
 
 from monitors.events import AllocatorHistory
-from monitors.gpu import NvmlReader
+from monitors.gpus import gpu_reader
 from monitors.system import PeakRss
 from monitors.torch_memory import read_torch_memory
 
@@ -29,10 +29,11 @@ def demo_leak(device: str, nbytes: int, kind: str):
 
 
 @functools.cache
-def _nvml() -> NvmlReader:
+def _gpu_reader():
     # The driver's count of this process's device memory: the CUDA context and every pool,
-    # CUDA graphs' private ones too, which the allocator's figures leave out.
-    return NvmlReader()
+    # CUDA graphs' private ones too, which the allocator's figures leave out (NVML's; on ROCm,
+    # whose torch runs as cuda, amdgpu's fdinfo).
+    return gpu_reader()
 
 
 class MemoryWatch:
@@ -62,7 +63,7 @@ class MemoryWatch:
         mem = read_torch_memory(self.device, self.gpus)
         if mem is None:
             return None, None, None, None
-        return mem.peak, mem.allocated, mem.reserved, _nvml().process_memory({os.getpid()})
+        return mem.peak, mem.allocated, mem.reserved, _gpu_reader().process_memory({os.getpid()})
 
 
 def history_refusal(device: str) -> str | None:

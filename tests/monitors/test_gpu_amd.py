@@ -1,0 +1,65 @@
+"""The AMD probe on a fixture tree laid out as amdgpu's sysfs (tests/fixtures/sysfs/README.md):
+each figure in its SI unit, a process's own VRAM from fdinfo, and a file that vanishes or reads
+garbled turned into n/a with the reason."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from monitors.gpu_amd import AmdSysfsReader, fdinfo_vram
+from monitors.sampler import Sample, to_event
+from monitors.system import SystemSample
+
+MI300X = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "mi300x"
+DEVICE = "sys/class/drm/card1/device"
+
+
+def test_each_figure_of_the_mi300x_in_its_unit():
+    reader = AmdSysfsReader(MI300X)
+    assert reader.ok and len(reader.devices) == 1  # the display connector beside the card is no device
+    (g,) = reader.read({4242}).gpus
+    assert g.name == "AMD Instinct MI300X" and g.reason == ""
+    assert (g.sm_util, g.mem_util) == (87.0, 41.0)
+    assert (g.mem_used, g.mem_total) == (61203283968, 192 * 2**30)
+    assert g.power_w == 612.0 and g.sm_clock_mhz == 1420 and g.temp_c == 71.0  # the junction, the hottest point named
+    assert g.proc_mem == 58720256 * 1024  # one client's VRAM, though two descriptors show it
+
+
+def test_fdinfo_counts_each_client_once_and_only_amdgpus():
+    assert fdinfo_vram(MI300X, {4242}) == {"0000:0c:00.0": 58720256 * 1024}
+    assert fdinfo_vram(MI300X, {1}) == {}  # a process with no GPU descriptor
+    assert AmdSysfsReader(MI300X).process_memory({4242, 1}) == 56 * 2**30
+
+
+def test_a_vanished_or_garbled_file_is_na_with_the_reason_and_the_rest_still_reads(tmp_path):
+    tree = tmp_path / "sys"
+    shutil.copytree(MI300X, tree)
+    reader = AmdSysfsReader(tree)
+    (tree / DEVICE / "gpu_busy_percent").unlink()  # a GPU reset, mid-session
+    (tree / DEVICE / "mem_info_vram_used").write_text("garbage\n")
+    (g,) = reader.read().gpus
+    assert g.sm_util is None and g.mem_used is None and "gpu_busy_percent: unreadable" in g.reason
+    assert g.mem_total == 192 * 2**30 and g.power_w == 612.0 and g.proc_mem is None
+
+
+def test_the_clock_falls_back_to_the_starred_dpm_level_and_power_to_its_average(tmp_path):
+    tree = tmp_path / "sys"
+    shutil.copytree(MI300X, tree)
+    hwmon = tree / DEVICE / "hwmon" / "hwmon4"
+    (hwmon / "freq1_input").unlink()
+    (hwmon / "power1_average").write_text("550000000\n")
+    (g,) = AmdSysfsReader(tree).read().gpus
+    assert g.sm_clock_mhz == 1420 and g.power_w == 550.0  # the average where the driver has it
+
+
+def test_no_amd_gpu_says_where_it_looked(tmp_path):
+    reader = AmdSysfsReader(tmp_path)
+    assert not reader.ok and reader.read().reason == f"n/a: no AMD GPU under {tmp_path}/sys/class/drm (amdgpu's sysfs)"
+
+
+def test_the_samplers_event_takes_the_amd_figures_as_nvmls():
+    reading = AmdSysfsReader(MI300X).read({4242})
+    ev = to_event(Sample(1, {}, SystemSample(cpu_percent=1.0, mem_used=1, mem_total=2, mem_available=1, swap_used=0, per_core=[1.0]), reading))
+    assert (ev.gpu_sm, ev.gpu_mem_used, ev.gpu_power_w, ev.gpu_sm_clock_mhz) == (87.0, 61203283968, 612.0, 1420)
+    assert ev.gpu_proc_mem == 56 * 2**30 and ev.gpu_reason == ""
