@@ -98,6 +98,7 @@ class EngineReady:
     # "shared" (layers with a shared expert, read by every token)}; routing_note: an MoE's that is not, why.
     routing: dict | None = None
     routing_note: str = ""
+    backend: str = ""  # the device's: "CUDA 12.8", "ROCm 6.4" (AMD GPUs run as cuda); "" on the CPU
 
 
 @dataclass(kw_only=True)

@@ -158,3 +158,17 @@ def test_a_static_caches_host_tensors_start_on_the_device(sliding):
     held = [getattr(layer, n) for layer in cache.layers for n in ("cumulative_length", "_sliding_window_tensor") if hasattr(layer, n)]
     assert len(held) >= 2 and all(t.device.type == "meta" for t in held)
     assert models.on_device(StaticCache(config=cfg, max_cache_len=8), "cpu").layers[0].cumulative_length.device.type == "cpu"
+
+
+def test_the_backend_names_rocm_where_torch_is_hips_and_nothing_on_the_cpu(monkeypatch):
+    """torch.version.hip patched: a ROCm build's torch runs AMD GPUs as cuda, the model line says which."""
+    import torch
+
+    from tui_app.engine.models import backend
+
+    assert backend("cpu") == ""
+    monkeypatch.setattr(torch.version, "hip", "6.4.43482-0f2d60242", raising=False)
+    assert backend("cuda:0") == "ROCm 6.4"
+    monkeypatch.setattr(torch.version, "hip", None, raising=False)
+    monkeypatch.setattr(torch.version, "cuda", "12.8", raising=False)
+    assert backend("cuda") == "CUDA 12.8"

@@ -40,7 +40,7 @@ def nbytes(n: float | None) -> str:
 def where(ready) -> str:
     """The engine's device, or where --device-map placed the weights: "cuda:0 1.2 GiB + cpu 800.0 MiB"."""
     if not ready.placement:
-        return ready.device
+        return f"{ready.device} ({ready.backend})" if ready.backend else ready.device
     return " + ".join(f"{device} {nbytes(n)}" for device, n in ready.placement.items())
 
 

@@ -36,7 +36,7 @@ from tui_app.engine.config import EngineConfig
 from tui_app.engine.decoding import Decoder, PromptError, extend_rows, prompt_tokens
 from tui_app.engine.lever_control import MB, LeverControl, Phases, draft_model, freeze
 from tui_app.engine.memory import CudaHistory, MemoryWatch, demo_leak, history_refusal
-from tui_app.engine.models import eos_ids, load_model, placement, resolve_device, resolve_dtype, weight_counts
+from tui_app.engine.models import backend, eos_ids, load_model, placement, resolve_device, resolve_dtype, weight_counts
 from tui_app.engine.quality import Quality
 from tui_app.engine.routing import Routing
 from tui_app.engine.run_state import RunState
@@ -124,6 +124,7 @@ class Engine:
             thinks=self.control.thinks,
             routing=self.routing.shape() if self.routing else None,
             routing_note=routing_note,
+            backend=backend(self.device),
         )
         freeze()
         if cfg.levers.quant == "off":  # the weights a first run reads: measured before the engine says it is ready (and idle)

@@ -80,6 +80,17 @@ def find_default_gguf() -> Path:
     raise ModelError(f"{DEFAULT_PACKAGE} is installed but {DEFAULT_GGUF} is missing from it; reinstall it")
 
 
+def backend(device: str) -> str:
+    """The device's backend as the model line names it ("ROCm 6.4", "CUDA 12.8"; "" on the CPU):
+    ROCm's torch runs AMD GPUs as cuda, and only torch.version.hip tells them apart."""
+    import torch
+
+    if not device.startswith("cuda"):
+        return ""
+    hip = getattr(torch.version, "hip", None)
+    return f"ROCm {'.'.join(hip.split('.')[:2])}" if hip else f"CUDA {torch.version.cuda}"
+
+
 def resolve_device(device: str) -> str:
     import torch
 
