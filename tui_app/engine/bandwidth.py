@@ -20,7 +20,7 @@ import time
 import torch
 
 from tui_app.engine.experts import QuantExperts
-from tui_app.engine.routing import ROUTED, experts_modules
+from tui_app.engine.routing import ONE, ROUTED, experts_modules
 
 MIN_SPAN = 1 << 20
 ALIGN = 64  # pages.adopt starts each weight on a multiple of this
@@ -44,7 +44,7 @@ def _plain(t):
 def _read_tensors(model) -> list:
     """The tensors a decode step reads: each once, but the embedding table only when the LM head
     is tied to it (then the head reads all of it); otherwise one row of it per token."""
-    buffers = [b for name, b in model.named_buffers() if not name.endswith(ROUTED)]  # routing.py's counts are no weights
+    buffers = [b for name, b in model.named_buffers() if not name.endswith((ROUTED, ONE))]  # routing.py's counts are no weights
     seen = {id(t): t for t in list(model.parameters()) + buffers}
     table = model.get_input_embeddings().weight
     if getattr(model.get_output_embeddings(), "weight", None) is not table:

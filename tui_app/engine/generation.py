@@ -317,8 +317,7 @@ class Engine:
             return False
         remaining = run.remaining
         t0, phases_before = now_ns(), self.phases.ns
-        if self.routing is not None:
-            self.decoder.routes = self.routing.begin(model)
+        self.decoder.routes = self.routing.begin(model) if self.routing is not None else None
         kind, new_rows, forward_ns, proposed, accepted = self._forward_step(run, lev, model, remaining)
         if self.routing is not None and self.decoder.routes:
             self.routing.settle(self.decoder.routed)

@@ -19,6 +19,7 @@ from monitors.events import ExpertLoad
 from .experts import QuantExperts
 
 ROUTED = "_tokentop_routed"
+ONE = "_tokentop_one"
 LOAD_EVERY_S = 0.25  # the expert pane's pace: a long MoE's counts are thousands of numbers
 # Names the experts' forward gives its indices, for a caller that passes them by keyword.
 INDEX_KWARGS = ("top_k_index", "router_indices", "selected_experts", "topk_indices")
@@ -48,8 +49,8 @@ def _count(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
     index = args[1] if len(args) > 1 else next((kwargs[k] for k in INDEX_KWARGS if k in kwargs), None)
     if index is None:
         return
-    flat = index.reshape(-1).to(torch.long)
-    getattr(module, ROUTED).index_add_(0, flat, torch.ones_like(flat))
+    # A one expanded, not a tensor of ones made: 3.5 µs a call against 5.0 (the CPU, timeit)
+    getattr(module, ROUTED).index_add_(0, index.reshape(-1).to(torch.long), getattr(module, ONE).expand(index.numel()))
 
 
 class Routing:
@@ -91,6 +92,7 @@ class Routing:
                 device = next(iter(m.parameters()), torch.empty(0)).device
                 # One column past the experts: Qwen-style experts take index == num_experts as "none".
                 m.register_buffer(ROUTED, torch.zeros(self.experts + 1, dtype=torch.long, device=device), persistent=False)
+                m.register_buffer(ONE, torch.ones((), dtype=torch.long, device=device), persistent=False)
                 m.register_forward_pre_hook(_count, with_kwargs=True)
         self._buffers[id(model)] = [getattr(m, ROUTED) for m in modules]
 
