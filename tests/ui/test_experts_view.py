@@ -52,6 +52,7 @@ async def test_E_draws_each_layers_load_and_w_its_last_steps(moe_events):
             row = next(line for line in text.splitlines() if line.startswith(f"L{li} "))
             assert f"{imbalance(layer):.2f}× max/mean" in row
         assert "hottest: L" in text and "the last step read" in text
+        assert all(len(line) <= 156 for line in text.splitlines() if line.startswith("L"))  # a row never wraps
         await pilot.press("w")
         assert "run 1, its last 24 steps" in screen_text(app)
         await pilot.press("escape")

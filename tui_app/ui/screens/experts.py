@@ -22,7 +22,7 @@ RAMP_ASCII = " .:=*#"  # the ascii filter would draw every shade as one characte
 HEAT = ("", "grey50", "cyan", "green", "yellow", "bold red")
 WINDOW_STEPS = 64
 KEYS = " E or escape: close · w: the run so far / its last steps"
-SIDE = 22  # the right-hand column: each row's imbalance and idle share
+SIDE = 28  # the right-hand column: "  1.95× max/mean   0% idle"
 
 
 def _groups(n: int, room: int) -> list[range]:
