@@ -22,15 +22,22 @@ def idle_share(layer: list[int]) -> float:
     return sum(1 for c in layer if c == 0) / len(layer) if layer else 0.0
 
 
-def load_text(counts: list[list[int]]) -> str:
-    """One line of a run's load: the mean of the layers' max ÷ mean, the worst layer, the experts never chosen."""
-    each = [(i, imbalance(layer)) for i, layer in enumerate(counts)]
-    known = [(i, v) for i, v in each if v is not None]
+def run_load(counts: list[list[int]]) -> tuple[float, int, float, float] | None:
+    """A run's load: the mean of its layers' max ÷ mean, the worst layer and its figure, the share
+    of experts never chosen; None before any position."""
+    known = [(i, v) for i, layer in enumerate(counts) if (v := imbalance(layer)) is not None]
     if not known:
-        return "experts: no position routed"
+        return None
     worst, top = max(known, key=lambda iv: iv[1])
-    mean = sum(v for _, v in known) / len(known)
-    idle = sum(idle_share(layer) for layer in counts) / len(counts)
+    return sum(v for _, v in known) / len(known), worst, top, sum(idle_share(layer) for layer in counts) / len(counts)
+
+
+def load_text(counts: list[list[int]]) -> str:
+    """One line of a run's load (run_load's figures)."""
+    load = run_load(counts)
+    if load is None:
+        return "experts: no position routed"
+    mean, worst, top, idle = load
     return f"experts max/mean {mean:.2f} (layer {worst} {top:.2f}), {idle:.0%} never chosen"
 
 

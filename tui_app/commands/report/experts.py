@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from monitors.routing import idle_share, imbalance
+from monitors.routing import idle_share, run_load
 from tui_app.commands.report.page import Figure
 
 
@@ -45,14 +45,12 @@ def experts_table_html(session) -> str:
     body = []
     for fin in runs:
         counts = fin.expert_counts
-        each = [(i, v) for i, layer in enumerate(counts) if (v := imbalance(layer)) is not None]
-        mean = sum(v for _, v in each) / len(each) if each else None
-        worst = max(each, key=lambda iv: iv[1]) if each else None
+        load = run_load(counts)
         cells = (
             str(fin.run_id),
             f"{len(counts)} × {len(counts[0])}",
-            f"{mean:.2f}" if mean is not None else "–",
-            f"layer {worst[0]}: {worst[1]:.2f}" if worst else "–",
+            f"{load[0]:.2f}" if load else "–",
+            f"layer {load[1]}: {load[2]:.2f}" if load else "–",
             f"{sum(idle_share(layer) for layer in counts) / len(counts):.0%}",
         )
         body.append("<tr>" + "".join(f'<td class="r">{html.escape(c)}</td>' for c in cells) + "</tr>")
