@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import subprocess
@@ -149,7 +150,7 @@ def compare(
                         clock = server_clock.read(url)
                         pace = server_clock.between(before, clock)
                         if pace is not None:
-                            paced[tool].absorb(clocked := turn.on_server_clock(pace))
+                            paced[tool].absorb(clocked := turn.on_server_clock(pace, cell.concurrency == 1))
                             per_round[tool][-1]["server_clock"] = clocked.figures()
                     log(f"{cell.name}: round {k + 1}/{rounds} done")
                     server_ttfts += own_ttfts() if own_ttfts is not None else []
@@ -181,7 +182,8 @@ def table(results: dict) -> str:
                 if a.get(key) != a.get(key):  # NaN: the peer has no such figure
                     continue
                 show = (lambda x: f"{x * 1000:.2f} ms") if is_ms else (lambda x: f"{x:.1f}")
-                clock = f"{b['server_clock'][key] / a['server_clock'][key]:.3f}" if "server_clock" in a and "server_clock" in b else "-"
+                clocked = b["server_clock"][key] / a["server_clock"][key] if "server_clock" in a and "server_clock" in b else math.nan
+                clock = "-" if math.isnan(clocked) else f"{clocked:.3f}"
                 lines.append(f"| {cell} | {title} | {show(a[key])} | {show(b[key])} | {b[key] / a[key]:.3f} | {clock} |")
             if peer == "vllm":
                 chunks = a["itl_p50_chunks"]

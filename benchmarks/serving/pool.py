@@ -51,11 +51,18 @@ class Pooled:
         self.failed += other.failed
         self.errors += other.errors
 
-    def on_server_clock(self, pace: Pace) -> Pooled:
+    def on_server_clock(self, pace: Pace, one_at_a_time: bool) -> Pooled:
         """The same requests with the server's own pace of their turn divided out: TTFT in its
-        prompt tokens' time, gaps and TPOT in its generated tokens' (server_clock.py)."""
+        prompt tokens' time, gaps and TPOT in its generated tokens' (server_clock.py). The wall
+        likewise, phase by phase: where one request runs at a time, its TTFTs are the turn's prefill
+        and the rest its decode and the gaps between requests. A prefill of 16 tokens is half of such
+        a wall on a one-CPU llama.cpp, and its pace moves apart from the decode's: the whole wall in
+        decode time put 0.943-1.065 of the peer's into a c1 output tok/s whose rounds held 0.997-1.019
+        so split (docs/performance.md). Where requests overlap, no such split exists: no tok/s."""
         per_decode = [[x / pace.decode_s for x in xs] for xs in (self.itl, self.itl_chunks, self.tpot)]
-        return Pooled([x / pace.prefill_s for x in self.ttft], *per_decode, self.tokens, self.wall_s / pace.decode_s, self.failed)
+        prefill = sum(self.ttft)
+        wall = prefill / pace.prefill_s + (self.wall_s - prefill) / pace.decode_s if one_at_a_time else 0.0
+        return Pooled([x / pace.prefill_s for x in self.ttft], *per_decode, self.tokens, wall, self.failed)
 
     def figures(self) -> dict[str, float]:
         return {

@@ -4,9 +4,9 @@ round by round (benchmarks/serving/peer_agreement.py: how, and where the definit
 
 Held within 5 %: at concurrency 1 the means of a request's own pace (TTFT mean, TPOT mean, output
 tok/s), read on the server's own clock: each turn's figures divided by the seconds the server's
-counters say a prompt token and a generated token took in that turn
-(benchmarks/serving/server_clock.py; means, as the counters are sums: a p50 so divided moved 4-5 %
-beside itself under load, the means within 1 %). The tools measure different turns, and a one-CPU
+counters say a prompt token and a generated token took in that turn, the wall phase by phase
+(benchmarks/serving/server_clock.py, pool.py; means, as the counters are sums: a p50 so divided
+moved 4-5 % beside itself under load, the means within 1 %). The tools measure different turns, and a one-CPU
 server's pace moves between them: 13.4-18.2 ms a generated token from one round to the next under a
 bursty load (2026-11-27), and a CI run saw every c1 figure of tokentop's 10-16 % off over 15 rounds
 as measured, which the server's clock divides out where one request runs at a time. At a fixed rate
