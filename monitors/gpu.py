@@ -22,6 +22,7 @@ class GpuSample:
     mem_used: int | None = None
     mem_total: int | None = None
     proc_mem: int | None = None
+    proc_busy_pct: float | None = None  # the watched processes' own busy share, from DRM fdinfo (AMD, Intel)
     power_w: float | None = None
     temp_c: float | None = None
     sm_clock_mhz: int | None = None
@@ -57,7 +58,26 @@ def _err_text(nvml, exc: Exception) -> str:
         return str(exc) or type(exc).__name__
 
 
+SOURCES = {
+    "sm_util": "nvmlDeviceGetUtilizationRates",
+    "mem_util": "nvmlDeviceGetUtilizationRates",
+    "mem_used": "nvmlDeviceGetMemoryInfo (v2)",
+    "mem_total": "nvmlDeviceGetMemoryInfo (v2)",
+    "proc_mem": "nvmlDeviceGetComputeRunningProcesses",
+    "power_w": "nvmlDeviceGetPowerUsage",
+    "temp_c": "nvmlDeviceGetTemperature (GPU)",
+    "sm_clock_mhz": "nvmlDeviceGetClockInfo (SM)",
+    "mem_clock_mhz": "nvmlDeviceGetClockInfo (MEM)",
+    "energy_mj": "nvmlDeviceGetTotalEnergyConsumption",
+}
+
+NOT_REPORTED = {"proc_busy_pct": "not read: NVML's per-process utilization samples"}
+
+
 class NvmlReader:
+    name, sources = "NVML", SOURCES
+    not_reported = NOT_REPORTED
+
     def __init__(self, nvml=None, load=_load_nvml):
         self.nvml = nvml if nvml is not None else load()
         self.ok = False

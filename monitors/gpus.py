@@ -1,6 +1,7 @@
 """The GPU reader for this machine: NVML's where it finds an NVIDIA GPU, else amdgpu's sysfs
-(monitors/gpu_amd.py); where neither finds one, n/a with both reasons. Each has NvmlReader's
-interface (read, process_memory, close, ok, reason)."""
+(monitors/gpu_amd.py), else i915's or xe's (monitors/gpu_intel.py); where none finds one, n/a with
+each one's reason. Each has NvmlReader's interface (read, process_memory, close, ok, reason). One
+vendor a machine: a box with an NVIDIA card beside an Intel iGPU is read through NVML alone."""
 
 from __future__ import annotations
 
@@ -8,16 +9,23 @@ from pathlib import Path
 
 from monitors.gpu import NvmlReader
 from monitors.gpu_amd import AmdSysfsReader
+from monitors.gpu_intel import IntelSysfsReader
+
+
+def readers(nvml=None, root: str | Path = "/") -> list:
+    """Every vendor's reader, found or not (`tokentop probe` lists each with what it read or why not)."""
+    return [NvmlReader(nvml), AmdSysfsReader(root), IntelSysfsReader(root)]
 
 
 def gpu_reader(nvml=None, root: str | Path = "/"):
     """`nvml`: an NVML module to use instead of pynvml (tests); `root`: where the sysfs tree starts."""
-    first = NvmlReader(nvml)
-    if first.ok:
-        return first
-    amd = AmdSysfsReader(root)
-    if amd.ok:
-        first.close()
-        return amd
-    amd.reason = f"{first.reason}; {amd.reason.removeprefix('n/a: ')}"
-    return amd
+    every = readers(nvml, root)
+    chosen = next((r for r in every if r.ok), None)
+    for r in every:
+        if r is not chosen:
+            r.close()
+    if chosen is not None:
+        return chosen
+    last = every[-1]
+    last.reason = "n/a: " + "; ".join(r.reason.removeprefix("n/a: ") for r in every)
+    return last

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from tui_app.core.options import EXIT_USAGE, UsageError, from_namespace, quiet_libraries
@@ -22,7 +23,7 @@ DEFAULT_COMMAND = """Without a command, tokentop is `tokentop run`: the default 
 A script of yours watched: tokentop [run options] -- python my_script.py (tokentop script --help).
 A command's own options: tokentop COMMAND --help."""
 
-COMMANDS = ("run", "serve", "bench", "replay", "attach", "report", "demo", "leakcheck", "script", "listen")
+COMMANDS = ("run", "serve", "bench", "replay", "attach", "report", "demo", "leakcheck", "script", "listen", "probe")
 
 
 def command(name: str):
@@ -103,3 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tokentop: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader stopped early (`tokentop probe -o json | head`): no traceback, now or at exit's flush
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1

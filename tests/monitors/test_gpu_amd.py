@@ -7,7 +7,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from monitors.gpu_amd import AmdSysfsReader, fdinfo_vram
+from monitors import drm_fdinfo
+from monitors.gpu_amd import AmdSysfsReader
 from monitors.sampler import Sample, to_event
 from monitors.system import SystemSample
 
@@ -27,8 +28,8 @@ def test_each_figure_of_the_mi300x_in_its_unit():
 
 
 def test_fdinfo_counts_each_client_once_and_only_amdgpus():
-    assert fdinfo_vram(MI300X, {4242}) == {"0000:0c:00.0": 58720256 * 1024}
-    assert fdinfo_vram(MI300X, {1}) == {}  # a process with no GPU descriptor
+    assert drm_fdinfo.device_memory(drm_fdinfo.clients(MI300X, {4242})) == {"0000:0c:00.0": 58720256 * 1024}
+    assert drm_fdinfo.clients(MI300X, {1}) == {}  # a process with no GPU descriptor
     assert AmdSysfsReader(MI300X).process_memory({4242, 1}) == 56 * 2**30
 
 
