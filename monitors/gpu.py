@@ -76,7 +76,7 @@ NOT_REPORTED = {"proc_busy_pct": "not read: NVML's per-process utilization sampl
 
 class NvmlReader:
     name, sources = "NVML", SOURCES
-    not_reported = NOT_REPORTED
+    not_reported, rises = NOT_REPORTED, ()
 
     def __init__(self, nvml=None, load=_load_nvml):
         self.nvml = nvml if nvml is not None else load()

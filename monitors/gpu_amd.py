@@ -61,6 +61,7 @@ class AmdSysfsReader:
     """The same interface as NvmlReader: read(pids) -> GpuReading, process_memory(pids), close()."""
 
     name, sources, not_reported = "amdgpu sysfs", SOURCES, NOT_REPORTED
+    rises = ("proc_busy_pct",)  # figures that are a counter's rise between two readings
 
     def __init__(self, root: str | Path = "/", clock=time.monotonic_ns):
         self.root = Path(root)

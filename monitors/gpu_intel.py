@@ -51,6 +51,7 @@ class IntelSysfsReader:
     """The same interface as NvmlReader: read(pids) -> GpuReading, process_memory(pids), close()."""
 
     name, sources, not_reported = "i915/xe sysfs", SOURCES, NOT_REPORTED
+    rises = ("power_w", "proc_busy_pct")  # figures that are a counter's rise between two readings
 
     def __init__(self, root: str | Path = "/", clock=time.monotonic_ns):
         self.root = Path(root)

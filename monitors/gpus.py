@@ -1,7 +1,8 @@
 """The GPU reader for this machine: NVML's where it finds an NVIDIA GPU, else amdgpu's sysfs
-(monitors/gpu_amd.py), else i915's or xe's (monitors/gpu_intel.py); where none finds one, n/a with
-each one's reason. Each has NvmlReader's interface (read, process_memory, close, ok, reason). One
-vendor a machine: a box with an NVIDIA card beside an Intel iGPU is read through NVML alone."""
+(monitors/gpu_amd.py), else i915's or xe's (monitors/gpu_intel.py), else an Apple-silicon Mac's
+IORegistry (monitors/gpu_apple.py); where none finds one, n/a with each one's reason. Each has
+NvmlReader's interface (read, process_memory, close, ok, reason). One vendor a machine: a box with
+an NVIDIA card beside an Intel iGPU is read through NVML alone."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from pathlib import Path
 
 from monitors.gpu import NvmlReader
 from monitors.gpu_amd import AmdSysfsReader
+from monitors.gpu_apple import AppleReader
 from monitors.gpu_intel import IntelSysfsReader
 
 
 def readers(nvml=None, root: str | Path = "/") -> list:
     """Every vendor's reader, found or not (`tokentop probe` lists each with what it read or why not)."""
-    return [NvmlReader(nvml), AmdSysfsReader(root), IntelSysfsReader(root)]
+    return [NvmlReader(nvml), AmdSysfsReader(root), IntelSysfsReader(root), AppleReader(root)]
 
 
 def gpu_reader(nvml=None, root: str | Path = "/"):

@@ -5,10 +5,14 @@ back: a user on hardware this project cannot run sends that folder with a report
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
+from monitors import gpu_apple
 from monitors.gpus import readers
 from monitors.rapl import RaplReader
 
@@ -34,10 +38,8 @@ DUMPED = (
     "sys/class/drm/card*/device/tile*/gt*/freq0/{act_freq,cur_freq}",
     "sys/class/drm/card*/gt_act_freq_mhz",
     "sys/class/powercap/intel-rapl:*/{name,energy_uj,max_energy_range_uj}",
+    "ioreg.plist",  # a dump's own, dumped again
 )
-
-
-RISES = ("power_w", "proc_busy_pct")  # a counter's rise between two readings, where the device has no gauge
 
 
 def _device(reader, sample, pids: frozenset[int], live: bool) -> dict:
@@ -49,9 +51,9 @@ def _device(reader, sample, pids: frozenset[int], live: bool) -> dict:
             continue
         if key.startswith("proc_") and not pids:
             why = "no process named (--pid)"
-        elif key in RISES and not live and key not in reader.not_reported:
+        elif key in reader.rises and not live:  # a counter's rise between two readings
             why = "a rise between two readings, and a folder's counters stand still"
-        elif key == "proc_busy_pct" and key not in reader.not_reported:
+        elif key == "proc_busy_pct" and key in reader.rises:
             why = "no client of the processes on this GPU"
         else:
             why = reader.not_reported.get(key) or (f"not read ({sample.reason})" if sample.reason else "not reported by this device")
@@ -116,6 +118,12 @@ def dump(root: str | Path, out: Path, pids: frozenset[int]) -> int:
     """Copy what the probes read (DUMPED, and the processes' DRM fdinfo) from `root` into `out`,
     laid out the same; the number of files. Links are followed, so `out` holds plain files."""
     base, n = Path(root), 0
+    if sys.platform == "darwin" and base == Path("/"):  # a Mac, live: its IORegistry's accelerators
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            plist = gpu_apple.ioreg()
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "ioreg.plist").write_bytes(plist)
+            n += 1
     patterns = [p for pattern in DUMPED for p in _braces(pattern)]
     patterns += [f"proc/{pid}/fdinfo/*" for pid in sorted(pids)]
     for pattern in patterns:

@@ -60,11 +60,22 @@ def test_a_dump_reads_back_as_the_tree_it_was_taken_from(capsys, tmp_path, name)
     assert not (out / "proc" / "4242" / "fdinfo" / "0").exists()  # a descriptor that is no GPU's is not copied
 
 
+def test_a_macs_dumped_ioregistry_reads_back_anywhere(capsys, tmp_path):
+    mac = tmp_path / "mac"
+    mac.mkdir()
+    (mac / "ioreg.plist").write_bytes((FIXTURES.parent / "apple" / "ioreg-m2max.plist").read_bytes())
+    before = probe_json(capsys, "--root", str(mac), "--dump", str(tmp_path / "again"))
+    fields = device(before, "Apple IORegistry")["fields"]
+    assert fields["sm_util"]["value"] == 64.0 and fields["mem_used"]["value"] == 9663676416
+    assert fields["power_w"]["reason"] == "not read (macmon's lines are the live Mac's, not a folder's)"
+    assert device(probe_json(capsys, "--root", str(tmp_path / "again")), "Apple IORegistry") == device(before, "Apple IORegistry")
+
+
 def test_this_machines_own_sources_are_read_live(capsys, tmp_path):
     """Here: whatever NVML, amdgpu, i915/xe and RAPL say of this machine, each ok or with a reason;
     this process's fdinfo is real and holds no GPU client, so the dump copies none of it."""
     report = probe_json(capsys, "--pid", str(os.getpid()), "--interval", "0.05", "--dump", str(tmp_path / "d"))
-    assert [s["source"] for s in report["gpus"]] == ["NVML", "amdgpu sysfs", "i915/xe sysfs"]
+    assert [s["source"] for s in report["gpus"]] == ["NVML", "amdgpu sysfs", "i915/xe sysfs", "Apple IORegistry"]
     for s in report["gpus"]:
         assert s["ok"] or s["reason"].startswith("n/a: ")
     assert not (tmp_path / "d" / "proc").exists()
