@@ -11,20 +11,24 @@ TROUBLE = {"num_alloc_retries": "alloc retries", "num_ooms": "OOMs", "num_sync_a
 
 
 def read_torch_memory(device: str, more: tuple[str, ...] = ()) -> TorchMemory | None:
-    """None on CPU: torch has no caching allocator there whose numbers mean anything beyond RSS.
+    """The caching allocator's figures on CUDA (ROCm's included) and XPU, whose torch modules share
+    these calls; None on CPU, where torch has no such allocator beyond RSS, and on MPS, which keeps
+    no peak (its memory is the unified memory's: the Apple probe's "In use system memory").
     `more`: the other GPUs of a model placed over several (--device-map), summed in."""
-    if not device.startswith("cuda"):
+    kind = device.split(":")[0]
+    if kind not in ("cuda", "xpu"):
         return None
     import torch
 
+    backend = getattr(torch, kind)
     devices = (device, *(d for d in more if d != device))
-    stats = [torch.cuda.memory_stats(d) for d in devices]
+    stats = [backend.memory_stats(d) for d in devices]
     trouble = {key: n for key in TROUBLE if (n := sum(int(s.get(key, 0)) for s in stats))}
     return TorchMemory(
         device="+".join(devices),
-        allocated=sum(int(torch.cuda.memory_allocated(d)) for d in devices),
-        reserved=sum(int(torch.cuda.memory_reserved(d)) for d in devices),
-        peak=sum(int(torch.cuda.max_memory_allocated(d)) for d in devices),
+        allocated=sum(int(backend.memory_allocated(d)) for d in devices),
+        reserved=sum(int(backend.memory_reserved(d)) for d in devices),
+        peak=sum(int(backend.max_memory_allocated(d)) for d in devices),
         trouble=trouble,
     )
 

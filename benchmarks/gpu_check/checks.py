@@ -52,21 +52,28 @@ def check_nvml_process(device: str) -> tuple[str, str]:
 
 
 def check_nvml_device(device: str) -> tuple[str, str]:
+    """Through the layer the panes read (monitors/gpus.py, NVML chosen over the sysfs probes) and
+    through `tokentop probe`'s report: the same figures as nvidia-smi's."""
     import torch
 
-    from monitors.gpu import NvmlReader
+    from monitors.gpus import gpu_reader
+    from monitors.probe import probe
 
-    reader = NvmlReader()
+    reader = gpu_reader()
     reading = reader.read()
     rows = smi("--query-gpu=index,memory.used,memory.total")
     reader.close()
-    if not reading.available:
-        raise Failed(reading.reason)
+    if not reading.available or reader.name != "NVML":
+        raise Failed(f"the panes read {reader.name}, not NVML: {reading.reason}")
     if len(rows) != len(reading.gpus):
         raise Failed(f"NVML lists {len(reading.gpus)} GPUs, nvidia-smi {len(rows)}")
-    g, row = reading.gpus[torch.cuda.current_device()], rows[torch.cuda.current_device()]
+    i = torch.cuda.current_device()
+    g, row = reading.gpus[i], rows[i]
     used, used_ref = agree((g.mem_used or 0) / MiB, float(row[1]), 0, 64, " MiB", "device memory used")
     total, total_ref = agree((g.mem_total or 0) / MiB, float(row[2]), 0, 1, " MiB", "device memory total")
+    nvml = probe(interval_s=0.1)["gpus"][0]
+    probed = nvml["devices"][i]["fields"]["mem_total"]["value"] if nvml["ok"] else None
+    agree((probed or 0) / MiB, float(row[2]), 0, 1, " MiB", "tokentop probe's device memory total")
     return f"used {used}, total {total}", f"nvidia-smi --query-gpu used {used_ref}, total {total_ref}"
 
 

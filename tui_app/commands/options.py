@@ -51,7 +51,7 @@ def add_model(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--model", default="default", help="'default' (bundled SmolLM2-135M-Instruct), a Hugging Face id in the local cache, a folder or a .gguf file"
     )
-    g.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
+    g.add_argument("--device", default="auto", help="auto (cuda, then xpu, then mps, then cpu), cpu, cuda[:N], xpu[:N] or mps")
     g.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
     g.add_argument(
         "--device-map",

@@ -19,6 +19,7 @@ import time
 
 import torch
 
+from tui_app.engine import devices
 from tui_app.engine.experts import QuantExperts
 from tui_app.engine.routing import ONE, ROUTED, experts_modules
 
@@ -127,17 +128,18 @@ def read_rate(model, repeats: int = REPEATS) -> tuple[int, float]:
     nbytes = sum(v.numel() * 8 for v in views)
     if not nbytes:
         return 0, 0.0
-    cuda = views[0].is_cuda
+    device = str(views[0].device)
+    accel = views[0].device.type != "cpu"  # any accelerator: its launches are asynchronous, so synced
     # On a GPU a sum a tensor is launch-bound: 1013 GB/s on an H200 whose copy moves 4204 (read +
     # written). torch's multi-tensor norm reads many tensors a launch, as the optimizers' foreach
     # paths do; the bits read as floats, whatever they hold (gpu_check's bandwidth check judges it).
-    floats = [v.view(torch.float32) for v in views] if cuda else []
+    floats = [v.view(torch.float32) for v in views] if accel else []
 
     def once() -> float:
         t = time.perf_counter()
-        if cuda:
+        if accel:
             torch._foreach_norm(floats)
-            torch.cuda.synchronize()
+            devices.synchronize(device, torch)
         else:
             for v in views:
                 v.sum()

@@ -28,7 +28,7 @@ from monitors.kvcache import model_shape
 from monitors.phases import StepPhases, marker_spans, think_span
 from monitors.system import rss_bytes, trim_heap
 from monitors.text import IncrementalDecoder
-from tui_app.engine import bandwidth
+from tui_app.engine import bandwidth, devices
 from tui_app.engine import levers as lv
 from tui_app.engine.anatomy import StepAnatomy, anatomy_refusal
 from tui_app.engine.batching import SHARES, ContinuousBatch, Sequence, batch_prompts
@@ -36,7 +36,7 @@ from tui_app.engine.config import EngineConfig
 from tui_app.engine.decoding import Decoder, PromptError, extend_rows, prompt_tokens
 from tui_app.engine.lever_control import MB, LeverControl, Phases, draft_model, freeze
 from tui_app.engine.memory import CudaHistory, MemoryWatch, demo_leak, history_refusal
-from tui_app.engine.models import backend, eos_ids, load_model, placement, resolve_device, resolve_dtype, weight_counts
+from tui_app.engine.models import eos_ids, load_model, placement, resolve_device, resolve_dtype, weight_counts
 from tui_app.engine.quality import Quality
 from tui_app.engine.routing import Routing
 from tui_app.engine.run_state import RunState
@@ -124,7 +124,7 @@ class Engine:
             thinks=self.control.thinks,
             routing=self.routing.shape() if self.routing else None,
             routing_note=routing_note,
-            backend=backend(self.device),
+            backend=devices.backend(self.device, torch),
         )
         freeze()
         if cfg.levers.quant == "off":  # the weights a first run reads: measured before the engine says it is ready (and idle)
@@ -242,8 +242,7 @@ class Engine:
         if run is None:
             return None
         try:
-            if self.device.startswith("cuda"):
-                torch.cuda.reset_peak_memory_stats(self.device)
+            devices.reset_peak(self.device, torch)
             while run.remaining > 0 and self._step(run):
                 pass
         except _Stop:
@@ -251,8 +250,7 @@ class Engine:
         except torch.OutOfMemoryError:
             run.cache = None
             gc.collect()
-            if self.device.startswith("cuda"):
-                torch.cuda.empty_cache()
+            devices.empty_cache(self.device, torch)
             self.emit(EngineError(message="out of memory during generation; try a smaller batch, a shorter prompt or quantization"))
             run.stop_reason = "out of memory"
         except Exception as exc:  # noqa: BLE001 - one broken run is reported, the session goes on

@@ -17,7 +17,7 @@ import torch
 
 from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES, THINK_BUDGETS, Bandwidth, LeverChanged, LeverRefused, Levers, Phase
 from monitors.text import plural
-from tui_app.engine import bandwidth, pages
+from tui_app.engine import bandwidth, devices, pages
 from tui_app.engine import levers as lv
 from tui_app.engine.lean import use_own_attention
 from tui_app.engine.models import ModelError, cache_kwarg, load_model, on_device, to_device
@@ -114,6 +114,8 @@ class LeverControl:
         lev = levers or self.levers
         if self.split and (name in ("quant", "compile") or (name, value) == ("spec", "draft")) and value not in ("off", False):
             return f"{SPLIT}; this lever needs the whole model on one device"
+        if why := devices.refusal(self.device, name, value, torch):
+            return f"{value if name == 'quant' else name} on {self.device}: {why}"
         if name == "quant":
             if value not in QUANT_LEVELS:
                 return f"quantization must be one of {', '.join(QUANT_LEVELS)}"
@@ -246,14 +248,13 @@ class LeverControl:
             # default model's int4 step, 0.3-1 ms of a 4.5 ms step. So the op is the compiled step.
             self._compiled[level] = lean.static_step
             return lean.static_step
-        if self.device.startswith("cuda"):
-            mode = "reduce-overhead"  # CUDA graphs: one launch per step
-        else:
+        mode = devices.compile_mode(self.device)
+        if self.device == "cpu":
             import torch._inductor.config as inductor
 
             # On CPU the per-step cost left is the generated wrapper calling each kernel from
             # Python; a C++ wrapper cuts it by a fifth (framework_overhead.py).
-            mode, inductor.cpp_wrapper = "default", True
+            inductor.cpp_wrapper = True
             weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
             _stream_gemv_on_cpu(inductor, on=weights > CACHE_BYTES)
             if level == "off" and weights > CACHE_BYTES:  # quantized variants' pools are there already

@@ -21,7 +21,7 @@ import copy
 
 import torch
 
-from . import experts, native
+from . import devices, experts, native
 from .quant import GROUP, Int4Linear, int4_weights, int8_weights
 
 
@@ -33,6 +33,8 @@ def quant_impl(device: str, dtype: torch.dtype) -> dict[str, str]:
     if device.startswith("cuda"):
         int4 = "torchao Int4WeightOnly g128 (tinygemm)" if dtype == torch.bfloat16 else "refused: needs --dtype bf16"
         return {"int8": "torchao Int8WeightOnly, LM head fp", "int4": int4}
+    if why := devices.refusal(device, "quant", "int4", torch):  # xpu, mps: our kernels are the CPU's
+        return {"int8": "torchao Int8WeightOnly, LM head fp", "int4": f"refused: {why}"}
     body = native.isa()
     return {
         "int8": f"int8 per-channel weights, LM head too; decode on our C++ kernel ({body})",

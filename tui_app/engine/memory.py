@@ -38,11 +38,11 @@ def _gpu_reader():
 
 class MemoryWatch:
     """A run's peak RSS (the kernel's high-water mark, restarted here: monitors.system.PeakRss), and
-    on CUDA torch's memory, emitted at 4 Hz, and the device memory the run left."""
+    on CUDA and XPU torch's memory, emitted at 4 Hz, and the device memory the run left."""
 
     def __init__(self, device: str, emit, gpus: tuple[str, ...] = ()):
         self.device, self.emit, self.gpus = device, emit, gpus
-        self.cuda = device.startswith("cuda")
+        self.allocator = device.startswith(("cuda", "xpu"))  # the caching allocators torch_memory reads
         self._peak = PeakRss()
         self._peak.reset()
         self.last_mem = 0
@@ -52,7 +52,7 @@ class MemoryWatch:
         return self._peak.read()
 
     def tick(self, now: int) -> None:
-        if self.cuda and now - self.last_mem > 250_000_000:
+        if self.allocator and now - self.last_mem > 250_000_000:
             self.last_mem = now
             mem = read_torch_memory(self.device, self.gpus)
             if mem:

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tui_app.engine import devices
 from tui_app.folders import cache_root
 
 DEFAULT_MODEL = "default"
@@ -80,32 +81,13 @@ def find_default_gguf() -> Path:
     raise ModelError(f"{DEFAULT_PACKAGE} is installed but {DEFAULT_GGUF} is missing from it; reinstall it")
 
 
-def backend(device: str) -> str:
-    """The device's backend as the model line names it ("ROCm 6.4", "CUDA 12.8"; "" on the CPU):
-    ROCm's torch runs AMD GPUs as cuda, and only torch.version.hip tells them apart."""
-    import torch
-
-    if not device.startswith("cuda"):
-        return ""
-    hip = getattr(torch.version, "hip", None)
-    return f"ROCm {'.'.join(hip.split('.')[:2])}" if hip else f"CUDA {torch.version.cuda}"
-
-
 def resolve_device(device: str) -> str:
     import torch
 
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu":
-        return "cpu"
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ModelError(f"--device {device}: no CUDA device is available here (torch {torch.__version__}); use --device cpu")
-        idx = int(device.split(":")[1]) if ":" in device else 0
-        if idx >= torch.cuda.device_count():
-            raise ModelError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
-        return f"cuda:{idx}"
-    raise ModelError(f"--device {device!r}: expected auto, cpu or cuda[:N]")
+    try:
+        return devices.resolve(device, torch)
+    except devices.DeviceError as exc:
+        raise ModelError(str(exc)) from None
 
 
 def resolve_dtype(dtype: str, device: str):
@@ -114,7 +96,8 @@ def resolve_dtype(dtype: str, device: str):
     if dtype == "auto":
         if device.startswith("cuda"):
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.float32
+        # XPU's matrix engines take bf16; MPS's fp16 is its widest-supported half (bf16 since macOS 14 only)
+        return {"xpu": torch.bfloat16, "mps": torch.float16}.get(devices.kind(device), torch.float32)
     if dtype not in DTYPES:
         raise ModelError(f"--dtype {dtype!r}: expected auto, {', '.join(DTYPES)}")
     return getattr(torch, DTYPES[dtype])

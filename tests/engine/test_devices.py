@@ -1,0 +1,97 @@
+"""The engine's devices (tui_app/engine/devices.py) with torch's backends patched, as no Intel or
+Apple GPU runs here: --device auto's order, each explicit device's one-line refusal, the model
+line's backend, and the one table of levers a device cannot do, as the lever control says it."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from tui_app.engine import devices
+from tui_app.engine import levers as lv
+from tui_app.engine.config import EngineConfig
+from tui_app.engine.lever_control import LeverControl, Phases
+from tui_app.engine.models import ModelError, resolve_device, resolve_dtype
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """Which backends this torch reports: set(cuda=N, xpu=N, mps=bool), the rest off."""
+
+    def have(cuda: int = 0, xpu: int = 0, mps: bool = False) -> None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda > 0)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: cuda)
+        monkeypatch.setattr(torch.xpu, "is_available", lambda: xpu > 0)
+        monkeypatch.setattr(torch.xpu, "device_count", lambda: xpu)
+        monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+
+    return have
+
+
+@pytest.mark.parametrize(
+    ("found", "chosen"),
+    [({"cuda": 1, "xpu": 1, "mps": True}, "cuda:0"), ({"xpu": 2, "mps": True}, "xpu:0"), ({"mps": True}, "mps"), ({}, "cpu")],
+)
+def test_auto_takes_cuda_then_xpu_then_mps_then_the_cpu(machine, found, chosen):
+    machine(**found)
+    assert resolve_device("auto") == chosen
+
+
+@pytest.mark.parametrize(
+    ("found", "asked", "said"),
+    [
+        ({"xpu": 2}, "xpu:1", None),
+        ({"xpu": 2}, "xpu:2", "--device xpu:2: only 2 XPU device(s) here"),
+        ({}, "xpu", f"--device xpu: no Intel XPU device is available here (torch {torch.__version__}); use --device cpu"),
+        ({}, "mps", f"--device mps: no Apple MPS device is available here (torch {torch.__version__}); use --device cpu"),
+        ({"mps": True}, "mps:1", "--device 'mps:1': expected auto, cpu, cuda[:N], xpu[:N] or mps"),
+        ({}, "tpu", "--device 'tpu': expected auto, cpu, cuda[:N], xpu[:N] or mps"),
+    ],
+)
+def test_each_device_asked_runs_or_is_refused_in_one_line(machine, found, asked, said):
+    machine(**found)
+    if said is None:
+        assert resolve_device(asked) == asked
+        return
+    with pytest.raises(ModelError) as caught:
+        resolve_device(asked)
+    assert str(caught.value) == said
+
+
+def test_the_model_line_names_each_backend_and_the_dtype_follows_the_device(monkeypatch):
+    monkeypatch.setattr(torch.version, "hip", "6.4.43482-0f2d60242", raising=False)
+    assert devices.backend("cuda:0", torch) == "ROCm 6.4"
+    monkeypatch.setattr(torch.version, "hip", None, raising=False)
+    monkeypatch.setattr(torch.version, "cuda", "12.8", raising=False)
+    assert devices.backend("cuda", torch) == "CUDA 12.8"
+    assert [devices.backend(d, torch) for d in ("xpu:0", "mps", "cpu")] == ["XPU", "Metal", ""]
+    assert (resolve_dtype("auto", "xpu:0"), resolve_dtype("auto", "mps"), resolve_dtype("auto", "cpu")) == (torch.bfloat16, torch.float16, torch.float32)
+
+
+def control(device: str) -> LeverControl:
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64))
+    decoder = SimpleNamespace(device=device, split=False)
+    return LeverControl(EngineConfig(), lambda ev: None, Phases(lambda ev: None), decoder, model, dtype=torch.float16, n_layers=1, context_len=64)
+
+
+@pytest.mark.parametrize(
+    ("device", "version", "lever", "value", "said"),
+    [
+        ("mps", "2.7.1", "compile", True, "compile on mps: needs torch 2.8 or later (inductor's Metal backend); this torch is 2.7.1"),
+        ("mps", "2.13.0", "compile", True, None),
+        ("mps", "2.13.0", "quant", "int4", "int4 on mps: no int4 weight-only kernel for mps in torch or torchao; int8 runs (torchao's)"),
+        ("xpu:0", "2.13.0", "quant", "int4", "int4 on xpu:0: no int4 weight-only kernel for xpu in torch or torchao; int8 runs (torchao's)"),
+        ("xpu:0", "2.13.0", "quant", "int8", None),
+    ],
+)
+def test_a_lever_the_device_cannot_do_is_refused_with_the_reason(monkeypatch, device, version, lever, value, said):
+    monkeypatch.setattr(torch, "__version__", version)
+    assert control(device).check_lever(lever, value) == said  # the cache on, as compile needs
+    if (lever, value) == ("quant", "int4"):
+        assert lv.quant_impl(device, torch.float16)["int4"] == f"refused: {said.split(': ', 1)[1]}"
+
+
+def test_only_cuda_gets_cuda_graphs():
+    assert [devices.compile_mode(d) for d in ("cuda:0", "xpu:0", "mps", "cpu")] == ["reduce-overhead", "default", "default", "default"]

@@ -1,0 +1,102 @@
+"""The torch devices the engine runs on, and what each can do, in one place: `--device auto`'s
+choice (cuda, ROCm's included, then xpu, then mps, then cpu), the model line's backend, the sync and
+the memory calls per backend, and the table of levers a device cannot do, with the reason.
+
+ROCm's torch runs AMD GPUs as `cuda` (torch.version.hip tells them apart); Intel GPUs are `xpu`
+(torch ≥ 2.5), Apple's `mps`. Only CPU and (on a lent machine) CUDA run here: the others are held
+by tests with torch's backends patched (tests/engine/test_devices.py), and said so in docs/gpu.md."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+KINDS = ("cuda", "xpu", "mps", "cpu")  # --device auto's order
+MPS_COMPILE = (2, 8)  # torch.compile on MPS before this fails on most models (inductor's Metal backend)
+
+
+class DeviceError(Exception):
+    """A --device this machine's torch cannot run; the message is the one line the user sees."""
+
+
+def kind(device: str) -> str:
+    return device.split(":")[0]
+
+
+def count(torch: ModuleType, name: str) -> int:
+    """How many devices of a kind this torch sees (0 where its build has no such backend)."""
+    if name == "cuda":
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if name == "xpu":
+        xpu = getattr(torch, "xpu", None)
+        return xpu.device_count() if xpu is not None and xpu.is_available() else 0
+    if name == "mps":
+        return 1 if torch.backends.mps.is_available() else 0
+    return 1
+
+
+def resolve(device: str, torch: ModuleType) -> str:
+    if device == "auto":
+        found = next(name for name in KINDS if count(torch, name))
+        return found if found in ("cpu", "mps") else f"{found}:0"
+    name, _, index = device.partition(":")
+    if name not in KINDS or (index and not index.isdigit()) or (name in ("cpu", "mps") and index):
+        raise DeviceError(f"--device {device!r}: expected auto, cpu, cuda[:N], xpu[:N] or mps")
+    if name == "cpu":
+        return "cpu"
+    n = count(torch, name)
+    if not n:
+        what = {"cuda": "CUDA (or ROCm)", "xpu": "Intel XPU", "mps": "Apple MPS"}[name]
+        raise DeviceError(f"--device {device}: no {what} device is available here (torch {torch.__version__}); use --device cpu")
+    if name == "mps":
+        return "mps"
+    if int(index or 0) >= n:
+        raise DeviceError(f"--device {device}: only {n} {name.upper()} device(s) here")
+    return f"{name}:{int(index or 0)}"
+
+
+def backend(device: str, torch: ModuleType) -> str:
+    """As the model line names it: "ROCm 6.4", "CUDA 12.8", "XPU", "Metal"; "" on the CPU."""
+    name = kind(device)
+    if name == "cuda":
+        hip = getattr(torch.version, "hip", None)
+        return f"ROCm {'.'.join(hip.split('.')[:2])}" if hip else f"CUDA {torch.version.cuda}"
+    return {"xpu": "XPU", "mps": "Metal"}.get(name, "")
+
+
+def module(device: str, torch: ModuleType):
+    """torch.cuda, torch.xpu or torch.mps: each backend's own calls (sync, memory, caches)."""
+    return getattr(torch, kind(device))
+
+
+def synchronize(device: str, torch: ModuleType) -> None:
+    if kind(device) != "cpu":
+        module(device, torch).synchronize()
+
+
+def reset_peak(device: str, torch: ModuleType) -> None:
+    """The allocator's peak restarted for a run (MPS keeps none: its figures are current ones)."""
+    if kind(device) in ("cuda", "xpu"):
+        module(device, torch).reset_peak_memory_stats(device)
+
+
+def empty_cache(device: str, torch: ModuleType) -> None:
+    if kind(device) != "cpu":
+        module(device, torch).empty_cache()
+
+
+def compile_mode(device: str) -> str:
+    """CUDA graphs (one launch a step) where they exist: CUDA and ROCm's HIP graphs, as `cuda`."""
+    return "reduce-overhead" if kind(device) == "cuda" else "default"
+
+
+def refusal(device: str, lever: str, value, torch: ModuleType) -> str | None:
+    """Why this device cannot do a lever's value, or None: the one table of them (the reason
+    alone; the caller names the lever and the device)."""
+    name = kind(device)
+    if lever == "compile" and value and name == "mps":
+        have = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+        if have < MPS_COMPILE:
+            return f"needs torch {'.'.join(map(str, MPS_COMPILE))} or later (inductor's Metal backend); this torch is {torch.__version__}"
+    if lever == "quant" and value == "int4" and name in ("xpu", "mps"):
+        return f"no int4 weight-only kernel for {name} in torch or torchao; int8 runs (torchao's)"
+    return None
