@@ -98,3 +98,20 @@ def test_the_machines_reader_is_intels_where_only_intel_is_found_and_names_every
     assert isinstance(gpu_reader(root=BMG), IntelSysfsReader)
     none = gpu_reader(root=tmp_path)
     assert not none.ok and none.reason.startswith("n/a: ") and "AMD GPU" in none.reason and "no Intel GPU" in none.reason
+
+
+def test_joules_per_token_from_the_hwmon_energy_counter_as_from_nvmls(tmp_path):
+    from monitors.events import Step
+    from monitors.sampler import Sampler, to_event
+    from tui_app.core import readings
+    from tui_app.core.session import Session
+
+    tree = copy(BMG, tmp_path)
+    sampler, session = Sampler(gpu=IntelSysfsReader(tree)), Session()
+    session.feed(to_event(sampler.sample_once()))
+    zero = {"forward_ns": 0, "kv_bytes": 0, "kv_alloc_bytes": 0, "seq_len": 0}
+    session.feed(Step(run_id=1, step=1, kind="decode", token_ids=[], text="x", n_tokens=40, t_ns=1, dt_ns=1, **zero))
+    (tree / "sys/class/drm/card1/device/hwmon/hwmon5/energy1_input").write_text(str(98765432100 + 12_000_000))  # 12 J
+    session.feed(to_event(sampler.sample_once()))
+    assert readings.joules_per_token(session) == pytest.approx(12 / 40)
+    sampler.stop()

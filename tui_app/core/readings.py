@@ -30,7 +30,8 @@ def read_rate(session) -> tuple[float, float] | None:
 
 def joules_per_token(session) -> float | None:
     """This machine's GPUs' energy per generated token over the session's last energy readings:
-    Δ NVML energy counter (every GPU) ÷ Δ tokens tokentop saw generated. A server's GPU also
+    Δ the GPUs' energy counters (NVML's; hwmon's energy1_input on AMD and Intel; macmon's power
+    summed on a Mac) ÷ Δ tokens tokentop saw generated. A server's GPU also
     spends energy on requests that are not tokentop's. None without the counter or tokens."""
     if len(session.energy) < 2:
         return None

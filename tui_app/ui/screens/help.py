@@ -63,8 +63,8 @@ weights: a speedup that breaks the model shows there.
 down and since when, KV usage, running, waiting, tok/s, TTFT and ITL p50/p99 over the window,
 preemptions, prefix hits — and the fleet's row, its quantiles from every replica's summed
 histogram buckets; a replica down, KV ≥ 95 %, waiting while others idle or a p99 far from the
-fleet's is coloured and listed first. `utilization` adds J/token from NVML's energy counter on a
-local GPU; the fleet pane from a DCGM exporter, where Prometheus scrapes one. With `--watch`
+fleet's is coloured and listed first. `utilization` adds J/token from the energy counter of a local GPU
+(NVML's; hwmon's on AMD and Intel; macmon's on a Mac); the fleet pane from a DCGM exporter, where Prometheus scrapes one. With `--watch`
 tokentop sends no request of its own; without it, its runs are load on the server.
 
 **Files.** The session is recorded to the recordings folder (`$TOKENTOP_DATA/recordings`); exports

@@ -49,7 +49,7 @@ class UtilChart(Chart):
         else:
             gpu = [((f"GPU: {last.gpu_reason or 'n/a'}", "GPU: n/a"), 3)]
         jpt = readings.joules_per_token(s)
-        if jpt is not None:  # NVML's energy counter ÷ the tokens generated meanwhile
+        if jpt is not None:  # the GPUs' energy counters ÷ the tokens generated meanwhile
             gpu.append(((f"{jpt:.2f} J/token", f"{jpt:.1f} J/tok"), 2))
         read = readings.read_rate(s)
         bw = [] if read is None else [((f"mem bw {read[1]:.2f} of {s.bandwidth.read_bps / 1e9:.1f} GB/s", f"mem bw {read[1]:.2f}"), 2)]
