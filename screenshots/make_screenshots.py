@@ -43,6 +43,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from moe_shot import shoot_experts  # noqa: E402
 from shots import to_png, until  # noqa: E402
+from vendor_shot import shoot_amd  # noqa: E402
 
 from monitors.events import Levers  # noqa: E402
 from monitors.record import Recorder  # noqa: E402
@@ -401,6 +402,7 @@ ALONE = {
     "colours": lambda: pictures([shoot_colours((160, 45)), shoot_colours((160, 45), spec="draft"), shoot_colours((160, 45), "confidence")]),
     "ledger": lambda: pictures([shoot_ledger((160, 45))]),
     "experts": lambda: pictures([shoot_experts(size) for size in SIZES]),
+    "mi300x": lambda: pictures([shoot_amd((160, 45))]),
     "batch": lambda: pictures([shoot_batch((160, 45))]),
     "script": lambda: pictures([shoot_script((160, 45))]),
     "fleet": lambda: pictures([shoot_fleet((160, 45))]),
