@@ -70,13 +70,13 @@ def _client(f: dict[str, str]) -> Client:
     return c
 
 
-def clients(root: Path, pids: Iterable[int], driver: str | None = None) -> dict[tuple[str, str, str], Client]:
-    """The processes' DRM clients (of `driver` alone where given), each once, by (driver, pdev, client id)."""
+def clients(root: Path, pids: Iterable[int]) -> dict[tuple[str, str, str], Client]:
+    """The processes' DRM clients, each once, by (driver, pdev, client id)."""
     out: dict[tuple[str, str, str], Client] = {}
     for pid in pids:
         for info in sorted((root / "proc" / str(pid) / "fdinfo").glob("*")):
             f = _fields(info)
-            if "drm-driver" not in f or (driver is not None and f["drm-driver"] != driver):
+            if "drm-driver" not in f:
                 continue
             out[(f["drm-driver"], f.get("drm-pdev", ""), f.get("drm-client-id", f"{pid}/{info.name}"))] = _client(f)
     return out

@@ -19,9 +19,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from monitors import drm_fdinfo
 from monitors.gpu import GpuReading, GpuSample
-from monitors.sysfs import Fields, cards, pdev, read_text
+from monitors.sysfs import DrmReader, Fields, cards, read_text
 
 AMD_VENDOR = "0x1002"
 SOURCES = {
@@ -57,15 +56,16 @@ def _temperature(f: Fields) -> float | None:
     return None
 
 
-class AmdSysfsReader:
+class AmdSysfsReader(DrmReader):
     """The same interface as NvmlReader: read(pids) -> GpuReading, process_memory(pids), close()."""
 
     name, sources, not_reported = "amdgpu sysfs", SOURCES, NOT_REPORTED
     rises = ("proc_busy_pct",)  # figures that are a counter's rise between two readings
 
+    drivers = ("amdgpu",)
+
     def __init__(self, root: str | Path = "/", clock=time.monotonic_ns):
-        self.root = Path(root)
-        self.busy = drm_fdinfo.Busy(clock)
+        super().__init__(root, clock)
         self.devices = cards(self.root, AMD_VENDOR)
         self.ok = bool(self.devices)
         self.reason = "" if self.ok else f"n/a: no AMD GPU under {self.root / 'sys' / 'class' / 'drm'} (amdgpu's sysfs)"
@@ -73,8 +73,7 @@ class AmdSysfsReader:
     def read(self, pids: set[int] | frozenset[int] = frozenset()) -> GpuReading:
         if not self.ok:
             return GpuReading(False, self.reason)
-        found = drm_fdinfo.clients(self.root, pids, "amdgpu")
-        held, busy = drm_fdinfo.device_memory(found), self.busy.read(found)
+        own = self.own(pids)
         gpus = []
         for i, device in enumerate(self.devices):
             f = Fields(device)
@@ -91,17 +90,5 @@ class AmdSysfsReader:
             s.temp_c = _temperature(f)
             energy = f.hwmon("energy1_input")
             s.energy_mj = round(uj / 1000) if energy and (uj := f.number(energy)) is not None else None
-            bus = pdev(device)
-            s.proc_mem = held.get(bus, 0) if pids else None
-            s.proc_busy_pct = busy.get(bus) if pids else None
-            s.reason = f.reason
-            gpus.append(s)
+            gpus.append(self.finish(s, f, own, pids))
         return GpuReading(True, "", gpus)
-
-    def process_memory(self, pids: set[int] | frozenset[int]) -> int | None:
-        if not self.ok:
-            return None
-        return sum(drm_fdinfo.device_memory(drm_fdinfo.clients(self.root, pids, "amdgpu")).values())
-
-    def close(self) -> None:
-        pass

@@ -17,9 +17,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from monitors import drm_fdinfo
 from monitors.gpu import GpuReading, GpuSample
-from monitors.sysfs import Fields, cards, pdev, read_text, uevent
+from monitors.sysfs import DrmReader, Fields, cards, read_text, uevent
 
 INTEL_VENDOR = "0x8086"
 DRIVERS = ("i915", "xe")
@@ -47,25 +46,23 @@ def _clock_file(device: Path, driver: str) -> Path | None:
     return found[0] if found else None
 
 
-class IntelSysfsReader:
+class IntelSysfsReader(DrmReader):
     """The same interface as NvmlReader: read(pids) -> GpuReading, process_memory(pids), close()."""
 
     name, sources, not_reported = "i915/xe sysfs", SOURCES, NOT_REPORTED
     rises = ("power_w", "proc_busy_pct")  # figures that are a counter's rise between two readings
 
+    drivers = DRIVERS
+
     def __init__(self, root: str | Path = "/", clock=time.monotonic_ns):
-        self.root = Path(root)
+        super().__init__(root, clock)
         self.clock = clock
-        self.busy = drm_fdinfo.Busy(clock)
         self.devices = [(d, uevent(d).get("DRIVER", "")) for d in cards(self.root, INTEL_VENDOR)]
         self.devices = [(d, driver) for d, driver in self.devices if driver in DRIVERS]
         self.clocks = {d: _clock_file(d, driver) for d, driver in self.devices}  # found once: a vanished gt0 is n/a, not gt1's
         self.energy: dict[Path, tuple[float, int]] = {}  # the last reading: (µJ, at ns)
         self.ok = bool(self.devices)
         self.reason = "" if self.ok else f"n/a: no Intel GPU under {self.root / 'sys' / 'class' / 'drm'} (i915's or xe's sysfs)"
-
-    def _found(self, pids) -> dict[tuple[str, str, str], drm_fdinfo.Client]:
-        return {k: c for k, c in drm_fdinfo.clients(self.root, pids).items() if c.driver in DRIVERS}
 
     def _power(self, f: Fields, s: GpuSample) -> None:
         """energy_mj from the counter; power_w over the time since the last reading (none at the first)."""
@@ -83,8 +80,7 @@ class IntelSysfsReader:
     def read(self, pids: set[int] | frozenset[int] = frozenset()) -> GpuReading:
         if not self.ok:
             return GpuReading(False, self.reason)
-        found = self._found(pids)
-        held, busy = drm_fdinfo.device_memory(found), self.busy.read(found)
+        own = self.own(pids)
         gpus = []
         for i, (device, driver) in enumerate(self.devices):
             f = Fields(device)
@@ -96,15 +92,5 @@ class IntelSysfsReader:
             temps = f.labelled("temp")
             hottest = temps.get("pkg") or next(iter(temps.values()), None)
             s.temp_c = f.number(hottest, 1e-3) if hottest else None
-            bus = pdev(device)
-            s.proc_mem = held.get(bus, 0) if pids else None
-            s.proc_busy_pct = busy.get(bus) if pids else None
-            s.reason = f.reason
-            gpus.append(s)
+            gpus.append(self.finish(s, f, own, pids))
         return GpuReading(True, "", gpus)
-
-    def process_memory(self, pids: set[int] | frozenset[int]) -> int | None:
-        return sum(drm_fdinfo.device_memory(self._found(pids)).values()) if self.ok else None
-
-    def close(self) -> None:
-        pass

@@ -5,7 +5,11 @@ vanishes (a GPU reset, a hot unplug) or reads garbled is None, its reason kept."
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+
+from monitors import drm_fdinfo
+from monitors.gpu import GpuSample
 
 
 def read_text(path: Path) -> str | None:
@@ -66,3 +70,38 @@ class Fields:
             for inp in sorted(folder.glob(f"{prefix}*_input")):
                 out[read_text(inp.with_name(inp.name.replace("_input", "_label"))) or inp.name] = inp
         return out
+
+
+class DrmReader:
+    """What the sysfs readers share: the watched processes' own memory and busy share on each card,
+    from their DRM fdinfo (monitors/drm_fdinfo.py), matched to the card by its PCI address."""
+
+    drivers: tuple[str, ...] = ()
+    ok = False
+
+    def __init__(self, root: str | Path = "/", clock=time.monotonic_ns):
+        self.root = Path(root)
+        self.busy = drm_fdinfo.Busy(clock)
+
+    def found(self, pids) -> dict[tuple[str, str, str], drm_fdinfo.Client]:
+        return {k: c for k, c in drm_fdinfo.clients(self.root, pids).items() if c.driver in self.drivers}
+
+    def own(self, pids) -> tuple[dict[str, int], dict[str, float]]:
+        """(device memory, busy %) the processes hold, by PCI address: once a reading."""
+        found = self.found(pids)
+        return drm_fdinfo.device_memory(found), self.busy.read(found)
+
+    @staticmethod
+    def finish(s: GpuSample, f: Fields, own: tuple[dict[str, int], dict[str, float]], pids) -> GpuSample:
+        """The sample's per-process figures (None with no process watched) and its reason."""
+        bus = pdev(f.device)
+        s.proc_mem = own[0].get(bus, 0) if pids else None
+        s.proc_busy_pct = own[1].get(bus) if pids else None
+        s.reason = f.reason
+        return s
+
+    def process_memory(self, pids: set[int] | frozenset[int]) -> int | None:
+        return sum(drm_fdinfo.device_memory(self.found(pids)).values()) if self.ok else None
+
+    def close(self) -> None:
+        pass
