@@ -51,6 +51,8 @@ COLUMNS = (
     Column("ppl", lambda r: fmt.num(r.finished.perplexity, 2) if r.finished else "", 5),
     Column("wall", lambda r: r.roofline.short() if r.roofline else "", 6, left=True),
     Column("GPU slowed", lambda r: f"{r.slowed_s:.1f} s" if r.slowed_s else "", 6),
+    Column("J/token", lambda r: fmt.num(r.j_per_token, 3), 4),
+    Column("tok/s/W", lambda r: fmt.num(1 / r.j_per_token, 2) if r.j_per_token else "", 6),
     Column("vs plain greedy", lambda r: r.note, 2, left=True),
 )
 # A server's runs: no perplexity, no plain greedy of our own to compare with, no KV cache measured
@@ -67,11 +69,14 @@ GAP = 2
 def columns_for(rows: list[Row]) -> tuple[Column, ...]:
     """A server's runs' columns where any row is a server's, else the engine's; the roofline's wall
     only where a run was profiled (p, --profile-steps), the GPU's slowed time where a run had any,
+    the energy a token (and tokens a second a watt, its inverse) where a GPU counts energy,
     the time to the first answer token and the thinking where a run had phases besides the answer."""
     phased = any(fmt.phased(r.stats) for r in rows)
     unused = {
         "wall": not any(r.roofline for r in rows),
         "GPU slowed": not any(r.slowed_s for r in rows),
+        "J/token": not any(r.j_per_token for r in rows),
+        "tok/s/W": not any(r.j_per_token for r in rows),
         "TTFA ms": not phased,
         "think": not phased,
     }

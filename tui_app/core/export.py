@@ -45,6 +45,8 @@ def row_figures(row: Row) -> dict:
         "output": f.diff_note if f else row.note,
         "roofline": row.roofline.text if row.roofline else None,
         "gpu_slowed_s": row.slowed_s,
+        "gpu_energy_j": row.energy_j,
+        "j_per_token": row.j_per_token,
         "expert_counts": f.expert_counts if f else None,
     }
 

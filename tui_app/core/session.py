@@ -92,6 +92,7 @@ class Row:
     end_levers: Levers | None = None  # a run's levers at its end, where a switch changed them
     roofline: Roofline | None = None  # the verdict of the anatomy taken in the run, if one was
     slowed_s: float = 0.0  # seconds of the run its GPUs' clocks were held down (power cap, thermal, ...)
+    energy_j: float | None = None  # the GPUs' energy counters' rise over the run's span, power taken as even between samples
     cache_note: str = ""  # RunStarted's: why a watched script's run has no KV cache
 
     @property
@@ -106,6 +107,12 @@ class Row:
         if self.end_levers is None or self.end_levers == self.stats.levers:
             return start
         return f"{start}→{self.end_levers.label()}"
+
+    @property
+    def j_per_token(self) -> float | None:
+        """The run's GPU energy over its generated tokens (every row of a batch's): None without a counter."""
+        n = self.stats.seq_tokens or self.stats.n_tokens
+        return self.energy_j / n if self.energy_j and n else None
 
 
 @dataclass
@@ -133,6 +140,7 @@ class Session:
     anatomies: dict = field(default_factory=dict)  # lever mix's label → its last Anatomy, the last ANATOMIES mixes
     run_rooflines: dict = field(default_factory=dict)  # run id → the roofline verdict of the anatomy taken in it, at its end
     run_slowed: dict = field(default_factory=dict)  # run id → seconds its GPUs' clocks were held down (NVML's clock events)
+    run_energy: dict = field(default_factory=dict)  # run id → J its GPUs' energy counters rose between its samples
     allocator_history: AllocatorHistory | None = None  # the H key's window: recording, or where it was saved
     bandwidth: Bandwidth | None = None  # the current weights' bytes and the measured rate of reading them
     experts: LoadBook = field(default_factory=LoadBook)  # an MoE's routing: the run's counts and its recent loads
@@ -188,6 +196,8 @@ class Session:
             mj = [g.get("energy_mj") for g in ev.gpus or ()]
             if mj and None not in mj:
                 self.energy.append((ev.t_ns, sum(mj), self.token_count))
+                if len(self.energy) > 1 and self.current is not None:
+                    self._run_energy(self.current)
             now = read_rate(self) if self.reads and ev.t_ns - self.reads[-1][2] < READ_FRESH_NS else None
             self.mem_read.append(now[1] if now else None)
         elif isinstance(ev, ServerSample):
@@ -396,6 +406,16 @@ class Session:
         latest = next((x for x in reversed(self.server) if not x.error), None)
         self.markers.append(Marker(self.token_count, ev.t_ns, stall_note(per_token_s, latest)))
 
+    def _run_energy(self, rec) -> None:
+        """The counters' rise since the last sample, its share that overlaps the run (the power taken
+        as even between two samples): a run's first and last quarter second are its own, not the idle's."""
+        (t0, e0, _), (t1, e1, _) = self.energy[-2], self.energy[-1]
+        end = rec.finished.t_ns if rec.finished is not None else t1
+        overlap = min(t1, end) - max(t0, rec.started.t_ns)
+        if overlap > 0 and t1 > t0:
+            rid = rec.started.run_id
+            self.run_energy[rid] = self.run_energy.get(rid, 0.0) + max(0, e1 - e0) / 1000 * overlap / (t1 - t0)
+
     def active_server(self) -> dict | None:
         """The attached server runs go to now (its EngineReady.server), or None for the engine."""
         ready = self.servers.get(self.levers.server, self.ready)
@@ -407,7 +427,8 @@ class Session:
             rec = self.timer.runs[rid]
             note = end_note(rec.finished) if rec.finished else self.died.get(rid, "running")
             roofline, slowed = self.run_rooflines.get(rid), self.run_slowed.get(rid, 0.0)
-            out.append(Row(rid, None, rec.total, rec.finished, note, rec.segments[-1].levers, roofline, slowed, rec.started.cache_note))
+            energy = self.run_energy.get(rid)
+            out.append(Row(rid, None, rec.total, rec.finished, note, rec.segments[-1].levers, roofline, slowed, energy, rec.started.cache_note))
             if len(rec.segments) > 1:
                 out.extend(Row(rid, i, seg, None) for i, seg in enumerate(rec.segments) if seg.n_tokens)
         return out
@@ -417,6 +438,6 @@ class Session:
         per-token detail, which a run of many streams has much more of."""
         self.timer.trim(keep_runs, keep_values)
         shown = {ev.run_id for ev in self.anatomies.values()}  # the anatomy screen's verdicts stay
-        for book in (self.run_rooflines, self.run_slowed):
+        for book in (self.run_rooflines, self.run_slowed, self.run_energy):
             for rid in [r for r in book if r not in self.timer.runs and r not in shown]:
                 del book[rid]
