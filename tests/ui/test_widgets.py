@@ -400,3 +400,39 @@ async def test_kv_pane_shows_a_batch_of_distinct_prompts_its_pace_rows_and_paddi
     paged = (16 + 16 + 16) * per  # each row's own tokens in whole 16-token blocks
     assert f"{nbytes(39 * per)} held, {padding:.0%} padding; paged: {nbytes(paged)}" in lines
     assert f"{nbytes(33 * per)} measured = {nbytes(33 * per)} formula" in str(chart.border_subtitle)
+
+
+async def test_an_intel_gpu_shows_the_engines_own_share_clock_and_power_where_its_busy_share_is_not_read(tmp_path):
+    """i915 and xe write no device busy %: the pane shows the engine's own share (its fdinfo), the
+    clock and the power from the energy counter, on the Battlemage fixture with its counters rising."""
+    import shutil
+    from pathlib import Path
+
+    from monitors.gpu_intel import IntelSysfsReader
+    from monitors.sampler import Sampler, to_event
+    from tui_app.core.session import Session
+    from tui_app.ui.widgets.util_chart import UtilChart
+
+    tree = tmp_path / "bmg_xe"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "bmg_xe", tree)
+    (tree / "proc" / str(os.getpid())).symlink_to(tree / "proc" / "4242")  # the sampler watches this process
+    now = [10**12]
+    sampler, session = Sampler(gpu=IntelSysfsReader(tree, clock=lambda: now[0])), Session()
+    session.feed(to_event(sampler.sample_once()))
+    fdinfo, energy = tree / "proc" / "4242" / "fdinfo" / "9", tree / "sys/class/drm/card1/device/hwmon/hwmon5/energy1_input"
+    text = fdinfo.read_text().replace("drm-cycles-ccs:\t5104122150", "drm-cycles-ccs:\t9104122150")
+    fdinfo.write_text(text.replace("drm-total-cycles-ccs:\t7655183225", "drm-total-cycles-ccs:\t9655183225"))  # 4 of 4 engines' cycles in 2: 50 %
+    energy.write_text(str(98765432100 + 60_000_000))  # 60 J in 0.5 s
+    now[0] += 500_000_000
+    session.feed(to_event(sampler.sample_once()))
+    sampler.stop()
+    util = UtilChart(session)
+
+    class One(App):
+        def compose(self):
+            yield util
+
+    async with One().run_test(size=(160, 30)) as pilot:
+        await pilot.pause()
+        util.redraw(force=True)
+        assert "GPU engine 50% 2850 MHz 120 W" in str(util.border_subtitle), util.border_subtitle

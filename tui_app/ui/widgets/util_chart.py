@@ -68,14 +68,16 @@ def _gpu_util(g: dict, count: int) -> tuple[tuple[str, ...], int]:
     """One GPU of the machine: SM %, SM clock and power, shorter variants where room is short;
     the first GPU before the others."""
     name = f"GPU{g['index']}" if count > 1 else "GPU"
-    if g["sm_util"] is None:
+    own = g.get("proc_busy_pct")  # the engine's own share, from fdinfo (AMD, Intel; absent from older recordings)
+    if g["sm_util"] is None and own is None and g["sm_clock_mhz"] is None and g["power_w"] is None:
         return (gpu_unread(name, g["reason"]), f"{name} n/a"), 3
     clock = f" {g['sm_clock_mhz']} MHz" if g["sm_clock_mhz"] is not None else ""
     power = f" {g['power_w']:.0f} W" if g["power_w"] is not None else ""
     # GPM's figures and the clock events, where the GPU has them (absent from older recordings)
     gpm = "".join(f" {label} {g[key]:.0f}%" for key, label in GPM_LABELS if g.get(key) is not None)
     slowed = f" slowed: {', '.join(g['slowed'])}" if g.get("slowed") else ""
-    busy = f"{name} {g['sm_util']:.0f}%"
+    # Where the device's share is not read (i915, xe: their PMU's), the engine's own stands, named
+    busy = f"{name} {g['sm_util']:.0f}%" if g["sm_util"] is not None else f"{name} engine {own:.0f}%" if own is not None else name
     held = " slowed" if slowed else ""
     # Narrower, GPM's figures go first (DRAM % is charted), then the word that clocks are held down
     # (the clock shows it), and last the clock and power.
