@@ -64,3 +64,21 @@ def test_the_samplers_event_takes_the_amd_figures_as_nvmls():
     ev = to_event(Sample(1, {}, SystemSample(cpu_percent=1.0, mem_used=1, mem_total=2, mem_available=1, swap_used=0, per_core=[1.0]), reading))
     assert (ev.gpu_sm, ev.gpu_mem_used, ev.gpu_power_w, ev.gpu_sm_clock_mhz) == (87.0, 61203283968, 612.0, 1420)
     assert ev.gpu_proc_mem == 56 * 2**30 and ev.gpu_reason == ""
+
+
+def test_the_engines_card_is_found_by_its_pci_address_whatever_hip_numbers_it(tmp_path):
+    """Two MI300X; the process holds VRAM on the second alone (its fdinfo's drm-pdev). The figures
+    follow that card, by PCI address: HIP_VISIBLE_DEVICES may call it device 0, and amdsmi orders
+    devices otherwise, neither of which the probe reads."""
+    tree = tmp_path / "two"
+    shutil.copytree(MI300X, tree)
+    second = tree / "sys/class/drm/card2/device"
+    shutil.copytree(tree / DEVICE, second)
+    (second / "uevent").write_text((second / "uevent").read_text().replace("0000:0c:00.0", "0000:1c:00.0"))
+    (second / "gpu_busy_percent").write_text("13\n")
+    for info in (tree / "proc/4242/fdinfo").glob("*"):
+        info.write_text(info.read_text().replace("0000:0c:00.0", "0000:1c:00.0"))
+    reading = AmdSysfsReader(tree).read({4242})
+    assert [g.proc_mem for g in reading.gpus] == [0, 58720256 * 1024]
+    ev = to_event(Sample(1, {}, SystemSample(cpu_percent=1.0, mem_used=1, mem_total=2, mem_available=1, swap_used=0, per_core=[1.0]), reading))
+    assert ev.gpu_sm == 13.0 and ev.gpu_proc_mem == 56 * 2**30
