@@ -109,7 +109,7 @@ class Busy:
                 before = self.last.get((key, engine))
                 if before is None or at <= before[1] or value < before[0]:  # new, or the counter restarted
                     continue
-                share = 100 * (value - before[0]) / (at - before[1]) / c.capacity.get(engine, 1)
+                share = 100 * (value - before[0]) / (at - before[1]) / max(1, c.capacity.get(engine, 1))
                 busy[(c.pdev, engine)] = busy.get((c.pdev, engine), 0.0) + share
         self.last = seen
         out: dict[str, float] = {}

@@ -154,8 +154,10 @@ class AppleReader:
             s.mem_used = int(used) if isinstance(used, int) else None
             if line is not None and i == 0:  # macmon speaks of the one GPU a Mac has
                 s.power_w, s.energy_mj = float(line["gpu_power"]), round(energy_j * 1000)
-                usage, temp = line.get("gpu_usage") or [None], (line.get("temp") or {}).get("gpu_temp_avg")
-                s.sm_clock_mhz = round(usage[0]) if isinstance(usage[0], int | float) else None
+                usage, temp = line.get("gpu_usage"), line.get("temp")
+                mhz = usage[0] if isinstance(usage, list) and usage else None
+                temp = temp.get("gpu_temp_avg") if isinstance(temp, dict) else None
+                s.sm_clock_mhz = round(mhz) if isinstance(mhz, int | float) else None
                 s.temp_c = float(temp) if isinstance(temp, int | float) else None
             s.reason = macmon_why
             gpus.append(s)

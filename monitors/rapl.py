@@ -44,8 +44,9 @@ class RaplReader:
             uj = seen[zone] = int(text)
             total_uj += uj
             if zone in self.last:
-                span = int(read_text(zone / "max_energy_range_uj") or 0)
-                rise_uj += uj - self.last[zone] if uj >= self.last[zone] else uj + span - self.last[zone]  # one wrap between readings
+                span_text = read_text(zone / "max_energy_range_uj") or ""
+                span = int(span_text) if span_text.isdigit() else 0  # unknown: a wrap reads as no rise
+                rise_uj += uj - self.last[zone] if uj >= self.last[zone] else max(0, uj + span - self.last[zone])  # one wrap between readings
         power = rise_uj * 1e-6 / ((now - self.at) * 1e-9) if self.at is not None and now > self.at and seen.keys() == self.last.keys() else None
         self.last, self.at = seen, now
         return RaplReading(total_uj * 1e-6, power, len(self.zones))

@@ -94,6 +94,8 @@ def test_bad_input_is_one_line(capsys, tmp_path):
     assert main(["probe", "--dump", str(tmp_path / "full")]) == 2
     assert "not empty; name a new folder" in capsys.readouterr().err
     assert (tmp_path / "full" / "x").read_text() == "mine"
+    assert main(["probe", "--dump", str(tmp_path / "full" / "x")]) == 2
+    assert "a file; name a new folder" in capsys.readouterr().err
 
 
 def test_a_reader_that_stops_early_gets_no_traceback():

@@ -40,8 +40,8 @@ def main(opts: Options) -> int:
     pids = frozenset(opts.pid)
     if opts.dump:
         out = Path(opts.dump)
-        if out.exists() and any(out.iterdir()):
-            print(f"tokentop: --dump {opts.dump}: not empty; name a new folder", file=sys.stderr)
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            print(f"tokentop: --dump {opts.dump}: {'not empty' if out.is_dir() else 'a file'}; name a new folder", file=sys.stderr)
             return EXIT_USAGE
         try:
             n = probe.dump(opts.root, out, pids)
