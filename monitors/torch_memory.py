@@ -12,13 +12,18 @@ TROUBLE = {"num_alloc_retries": "alloc retries", "num_ooms": "OOMs", "num_sync_a
 
 def read_torch_memory(device: str, more: tuple[str, ...] = ()) -> TorchMemory | None:
     """The caching allocator's figures on CUDA (ROCm's included) and XPU, whose torch modules share
-    these calls; None on CPU, where torch has no such allocator beyond RSS, and on MPS, which keeps
-    no peak (its memory is the unified memory's: the Apple probe's "In use system memory").
+    these calls, and on MPS its own two (tensors allocated, and the Metal driver's whole allocation
+    as reserved; MPS keeps no peak, so this reading's allocation stands for it: the engine keeps
+    the highest of a run's readings). None on CPU, where torch has no such allocator beyond RSS.
     `more`: the other GPUs of a model placed over several (--device-map), summed in."""
     kind = device.split(":")[0]
-    if kind not in ("cuda", "xpu"):
+    if kind not in ("cuda", "xpu", "mps"):
         return None
     import torch
+
+    if kind == "mps":
+        now = int(torch.mps.current_allocated_memory())
+        return TorchMemory(device="mps", allocated=now, reserved=int(torch.mps.driver_allocated_memory()), peak=now)
 
     backend = getattr(torch, kind)
     devices = (device, *(d for d in more if d != device))

@@ -38,14 +38,15 @@ def _gpu_reader():
 
 class MemoryWatch:
     """A run's peak RSS (the kernel's high-water mark, restarted here: monitors.system.PeakRss), and
-    on CUDA and XPU torch's memory, emitted at 4 Hz, and the device memory the run left."""
+    on CUDA, XPU and MPS torch's memory, emitted at 4 Hz, and the device memory the run left."""
 
     def __init__(self, device: str, emit, gpus: tuple[str, ...] = ()):
         self.device, self.emit, self.gpus = device, emit, gpus
-        self.allocator = device.startswith(("cuda", "xpu"))  # the caching allocators torch_memory reads
+        self.allocator = device.startswith(("cuda", "xpu", "mps"))  # the allocators torch_memory reads
         self._peak = PeakRss()
         self._peak.reset()
         self.last_mem = 0
+        self.highest = 0  # the run's highest allocation read: MPS's peak, which torch does not keep
 
     @property
     def peak_rss(self) -> int:
@@ -56,14 +57,15 @@ class MemoryWatch:
             self.last_mem = now
             mem = read_torch_memory(self.device, self.gpus)
             if mem:
+                self.highest = max(self.highest, mem.peak)
                 self.emit(mem)
 
     def after_run(self) -> tuple[int | None, int | None, int | None, int | None]:
-        """(torch's peak, allocated, reserved, NVML's count of this process) once the run ended; Nones off CUDA."""
+        """(torch's peak, allocated, reserved, NVML's count of this process) once the run ended; Nones on the CPU."""
         mem = read_torch_memory(self.device, self.gpus)
         if mem is None:
             return None, None, None, None
-        return mem.peak, mem.allocated, mem.reserved, _gpu_reader().process_memory({os.getpid()})
+        return max(mem.peak, self.highest), mem.allocated, mem.reserved, _gpu_reader().process_memory({os.getpid()})
 
 
 def history_refusal(device: str) -> str | None:
