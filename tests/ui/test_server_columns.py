@@ -46,7 +46,7 @@ async def test_a_cached_prompt_reads_its_tokens_and_the_cached_share(llama_serve
 def test_engine_runs_keep_the_engine_columns():
     from tests.helpers.synthetic import session_events
 
-    # The roofline's wall, only where a run was profiled, the GPU's slowed time, and a reasoning
-    # model's TTFA and thinking: none here.
-    hidden = ("wall", "GPU slowed", "TTFA ms", "think")
+    # The roofline's wall, only where a run was profiled, the GPU's slowed time and energy, and a
+    # reasoning model's TTFA and thinking: none here.
+    hidden = ("wall", "GPU slowed", "J/token", "tok/s/W", "TTFA ms", "think")
     assert columns_for(Session.from_events(session_events(runs=1)).rows()) == tuple(c for c in COLUMNS if c.title not in hidden)

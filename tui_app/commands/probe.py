@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from monitors import probe
-from tui_app.core.options import EXIT_USAGE
+from tui_app.core.options import EXIT_USAGE, bounded
 
 PARSER = {"help": "what the GPU probes and the CPU's energy counter read here, with units and sources"}
+PID = bounded(int, 1, why="a process id")
+INTERVAL = bounded(float, 0, 10, why="seconds between the two readings")
 
 
 @dataclass(kw_only=True)
@@ -27,10 +29,10 @@ class Options:
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", default="/", metavar="DIR", help="read a folder laid out as the system (one --dump wrote) instead of this machine")
-    p.add_argument("--pid", type=int, action="append", default=[], help="a process whose own GPU memory and busy share to read (fdinfo); repeatable")
+    p.add_argument("--pid", type=PID, action="append", default=[], help="a process whose own GPU memory and busy share to read (fdinfo); repeatable")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text", help="json: every field in SI units (B, W, Hz, %%, J, °C)")
     p.add_argument("--dump", default=None, metavar="DIR", help="also copy the files the probes read into DIR, laid out as the system")
-    p.add_argument("--interval", type=float, default=0.5, help="seconds between the two readings that power and busy shares need")
+    p.add_argument("--interval", type=INTERVAL, default=0.5, help="seconds between the two readings that power and busy shares need")
 
 
 def main(opts: Options) -> int:
@@ -49,6 +51,6 @@ def main(opts: Options) -> int:
             print(f"tokentop: --dump {opts.dump}: cannot write it ({exc.strerror})", file=sys.stderr)
             return EXIT_USAGE
         print(f"tokentop: {n} files the probes read, under {out}; `tokentop probe --root {out}` reads them back", file=sys.stderr)
-    report = probe.probe(opts.root, pids, max(0.0, opts.interval))
+    report = probe.probe(opts.root, pids, opts.interval)
     print(json.dumps(report, indent=2) if opts.output == "json" else probe.text(report))
     return 0
