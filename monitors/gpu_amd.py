@@ -67,7 +67,8 @@ class AmdSysfsReader(DrmReader):
     def __init__(self, root: str | Path = "/", clock=time.monotonic_ns):
         super().__init__(root, clock)
         self.devices = cards(self.root, AMD_VENDOR)
-        self.ok = bool(self.devices)
+        self.found_cards(self.devices)
+        self.names = {d: read_text(d / "product_name") or f"AMD GPU ({d.parent.name})" for d in self.devices}
         self.reason = "" if self.ok else f"n/a: no AMD GPU under {self.root / 'sys' / 'class' / 'drm'} (amdgpu's sysfs)"
 
     def read(self, pids: set[int] | frozenset[int] = frozenset()) -> GpuReading:
@@ -77,7 +78,7 @@ class AmdSysfsReader(DrmReader):
         gpus = []
         for i, device in enumerate(self.devices):
             f = Fields(device)
-            s = GpuSample(i, name=read_text(device / "product_name") or f"AMD GPU ({device.parent.name})")
+            s = GpuSample(i, name=self.names[device])
             s.sm_util = f.number(device / "gpu_busy_percent")
             s.mem_util = f.number(device / "mem_busy_percent") if (device / "mem_busy_percent").exists() else None
             used, total = f.number(device / "mem_info_vram_used"), f.number(device / "mem_info_vram_total")

@@ -56,12 +56,13 @@ class IntelSysfsReader(DrmReader):
 
     def __init__(self, root: str | Path = "/", clock=time.monotonic_ns):
         super().__init__(root, clock)
-        self.clock = clock
-        self.devices = [(d, uevent(d).get("DRIVER", "")) for d in cards(self.root, INTEL_VENDOR)]
-        self.devices = [(d, driver) for d, driver in self.devices if driver in DRIVERS]
+        found = [(d, uevent(d)) for d in cards(self.root, INTEL_VENDOR)]
+        self.devices = [(d, event["DRIVER"]) for d, event in found if event.get("DRIVER") in DRIVERS]
+        self.found_cards([d for d, _ in self.devices])
+        ids = {d: event.get("PCI_ID") or read_text(d / "device") or "?" for d, event in found}
+        self.names = {d: f"Intel GPU {ids[d]} ({driver})" for d, driver in self.devices}
         self.clocks = {d: _clock_file(d, driver) for d, driver in self.devices}  # found once: a vanished gt0 is n/a, not gt1's
         self.energy: dict[Path, tuple[float, int]] = {}  # the last reading: (µJ, at ns)
-        self.ok = bool(self.devices)
         self.reason = "" if self.ok else f"n/a: no Intel GPU under {self.root / 'sys' / 'class' / 'drm'} (i915's or xe's sysfs)"
 
     def _power(self, f: Fields, s: GpuSample) -> None:
@@ -82,9 +83,9 @@ class IntelSysfsReader(DrmReader):
             return GpuReading(False, self.reason)
         own = self.own(pids)
         gpus = []
-        for i, (device, driver) in enumerate(self.devices):
+        for i, (device, _) in enumerate(self.devices):
             f = Fields(device)
-            s = GpuSample(i, name=f"Intel GPU {uevent(device).get('PCI_ID', read_text(device / 'device') or '?')} ({driver})")
+            s = GpuSample(i, name=self.names[device])
             clock = self.clocks[device]
             mhz = f.number(clock) if clock else None
             s.sm_clock_mhz = round(mhz) if mhz is not None else None

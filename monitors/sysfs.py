@@ -80,8 +80,13 @@ class DrmReader:
     ok = False
 
     def __init__(self, root: str | Path = "/", clock=time.monotonic_ns):
-        self.root = Path(root)
+        self.root, self.clock = Path(root), clock
         self.busy = drm_fdinfo.Busy(clock)
+        self.buses: dict[Path, str] = {}  # each card's PCI address, read once: it does not change under a reader
+
+    def found_cards(self, devices: list[Path]) -> None:
+        self.buses = {d: pdev(d) for d in devices}
+        self.ok = bool(devices)
 
     def found(self, pids) -> dict[tuple[str, str, str], drm_fdinfo.Client]:
         return {k: c for k, c in drm_fdinfo.clients(self.root, pids).items() if c.driver in self.drivers}
@@ -91,10 +96,9 @@ class DrmReader:
         found = self.found(pids)
         return drm_fdinfo.device_memory(found), self.busy.read(found)
 
-    @staticmethod
-    def finish(s: GpuSample, f: Fields, own: tuple[dict[str, int], dict[str, float]], pids) -> GpuSample:
+    def finish(self, s: GpuSample, f: Fields, own: tuple[dict[str, int], dict[str, float]], pids) -> GpuSample:
         """The sample's per-process figures (None with no process watched) and its reason."""
-        bus = pdev(f.device)
+        bus = self.buses[f.device]
         s.proc_mem = own[0].get(bus, 0) if pids else None
         s.proc_busy_pct = own[1].get(bus) if pids else None
         s.reason = f.reason
