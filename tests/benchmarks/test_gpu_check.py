@@ -237,7 +237,7 @@ def test_the_observer_check_reads_the_benchmarks_table(small_folder, tmp_path):
     """The benchmark itself on the CPU (the TUI in tmux, the small model): its ratio and UI CPU read
     back into the row, judged against the targets."""
     report = Report(tmp_path / "r.md", [], budget_s=300, echo=lambda line, flush: None)
-    check = run_check("observer", lambda: check_observer_overhead(report, small_folder, 240, device="cpu", rounds=1, tokens=32))
+    check = run_check("observer", lambda: check_observer_overhead(report, small_folder, 240, device="cpu", quads=2, tokens=2000))
     said = check.line() + "\n" + "".join(text[-3000:] for text in report.logs.values())  # the benchmark's own words on a failure
     assert re.fullmatch(r"TUI ÷ alone [\d.]+ \([\d.]+–[\d.]+\), UI CPU [\d.]+ % of a core", check.figure), said
     assert check.status == "PASS" or check.reason == "outside the target", said  # speed is the benchmark's to say
