@@ -7,7 +7,7 @@ import time
 import pytest
 
 from tests.helpers.llama_server import LlamaServer
-from tests.helpers.vllm import VLLM_PYTHON, VllmError, vllm_server
+from tests.helpers.vllm import vllm_fixture
 
 # Library chatter (torchao's optional kernels, transformers' progress bars) is not what tests check.
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -140,13 +140,8 @@ def plain(engine):
 @pytest.fixture(scope="session")
 def vllm_url(tmp_path_factory):
     """The real vLLM (its CPU build) on the default model's safetensors copy, shared by the vLLM tier."""
-    try:
-        with vllm_server(tmp_path_factory.mktemp("vllm") / "vllm.log") as url:
-            yield url
-    except VllmError as exc:
-        if not VLLM_PYTHON:
-            pytest.skip(str(exc))
-        pytest.fail(str(exc))
+    with vllm_fixture(tmp_path_factory.mktemp("vllm") / "vllm.log") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

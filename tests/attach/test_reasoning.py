@@ -14,7 +14,7 @@ import pytest
 from monitors.events import Step
 from monitors.record import Recorder, read_recording
 from tests.helpers.llama_server import LlamaServer
-from tests.helpers.proxy import FaultProxy
+from tests.helpers.proxy import FaultProxy, tapped_chunks
 from tui_app.attach.client import AttachConfig, ServerClient
 from tui_app.core.session import Session
 from tui_app.requests import RunRequest
@@ -28,23 +28,6 @@ def thinking_server():
     server = LlamaServer("--grammar", GRAMMAR, "--slots", "1")
     yield server
     server.close()
-
-
-def raw_phases(tap: dict) -> tuple[int, list[tuple[int, str]]]:
-    """(when the request reached the proxy, [(arrival, content)] of each chunk with text), read
-    from the bytes as they passed: an SSE event is whole at the read that ends it."""
-    posted = next(t for t, data in tap["up"] if b"POST " in data)
-    buf, chunks = b"", []
-    for t, data in tap["down"]:
-        buf += data
-        *events, buf = buf.split(b"\n\n")
-        for event in events:
-            line = event.split(b"data: ", 1)[-1]
-            if line.startswith(b"{"):
-                choice = (json.loads(line).get("choices") or [{}])[0]
-                if (choice.get("delta") or {}).get("content"):
-                    chunks.append((t, choice["delta"]["content"]))
-    return posted, chunks
 
 
 @pytest.mark.serial  # two clocks of the same moments compared to 2 %: a loaded machine delays one reader
@@ -62,7 +45,8 @@ async def test_the_split_and_ttfa_equal_those_read_from_the_raw_stream(thinking_
         finally:
             await client.aclose()
         recorder.close()
-    posted, chunks = raw_phases(proxy.tap)
+    posted, tapped = tapped_chunks(proxy.tap)
+    chunks = [(t, text) for t, _, text in tapped]
     text = "".join(c for _, c in chunks)
     assert text.startswith("<think>") and "</think>" in text and fin.text == text
     # The test's own split: a chunk a token (this server streams no running count), thinking up to

@@ -34,6 +34,7 @@ and its timing never waits on the client's.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import socket
 import struct
@@ -308,3 +309,20 @@ def _buffer(d: Direction) -> float:
     """Bytes a direction holds before it stops reading, like a router's buffer: a capped link
     pushes back on its sender after a quarter of a second's worth (and its latency's)."""
     return max(READ, (d.rate or 4 * 2**20) * (d.latency_s + 0.25))
+
+
+def tapped_chunks(tap: dict) -> tuple[int, list[tuple[int, str, str]]]:
+    """(when the request reached the proxy, [(arrival, field, text)] of each delta text a completion
+    stream brought, `content` or a server's reasoning field), read from a tap's bytes as they
+    passed: an SSE event is whole at the read that ends it."""
+    posted = next(t for t, data in tap["up"] if b"POST " in data)
+    buf, chunks = b"", []
+    for t, data in tap["down"]:
+        buf += data
+        *events, buf = buf.split(b"\n\n")
+        for event in events:
+            line = event.split(b"data: ", 1)[-1]
+            if line.startswith(b"{"):
+                delta = ((json.loads(line).get("choices") or [{}])[0]).get("delta") or {}
+                chunks += [(t, key, text) for key, text in delta.items() if key in ("reasoning", "reasoning_content", "content") and text]
+    return posted, chunks

@@ -4,6 +4,8 @@ model's tokenizer beside them (tokentop downloads nothing)."""
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 
@@ -28,10 +30,9 @@ THINKING_TEMPLATE = (
 )
 
 
-def save_thinker(folder):
-    """A small Qwen3 of seeded weights with the default model's tokenizer extended by `<think>` and
-    `</think>` and a chat template that opens the think span, as DeepSeek-R1's and Qwen3's thinking
-    templates do; returns the tokenizer."""
+def thinker_tokenizer():
+    """The default model's tokenizer extended by `<think>` and `</think>`, with a chat template that
+    opens the think span, as DeepSeek-R1's and Qwen3's thinking templates do."""
     import transformers as tf
 
     from tui_app.engine.models import _gguf_cache_dir, find_default_gguf, load_model
@@ -42,6 +43,14 @@ def save_thinker(folder):
     tok = tf.AutoTokenizer.from_pretrained(str(cached))
     tok.add_tokens(["<think>", "</think>"])
     tok.chat_template = THINKING_TEMPLATE
+    return tok
+
+
+def save_thinker(folder):
+    """A small Qwen3 of seeded weights with thinker_tokenizer(); returns the tokenizer."""
+    import transformers as tf
+
+    tok = thinker_tokenizer()
     torch.manual_seed(0)
     cfg = tf.Qwen3Config(
         vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16
@@ -49,6 +58,42 @@ def save_thinker(folder):
     tf.Qwen3ForCausalLM(cfg).save_pretrained(folder)
     tok.save_pretrained(folder)
     return tok
+
+
+def save_scripted_thinker(folder, thinking: str, answer: str) -> tuple[list[int], int]:
+    """A small Qwen3 whose greedy output after any chat prompt of thinker_tokenizer()'s template is
+    `thinking`, `</think>`, `answer`, then its end: each layer's output projections are zero, so a
+    step's logits are those of its input token alone, and the head maps each token of that script to
+    the next. For a server that must shape every answer whatever the client asks (no grammar on the
+    request). Returns the script's token ids, the end included, and `</think>`'s. Head sizes of 64, which vLLM's CPU
+    attention takes."""
+    import transformers as tf
+
+    tok = thinker_tokenizer()
+    closer = tok.convert_tokens_to_ids("</think>")
+    script = [*tok.encode(thinking), closer, *tok.encode(answer), tok.eos_token_id]
+    prompt = tok.apply_chat_template([{"role": "user", "content": "?"}], add_generation_prompt=True, tokenize=False)
+    start = tok.encode(prompt)[-1]
+    chain = [start, *script]
+    assert len(set(chain)) == len(chain), "a token twice in the script: the next one would be ambiguous"
+    torch.manual_seed(0)
+    cfg = tf.Qwen3Config(
+        vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+        head_dim=64, max_position_embeddings=2048, tie_word_embeddings=False, eos_token_id=tok.eos_token_id,
+    )  # fmt: skip
+    model = tf.Qwen3ForCausalLM(cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("o_proj.weight", "down_proj.weight")):
+                p.zero_()
+        head = model.lm_head.weight
+        head.zero_()
+        emb = model.model.embed_tokens.weight
+        for now, after in itertools.pairwise(chain):
+            head[after] = 10 * emb[now] / emb[now].norm()  # random directions in 128 dimensions: the others' logits a tenth as large
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return script, closer
 
 
 E, K = 8, 2

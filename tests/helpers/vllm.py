@@ -32,9 +32,10 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def vllm_server(log: Path, *flags: str, env: dict | None = None, port: int | None = None) -> Iterator[str]:
-    """The server's URL once it answers /v1/models; stopped on leaving. VllmError with its log's
-    tail when it exits or does not answer within START_S."""
+def vllm_server(log: Path, *flags: str, env: dict | None = None, port: int | None = None, model: Path | None = None) -> Iterator[str]:
+    """The server's URL once it answers /v1/models, serving `model` (the default model's copy unless
+    named); stopped on leaving. VllmError with its log's tail when it exits or does not answer
+    within START_S."""
     if not VLLM_PYTHON:
         raise VllmError(SKIP)
     from tui_app.engine.models import converted_default
@@ -53,7 +54,7 @@ def vllm_server(log: Path, *flags: str, env: dict | None = None, port: int | Non
         "-m",
         "vllm.entrypoints.openai.api_server",
         "--model",
-        str(converted_default()),
+        str(model or converted_default()),
         "--served-model-name",
         "smollm2",
         "--dtype",
@@ -91,6 +92,21 @@ def vllm_server(log: Path, *flags: str, env: dict | None = None, port: int | Non
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@contextlib.contextmanager
+def vllm_fixture(log: Path, *flags: str, **kw) -> Iterator[str]:
+    """vllm_server for a fixture: the test skips where no vLLM venv is named, and fails with the
+    server's log where one is named and the server will not start."""
+    import pytest
+
+    try:
+        with vllm_server(log, *flags, **kw) as url:
+            yield url
+    except VllmError as exc:
+        if not VLLM_PYTHON:
+            pytest.skip(str(exc))
+        pytest.fail(str(exc))
 
 
 if __name__ == "__main__":

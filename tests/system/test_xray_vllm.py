@@ -10,7 +10,7 @@ import pytest
 
 from monitors.events import OtlpStatus
 from monitors.xray import SPAN_PHASES
-from tests.helpers.vllm import VLLM_PYTHON, VllmError, free_port, vllm_server
+from tests.helpers.vllm import free_port, vllm_fixture
 from tui_app.attach.client import AttachConfig
 from tui_app.attach.loop import Servers
 from tui_app.core.session import Session
@@ -37,13 +37,8 @@ def traced(tmp_path_factory):
     """(vLLM's URL, the OTLP receiver's address it posts to)."""
     port = free_port()
     address = f"127.0.0.1:{port}"
-    try:
-        with vllm_server(tmp_path_factory.mktemp("vllm-otlp") / "vllm.log", *FLAGS, "--otlp-traces-endpoint", f"http://{address}/v1/traces", env=ENV) as url:
-            yield url, address
-    except VllmError as exc:
-        if not VLLM_PYTHON:
-            pytest.skip(str(exc))
-        pytest.fail(str(exc))
+    with vllm_fixture(tmp_path_factory.mktemp("vllm-otlp") / "vllm.log", *FLAGS, "--otlp-traces-endpoint", f"http://{address}/v1/traces", env=ENV) as url:
+        yield url, address
 
 
 async def run_traced(url: str, address: str, concurrency: int, tokens: int, prompt: str = "Describe a forest in detail.") -> tuple[Session, int]:
