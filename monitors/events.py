@@ -49,7 +49,7 @@ class Levers:
 
     def label(self) -> str:
         if self.server:
-            return f"{self.server} c{self.batch}"
+            return f"{self.server} c{self.batch}" + (f" think≤{self.think}" if self.think else "")
         parts = ["cache" if self.cache else "no-cache"]
         if self.compile:
             parts.append("compile")

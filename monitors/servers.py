@@ -38,6 +38,8 @@ class EngineTable:
     # Extra request fields that make the stream carry the server's own running token count.
     stream_extras: dict = field(default_factory=dict)
     kv_note: str = ""  # where the KV figure comes from when /metrics has none
+    # The request field that bounds a reasoning model's thinking, where the engine takes one per request.
+    think_budget: str = ""
 
 
 VLLM = EngineTable(
@@ -58,6 +60,7 @@ VLLM = EngineTable(
     },
     "vLLM serves /metrics by default; check the URL (--metrics URL)",
     {"stream_options": {"include_usage": True, "continuous_usage_stats": True}},
+    think_budget="thinking_token_budget",  # taken where the server runs a reasoning parser, else answered 400 with why
 )
 SGLANG = EngineTable(
     "SGLang",

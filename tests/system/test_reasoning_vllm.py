@@ -4,15 +4,17 @@ with DeepSeek-R1's and Qwen3's templates, which open the think span in the promp
 scripted (tests/helpers/tiny_models.py): whatever it is asked, its greedy output is a known think,
 `</think>` and a known answer, so the split is known token by token without shaping tokentop's
 request; the raw stream, read through a proxy that stamps each read, is the reference for the
-clocks."""
+clocks. The thinking budget goes the server's way (`thinking_token_budget`)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from monitors.events import Step
+from monitors.events import EngineError, LeverChanged, Step
 from tests.helpers.proxy import FaultProxy, tapped_chunks
-from tests.helpers.tiny_models import save_scripted_thinker
+from tests.helpers.tiny_models import save_scripted_thinker, thinker_tokenizer
 from tests.helpers.vllm import vllm_fixture
 from tui_app.attach.client import AttachConfig, ServerClient
 from tui_app.core.session import Session
@@ -20,14 +22,20 @@ from tui_app.requests import RunRequest
 
 pytestmark = pytest.mark.vllm
 
-THINKING, ANSWER = " light scatters off small molecules", " Rayleigh scattering makes it blue"
+ANSWER = " Rayleigh scattering makes it blue"
+
+
+def thinking() -> str:
+    """80 distinct whole words of the tokenizer's, a token each: a think that the smallest budget (64) cuts."""
+    words = [t[1:] for t, _ in sorted(thinker_tokenizer().get_vocab().items(), key=lambda kv: kv[1]) if re.fullmatch(r"Ġ[a-z]{5,9}", t)]
+    return "".join(" " + w for w in words[:80])
 
 
 @pytest.fixture(scope="module")
 def scripted_vllm(tmp_path_factory):
     """(the server's port, the script's token ids, the index of `</think>` among them)."""
     folder = tmp_path_factory.mktemp("scripted")
-    script, closer = save_scripted_thinker(folder, THINKING, ANSWER)
+    script, closer = save_scripted_thinker(folder, thinking(), ANSWER)
     with vllm_fixture(folder / "vllm.log", "--reasoning-parser", "deepseek_r1", model=folder) as url:
         yield int(url.rsplit(":", 1)[1]), script, script.index(closer)
 
@@ -42,20 +50,20 @@ async def test_the_split_is_the_servers_own_and_ttfa_that_of_the_raw_stream(scri
         await client.connect()
         proxy.tap = {"up": [], "down": []}
         try:
-            fin = await client.run(RunRequest(prompt="Why is the sky blue?", max_new_tokens=64))
+            fin = await client.run(RunRequest(prompt="Why is the sky blue?", max_new_tokens=128))
         finally:
             await client.aclose()
     posted, chunks = tapped_chunks(proxy.tap)
-    assert "".join(text for _, field, text in chunks if field == "reasoning") == THINKING
+    assert "".join(text for _, field, text in chunks if field == "reasoning") == thinking()
     assert "".join(text for _, field, text in chunks if field == "content") == ANSWER
-    assert fin.text == THINKING + ANSWER and fin.stop_reason == "eos"
+    assert fin.text == thinking() + ANSWER and fin.stop_reason == "eos"
     # The server streams no chunk for the closing marker: its token comes in the answer's first
     # chunk's count, so the answer counts it (and the end), as the server's stream places it.
     st = session.timer.runs[fin.run_id].total
     assert fin.n_tokens == fin.server["server_tokens"] == len(script)
     assert st.phase_tokens == {"thinking": closed, "answer": len(script) - closed}
     steps = [e for e in events if isinstance(e, Step)]
-    assert "".join(s.text for s in steps if s.phase == "thinking") == THINKING
+    assert "".join(s.text for s in steps if s.phase == "thinking") == thinking()
     assert "".join(s.text for s in steps if s.phase == "answer") == ANSWER
     # vLLM's own count reads only a span opened in the output; this template opens it in the
     # prompt, so the server says 0, and tokentop keeps it as the server's beside its own.
@@ -69,3 +77,37 @@ async def test_the_split_is_the_servers_own_and_ttfa_that_of_the_raw_stream(scri
         raw_s = (raw_ns - posted) / 1e9
         assert 0 <= client_s - raw_s <= 0.02 * raw_s + 0.008, (client_s, raw_s)
     assert st.ttfa_s > st.ttft_s and st.thinking_share == pytest.approx(closed / len(script))
+
+
+async def test_the_thinking_budget_goes_the_servers_way_and_the_server_closes_the_think(scripted_vllm):
+    port, _, closed = scripted_vllm
+    session = Session()
+    client = ServerClient(AttachConfig(url=f"http://127.0.0.1:{port}"), session.feed)
+    await client.connect()
+    try:
+        client.set_lever("think", 64)
+        fin = await client.run(RunRequest(prompt="Why is the sky blue?", max_new_tokens=128))
+    finally:
+        await client.aclose()
+    st = session.timer.runs[fin.run_id].total
+    # vLLM counts the prompt's tokens after its opening `<think>` (a newline) in the budget, then
+    # makes the next token the close; the script's model answers from there.
+    assert st.phase_tokens["thinking"] == 63 < closed
+    assert fin.text == "".join(" " + w for w in thinking().split()[:63]) + ANSWER
+    assert session.timer.runs[fin.run_id].started.levers.label().endswith("think≤64")
+
+
+async def test_a_server_without_a_reasoning_parser_refuses_the_budget_and_says_why(vllm_url):
+    events: list = []
+    session = Session()
+    session.listeners.append(events.append)
+    client = ServerClient(AttachConfig(url=vllm_url), session.feed)
+    await client.connect()
+    try:
+        client.set_lever("think", 256)
+        await client.run(RunRequest(prompt="Why is the sky blue?", max_new_tokens=8))
+    finally:
+        await client.aclose()
+    assert any(isinstance(e, LeverChanged) and e.value == 256 for e in events)
+    errors = [e.message for e in events if isinstance(e, EngineError)]
+    assert len(errors) == 1 and "reasoning" in errors[0] and "\n" not in errors[0], errors

@@ -21,13 +21,14 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
 
 from monitors.events import (
+    THINK_BUDGETS,
     EngineError,
     EngineReady,
     LeverChanged,
@@ -270,7 +271,7 @@ class ServerClient:
 
     # ------------------------------------------------------------ levers
     def set_lever(self, name: str, value) -> None:
-        answer = lever_answer(name, value, self.levers, self.engine.name)
+        answer = lever_answer(name, value, self.levers, self.engine)
         if isinstance(answer, LeverChanged):
             self.levers = answer.levers  # streams in flight keep going; the next run opens this many
         self.emit(answer)
@@ -288,6 +289,8 @@ class ServerClient:
             body["prompt"] = text
         if req.ignore_eos:
             body["ignore_eos"] = True  # vLLM, SGLang and llama.cpp honour it; OpenAI itself does not
+        if self.levers.think and self.engine.think_budget:
+            body[self.engine.think_budget] = self.levers.think
         body.update(json.loads(json.dumps(self.engine.stream_extras)))
         return body
 
@@ -415,19 +418,20 @@ class ServerClient:
         return ev
 
 
-def lever_answer(name: str, value, levers: Levers, engine: str) -> LeverChanged | LeverRefused:
-    """What a server's client says to a lever: the number of streams it opens changes; the levers
-    the server set when it started (SERVER_OWNED) and any other are refused, with what to do."""
+def lever_answer(name: str, value, levers: Levers, engine: EngineTable) -> LeverChanged | LeverRefused:
+    """What a server's client says to a lever: the number of streams it opens changes, and the
+    thinking budget where the engine takes one on a request; the levers the server set when it
+    started (SERVER_OWNED) and any other are refused, with what to do."""
     if name in SERVER_OWNED:
-        reason = (
-            f"{SERVER_OWNED[name]} is set when the {engine} server starts: restart it with the option, or attach to a second server started with it and compare"
-        )
+        owned = f"{SERVER_OWNED[name]} is set when the {engine.name} server starts"
+        return LeverRefused(lever=name, value=value, reason=f"{owned}: restart it with the option, or attach to a second server started with it and compare")
+    if name == "think" and not engine.think_budget:
+        reason = f"the {engine.name} server's thinking is its own: it takes no budget on a request, and tokentop shows the thinking it streams"
         return LeverRefused(lever=name, value=value, reason=reason)
-    if name == "think":
-        reason = "an attached server's thinking is its own: tokentop sends its requests without a thinking budget, and shows the thinking the server streams"
-        return LeverRefused(lever=name, value=value, reason=reason)
-    if name != "batch":
+    allowed = {"batch": CONCURRENCY, "think": THINK_BUDGETS}.get(name)
+    if allowed is None:
         return LeverRefused(lever=name, value=value, reason=f"{name} is not a lever of an attached server")
-    if value not in CONCURRENCY:
-        return LeverRefused(lever=name, value=value, reason=f"concurrency must be one of {', '.join(map(str, CONCURRENCY))}")
-    return LeverChanged(run_id=None, lever="batch", value=value, levers=Levers(batch=value, server=levers.server))
+    if value not in allowed:
+        what = "concurrency" if name == "batch" else "the thinking budget (0: off)"
+        return LeverRefused(lever=name, value=value, reason=f"{what} must be one of {', '.join(map(str, allowed))}")
+    return LeverChanged(run_id=None, lever=name, value=value, levers=replace(levers, **{name: value}))
