@@ -155,7 +155,7 @@ def test_installed_beside_vllm_it_changes_nothing_of_the_servers_and_attaches(wh
     """`pip install tokentop` into the real vLLM venv, as an operator would: no package of the
     server's changes version (torch least of all), pip check says what it said before, vLLM still
     imports; tokentop from that venv attaches to the vLLM it serves. What it added is removed after."""
-    from tests.conftest import VLLM_PYTHON
+    from tests.helpers.vllm import VLLM_PYTHON
 
     venv = Path(VLLM_PYTHON).parent.parent
     before = installed(venv)
