@@ -65,8 +65,8 @@ def save_scripted_thinker(folder, thinking: str, answer: str) -> tuple[list[int]
     `thinking`, `</think>`, `answer`, then its end: each layer's output projections are zero, so a
     step's logits are those of its input token alone, and the head maps each token of that script to
     the next. For a server that must shape every answer whatever the client asks (no grammar on the
-    request). Returns the script's token ids, the end included, and `</think>`'s. Head sizes of 64, which vLLM's CPU
-    attention takes."""
+    request). Returns the script's token ids, the end included, and `</think>`'s. Head sizes of 64,
+    which vLLM's CPU attention takes."""
     import transformers as tf
 
     tok = thinker_tokenizer()

@@ -8,6 +8,7 @@ clocks. The thinking budget goes the server's way (`thinking_token_budget`)."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 import pytest
@@ -25,6 +26,7 @@ pytestmark = pytest.mark.vllm
 ANSWER = " Rayleigh scattering makes it blue"
 
 
+@functools.cache  # read by each test: the tokenizer loaded once
 def thinking() -> str:
     """80 distinct whole words of the tokenizer's, a token each: a think that the smallest budget (64) cuts."""
     words = [t[1:] for t, _ in sorted(thinker_tokenizer().get_vocab().items(), key=lambda kv: kv[1]) if re.fullmatch(r"Ġ[a-z]{5,9}", t)]
