@@ -274,11 +274,13 @@ class StepPhases:
         opened = False
         self.thought = 0  # thinking tokens so far, the close included
         self.close_id: int | None = None
+        self.open_id: int | None = None
         if (span := think_span(spans)) is not None:
             open_id, close_id = token_id(tok, span[0]), token_id(tok, span[1])
-            self.close_id = close_id
+            self.open_id, self.close_id = open_id, close_id
             last = {t: i for i, t in enumerate(prompt_ids) if t in (open_id, close_id)}
             opened = last.get(open_id or -1, -1) > last.get(close_id or -1, -1)
+        self.opened = opened
         self.split = PhaseSplit(spans=spans, thinking=opened, atomic=True) if spans else None
 
     def of(self, text: str, n: int) -> str:
@@ -304,3 +306,10 @@ class StepPhases:
         close = self.close_id
         assert close is not None  # a split is made only with a span's markers, each one token
         return [[close] for _ in rows]
+
+    def answer_start(self, out_ids: list[int]) -> int | None:
+        """Where the answer begins in a run's new tokens: after its think span's close, or at 0 where
+        no span was opened; None where the span never closed."""
+        if self.close_id is not None and self.close_id in out_ids:
+            return out_ids.index(self.close_id) + 1
+        return None if self.opened or (self.open_id is not None and self.open_id in out_ids) else 0

@@ -12,7 +12,7 @@ from tui_app.cli import main
 from tui_app.commands.demo import run_tour
 from tui_app.commands.run import engine_source
 from tui_app.core.session import Session
-from tui_app.core.tour import LEVERS, Figures, StepResult, TourError, default_tour, load_tour, parse_tour, ratio, speedups
+from tui_app.core.tour import LEVERS, Figures, StepResult, TourError, default_tour, fitting, load_tour, parse_tour, ratio, speedups
 from tui_app.engine.config import EngineConfig
 from tui_app.ui.demo_app import DemoApp
 
@@ -35,6 +35,8 @@ def test_the_default_tour_headless_states_each_effect_with_the_right_sign(sessio
     said: list[str] = []
     steps = default_tour(tokens=TOKENS, seconds=0)
     log = run_tour(engine, session, steps, say=said.append)
+    assert said[0] == "left out thinking, budget: the model has no think span"  # the default model does not think
+    steps = fitting(steps, thinks=False)[0]
     res = log.results
     assert list(res) == [s.label for s in steps]
     for step in steps:
@@ -121,7 +123,8 @@ def test_a_script_with_every_field(session_on, tmp_path):
         ('[[step]]\nlabel="a"\ncaption="a"\n[[step]]\ncaption="b"\ncompare="later"', "step 2: compare = 'later' is not an earlier step's label (a)"),
         ('[[step]]\ncaption="a"\nlevers={quant="int3"}', "step 1: levers.quant = 'int3': expected one of off, int8, int4"),
         ('[[step]]\ncaption="a"\ncolour="red"', "step 1: unknown field 'colour'"),
-        ('[[step]]\ncaption="a"\nwatch="vibes"', "step 1: watch must be one or more of tok/s, itl, ttft, accept"),
+        ('[[step]]\ncaption="a"\nwatch="vibes"', "step 1: watch must be one or more of tok/s, itl, ttft, ttfa, accept"),
+        ('[[step]]\ncaption="a"\neos="yes"', "step 1: eos must be true or false (got 'yes')"),
         ("[[step]\ncaption=", "not TOML"),
         ("title = 'x'", "unknown top-level key 'title'"),
     ],
@@ -190,7 +193,7 @@ def test_demo_report_refuses_before_the_tour(tmp_path, capsys, extra, message):
 
 
 def _figures(label: str, tok_s: float, quant: str = "off") -> Figures:
-    return Figures(label, quant, 1, 300, tok_s, 0.1, 1 / tok_s, math.nan, math.nan, 24.6, quant)
+    return Figures(label, quant, 1, 300, tok_s, 0.1, 1 / tok_s, math.nan, math.nan, math.nan, 24.6, quant)
 
 
 def test_a_lever_that_does_not_pay_here_is_said_so_with_its_figure_and_the_engines_reason():

@@ -4,7 +4,9 @@ model's tokenizer beside them (tokentop downloads nothing)."""
 
 from __future__ import annotations
 
+import functools
 import itertools
+import re
 
 import torch
 
@@ -58,6 +60,14 @@ def save_thinker(folder):
     tf.Qwen3ForCausalLM(cfg).save_pretrained(folder)
     tok.save_pretrained(folder)
     return tok
+
+
+@functools.cache  # each call would load the tokenizer again
+def distinct_words(n: int) -> str:
+    """`n` distinct whole words of thinker_tokenizer()'s, a token each: a scripted think that a budget
+    of fewer tokens cuts."""
+    words = [t[1:] for t, _ in sorted(thinker_tokenizer().get_vocab().items(), key=lambda kv: kv[1]) if re.fullmatch(r"Ġ[a-z]{5,9}", t)]
+    return "".join(" " + w for w in words[:n])
 
 
 def save_scripted_thinker(folder, thinking: str, answer: str) -> tuple[list[int], int]:

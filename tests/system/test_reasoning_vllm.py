@@ -8,14 +8,11 @@ clocks. The thinking budget goes the server's way (`thinking_token_budget`)."""
 
 from __future__ import annotations
 
-import functools
-import re
-
 import pytest
 
 from monitors.events import EngineError, LeverChanged, Step
 from tests.helpers.proxy import FaultProxy, tapped_chunks
-from tests.helpers.tiny_models import save_scripted_thinker, thinker_tokenizer
+from tests.helpers.tiny_models import distinct_words, save_scripted_thinker
 from tests.helpers.vllm import vllm_fixture
 from tui_app.attach.client import AttachConfig, ServerClient
 from tui_app.core.session import Session
@@ -26,18 +23,11 @@ pytestmark = pytest.mark.vllm
 ANSWER = " Rayleigh scattering makes it blue"
 
 
-@functools.cache  # read by each test: the tokenizer loaded once
-def thinking() -> str:
-    """80 distinct whole words of the tokenizer's, a token each: a think that the smallest budget (64) cuts."""
-    words = [t[1:] for t, _ in sorted(thinker_tokenizer().get_vocab().items(), key=lambda kv: kv[1]) if re.fullmatch(r"Ġ[a-z]{5,9}", t)]
-    return "".join(" " + w for w in words[:80])
-
-
 @pytest.fixture(scope="module")
 def scripted_vllm(tmp_path_factory):
     """(the server's port, the script's token ids, the index of `</think>` among them)."""
     folder = tmp_path_factory.mktemp("scripted")
-    script, closer = save_scripted_thinker(folder, thinking(), ANSWER)
+    script, closer = save_scripted_thinker(folder, distinct_words(80), ANSWER)
     with vllm_fixture(folder / "vllm.log", "--reasoning-parser", "deepseek_r1", model=folder) as url:
         yield int(url.rsplit(":", 1)[1]), script, script.index(closer)
 
@@ -56,16 +46,16 @@ async def test_the_split_is_the_servers_own_and_ttfa_that_of_the_raw_stream(scri
         finally:
             await client.aclose()
     posted, chunks = tapped_chunks(proxy.tap)
-    assert "".join(text for _, field, text in chunks if field == "reasoning") == thinking()
+    assert "".join(text for _, field, text in chunks if field == "reasoning") == distinct_words(80)
     assert "".join(text for _, field, text in chunks if field == "content") == ANSWER
-    assert fin.text == thinking() + ANSWER and fin.stop_reason == "eos"
+    assert fin.text == distinct_words(80) + ANSWER and fin.stop_reason == "eos"
     # The server streams no chunk for the closing marker: its token comes in the answer's first
     # chunk's count, so the answer counts it (and the end), as the server's stream places it.
     st = session.timer.runs[fin.run_id].total
     assert fin.n_tokens == fin.server["server_tokens"] == len(script)
     assert st.phase_tokens == {"thinking": closed, "answer": len(script) - closed}
     steps = [e for e in events if isinstance(e, Step)]
-    assert "".join(s.text for s in steps if s.phase == "thinking") == thinking()
+    assert "".join(s.text for s in steps if s.phase == "thinking") == distinct_words(80)
     assert "".join(s.text for s in steps if s.phase == "answer") == ANSWER
     # vLLM's own count reads only a span opened in the output; this template opens it in the
     # prompt, so the server says 0, and tokentop keeps it as the server's beside its own.
@@ -95,7 +85,7 @@ async def test_the_thinking_budget_goes_the_servers_way_and_the_server_closes_th
     # vLLM counts the prompt's tokens after its opening `<think>` (a newline) in the budget, then
     # makes the next token the close; the script's model answers from there.
     assert st.phase_tokens["thinking"] == 63 < closed
-    assert fin.text == "".join(" " + w for w in thinking().split()[:63]) + ANSWER
+    assert fin.text == "".join(" " + w for w in distinct_words(80).split()[:63]) + ANSWER
     assert session.timer.runs[fin.run_id].started.levers.label().endswith("think≤64")
 
 

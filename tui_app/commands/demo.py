@@ -15,7 +15,7 @@ from tui_app.commands.options import add_demo_leak, add_model, add_ui, check_eng
 from tui_app.commands.run import load_engine
 from tui_app.core.options import EXIT_USAGE, EngineOptions, UiOptions, UsageError, bounded, default_record_path, open_recording, require_writable
 from tui_app.core.session import Session
-from tui_app.core.tour import FINISHED, LEVERS, TourError, TourLog, TourStep, default_tour, load_tour
+from tui_app.core.tour import FINISHED, LEVERS, TourError, TourLog, TourStep, default_tour, fitting, load_tour
 
 PARSER = {"help": "a guided, captioned tour of the levers (the built-in one or a TOML script)"}
 
@@ -117,7 +117,11 @@ def tui_tour(args: UiOptions, steps: list[TourStep], make_source, no_tui: str) -
 
 # ---------------------------------------------------------------- headless
 def run_tour(engine, session: Session, steps: list[TourStep], say=print) -> TourLog:
-    """Each step's levers set on an in-process engine, its runs, its measured effect; then the summary."""
+    """Each step's levers set on an in-process engine, its runs, its measured effect; then the summary.
+    The steps for a thinking model are left out, saying so, where the model has no think span."""
+    steps, left = fitting(steps, bool(session.ready and session.ready.thinks))
+    if left:
+        say(left)
     log = TourLog(steps)
     errors: list[str] = []
     session.listeners.append(lambda ev: errors.append(ev.message) if isinstance(ev, EngineError) else None)
@@ -173,7 +177,7 @@ def run_headless_tour(args, steps: list[TourStep]) -> int:
         if engine is None:
             return EXIT_USAGE
         r = session.ready
-        print(f"{r.model} on {r.device} ({r.dtype}), a tour of {len(steps)} steps", flush=True)
+        print(f"{r.model} on {r.device} ({r.dtype}), a tour of {len(fitting(steps, r.thinks)[0])} steps", flush=True)
         log = run_tour(engine, session, steps, say=lambda line: print(line, flush=True))
     finally:
         if recorder is not None:

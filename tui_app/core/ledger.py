@@ -12,9 +12,10 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from monitors.events import Levers
+from monitors.events import Levers, RunFinished
+from monitors.phases import THINKING
 from monitors.text import plural
 from monitors.timing import TimingStats
 from tui_app.core import fmt
@@ -44,6 +45,7 @@ class Entry:
     note: str  # what the engine said runs instead of a lever's kernel on this machine
     verdict: str
     routing: str = ""  # an MoE's: whether the mix's runs sent the positions to plain's experts
+    budget: str = ""  # a thinking budget's: what it bought against plain's unbounded thinking
 
     def row(self) -> tuple[str, ...]:
         payback = "never" if math.isinf(self.payback_tokens) else "–" if not self.one_time_s else f"{self.payback_tokens:,.0f} tok"
@@ -111,8 +113,10 @@ def entries(session: Session) -> list[Entry]:
             note = session.prepared_for.get(f"quant:{lev.quant}", "") if lev.quant != "off" else ""
             note = note if note != lev.quant else ""
             figures = (decode, decode_ci, ttft, ttft_ci, spent, recompiles, breaks, payback, accept)
-            entry = Entry(lev.label(), prompt, new, len(runs), len(plain), *figures, note, "", routing_note(session, (prompt, new), lev))
-            out.append(_judged(entry))
+            said = (routing_note(session, (prompt, new), lev), budget_note(session, (prompt, new), lev, plain, runs))
+            entry = Entry(lev.label(), prompt, new, len(runs), len(plain), *figures, note, "", *said)
+            # The budget alone decodes at plain's pace: what it bought is the verdict.
+            out.append(replace(entry, verdict=entry.budget) if replace(lev, think=0) == Levers() else _judged(entry))
     return out
 
 
@@ -127,16 +131,16 @@ def _judged(e: Entry) -> Entry:
         verdict = f"does not pay here: {x}" + (f" ({why})" if why else "")
     else:
         verdict = f"no clear difference here: {x}" + (f" ({ci[0]:.2f}–{ci[1]:.2f})" if ci else "")
-    return Entry(**{**e.__dict__, "verdict": verdict + (f"; {e.routing}" if e.routing else "")})
+    said = "".join(f"; {n}" for n in (e.routing, e.budget) if n)
+    return Entry(**{**e.__dict__, "verdict": verdict + said})
 
 
-def _finished_counts(session: Session, workload: tuple[int, int], lev: Levers) -> list[tuple[list, str]]:
-    """(expert counts, output against plain greedy) of the whole runs of a mix on a workload."""
+def _finished(session: Session, workload: tuple[int, int], lev: Levers) -> list[RunFinished]:
+    """The end events of the whole runs of a mix on a workload, in order."""
     return [
-        (rec.finished.expert_counts, rec.finished.diff_note)
+        rec.finished
         for rec in session.timer.runs.values()
         if rec.finished is not None
-        and rec.finished.expert_counts
         and rec.finished.stop_reason in FINISHED
         and len(rec.segments) == 1
         and rec.started.levers == lev
@@ -144,14 +148,40 @@ def _finished_counts(session: Session, workload: tuple[int, int], lev: Levers) -
     ]
 
 
+def budget_note(session: Session, workload: tuple[int, int], lev: Levers, plain: list[TimingStats], runs: list[TimingStats]) -> str:
+    """What a thinking budget bought against plain's unbounded thinking on the same workload: the
+    answer's start (TTFA), the whole run's time and tokens (medians), and whether the answer
+    changed (the engine compares the answers' tokens, engine/quality.py)."""
+    if not lev.think:
+        return ""
+    mix_ttfa, plain_ttfa = (_median([s.ttfa_s for s in side]) for side in (runs, plain))
+    if math.isnan(mix_ttfa):
+        start = "no answer within its tokens"
+    elif math.isnan(plain_ttfa):
+        start = f"the answer at {fmt.ms(mix_ttfa)}, where plain's never began"
+    else:
+        start = f"the answer at {fmt.num(mix_ttfa / plain_ttfa, 2)}× plain's TTFA"
+    time = _median([s.e2e_s for s in runs]) / _median([s.e2e_s for s in plain])
+    tokens = [f"{_median([s.n_tokens for s in side]):.0f}" for side in (runs, plain)]
+    thought = [f"{_median([s.phase_tokens.get(THINKING, 0) for s in side]):.0f}" for side in (runs, plain)]
+    ends = _finished(session, workload, lev)
+    answer = f"; {ends[-1].diff_note}" if ends and ends[-1].diff_note.startswith("answer") else ""
+    return f"think≤{lev.think} bought {start}, {fmt.num(time, 2)}× plain's time, {' vs '.join(tokens)} tokens ({' vs '.join(thought)} thinking){answer}"
+
+
+def _median(xs: list) -> float:
+    xs = [x for x in xs if not math.isnan(x)]
+    return statistics.median(xs) if xs else math.nan
+
+
 def routing_note(session: Session, workload: tuple[int, int], lev: Levers) -> str:
     """An MoE's: whether a mix (quantized experts, say) sent the positions to the experts plain did.
     The same greedy text should route the same; where the text differs, so will the routing."""
-    plain, mix = _finished_counts(session, workload, Levers()), _finished_counts(session, workload, lev)
-    if not plain or not mix:
+    plain, mix = ([f for f in _finished(session, workload, m) if f.expert_counts] for m in (Levers(), lev))
+    ref, counts = (side[-1].expert_counts if side else None for side in (plain, mix))
+    if not ref or not counts:
         return ""
-    ref = plain[-1][0]
-    counts, output = mix[-1]
+    output = mix[-1].diff_note
     if counts == ref:
         return "routes as plain"
     layers = sum(1 for a, b in zip(counts, ref, strict=False) if a != b)

@@ -20,16 +20,16 @@ if sys.version_info >= (3, 11):
 else:  # the same parser, before it joined the standard library
     import tomli as tomllib
 
-LEVERS = ("cache", "compile", "quant", "spec", "batch")
+LEVERS = ("cache", "compile", "quant", "spec", "batch", "think")
 # Back to plain, then on, in an order no engine refuses: turning a lever on may need another on
 # (compile needs the cache) or off (spec needs batch 1).
 RESET_ORDER = (("spec", "off"), ("think", 0), ("compile", False), ("batch", 1), ("cache", True), ("quant", "off"))
 APPLY_ORDER = ("quant", "batch", "cache", "compile", "spec", "think")
 FINISHED = ("eos", "max tokens")  # a stopped or failed run is not a measurement of its step
-# What a step's effect can state: decode tok/s, ITL p50, time to first token, speculation's
-# acceptance, the leak detector's verdict on the session's baselines so far.
-WATCH = ("tok/s", "itl", "ttft", "accept", "leak")
-STEP_FIELDS = ("label", "caption", "levers", "preset", "prompt", "tokens", "runs", "seconds", "compare", "watch")
+# What a step's effect can state: decode tok/s, ITL p50, time to first token, time to the first
+# answer token, speculation's acceptance, the leak detector's verdict on the session's baselines so far.
+WATCH = ("tok/s", "itl", "ttft", "ttfa", "accept", "leak")
+STEP_FIELDS = ("label", "caption", "levers", "preset", "prompt", "tokens", "runs", "seconds", "compare", "watch", "eos", "thinking")
 DEFAULT_TOKENS = 64
 
 
@@ -55,14 +55,21 @@ class TourStep:
     compare: str | None = None  # an earlier step's label
     watch: tuple[str, ...] = ("tok/s",)
     server: int = 0  # attached to servers: which one the step's runs go to (1 = the first URL); 0 for the engine
+    eos: bool = False  # runs end at the model's end of text: what a thinking budget saves is the run's length
+    thinking: bool = False  # for a model that thinks: left out, and said, where the model has no think span
 
     def request(self) -> RunRequest:
         # ignore_eos: every run of a step decodes the same number of tokens, so steps compare like for like.
-        return RunRequest(prompt=self.prompt, preset=self.preset, max_new_tokens=self.tokens, ignore_eos=True)
+        return RunRequest(prompt=self.prompt, preset=self.preset, max_new_tokens=self.tokens, ignore_eos=not self.eos)
 
 
 def _step(label, caption, preset="long", compare=None, watch=("tok/s",), **levers) -> TourStep:
     return TourStep(label, caption, Levers(**levers), preset, None, DEFAULT_TOKENS, 1, 4.0, compare, watch)
+
+
+def _thinking_step(label, caption, compare=None, **levers) -> TourStep:
+    # To the answer's end: a think takes hundreds of tokens, and a budget shortens the whole run.
+    return TourStep(label, caption, Levers(**levers), "short", None, 512, 1, 4.0, compare, ("ttfa",), eos=True, thinking=True)
 
 
 # The seed notebooks' experiments in their order. Compile is shown on int4, where the compiled step
@@ -97,7 +104,21 @@ DEFAULT_TOUR = (
         watch=("tok/s", "itl"),
         batch=4,
     ),
+    _thinking_step("thinking", "a thinking model: its think drawn apart in the tokens pane (f folds it), the answer from its TTFA mark on."),
+    _thinking_step(
+        "budget",
+        "a thinking budget of 64 tokens: the engine closes the think there, the answer comes sooner; the verdict says whether it changed.",
+        compare="thinking",
+        think=64,
+    ),
 )
+
+
+def fitting(steps: list[TourStep], thinks: bool) -> tuple[list[TourStep], str]:
+    """The steps this model can show, and what was left out and why."""
+    kept = [s for s in steps if thinks or not s.thinking]
+    left = [s.label for s in steps if s not in kept]
+    return kept, f"left out {', '.join(left)}: the model has no think span" if left else ""
 
 
 def server_tour(servers: int, tokens: int | None = None, seconds: float | None = None) -> list[TourStep]:
@@ -199,7 +220,11 @@ def _parse_step(i: int, t: dict, earlier: list[TourStep]) -> TourStep:
     watch = [watch] if isinstance(watch, str) else watch
     if not isinstance(watch, list) or not watch or any(w not in WATCH for w in watch):
         raise bad(f"watch must be one or more of {', '.join(WATCH)} (got {t.get('watch')!r})")
-    return TourStep(label, caption.strip(), levers, preset, prompt, tokens, runs, float(seconds), compare, tuple(watch))
+    flags = {key: t.get(key, False) for key in ("eos", "thinking")}
+    for key, value in flags.items():
+        if not isinstance(value, bool):
+            raise bad(f"{key} must be true or false (got {value!r})")
+    return TourStep(label, caption.strip(), levers, preset, prompt, tokens, runs, float(seconds), compare, tuple(watch), **flags)
 
 
 def _whole(t: dict, key: str, default: int, bad) -> int:
@@ -237,6 +262,7 @@ class Figures:
     tok_s: float
     ttft_s: float
     itl_s: float
+    ttfa_s: float
     accept: float
     tok_per_step: float
     perplexity: float | None
@@ -258,6 +284,7 @@ class Figures:
             _mean([s.decode_tps for s in stats]),
             _mean([s.ttft_s for s in stats]),
             _mean([s.itl.p50 for s in stats]),
+            _mean([s.ttfa_s for s in stats]),
             sum(s.accepted for s in stats) / proposed if proposed else math.nan,
             _mean([s.mean_accepted_len for s in stats]) if proposed else math.nan,
             ppl,
@@ -265,7 +292,7 @@ class Figures:
         )
 
     def value(self, watch: str) -> float:
-        return {"tok/s": self.tok_s, "itl": self.itl_s, "ttft": self.ttft_s, "accept": self.accept}[watch]
+        return {"tok/s": self.tok_s, "itl": self.itl_s, "ttft": self.ttft_s, "ttfa": self.ttfa_s, "accept": self.accept}[watch]
 
 
 def _mean(xs: list[float]) -> float:
@@ -324,7 +351,7 @@ class StepResult:
 def _statement(watch: str, f: Figures, b: Figures | None) -> str:
     if watch == "accept":
         return f"{fmt.pct(f.accept)} of proposed tokens accepted ({fmt.num(f.tok_per_step, 2)} tok/step)"
-    unit = {"tok/s": "tok/s", "itl": "ITL p50", "ttft": "TTFT"}[watch]
+    unit = {"tok/s": "tok/s", "itl": "ITL p50", "ttft": "TTFT", "ttfa": "TTFA"}[watch]
     shown = (lambda v: fmt.num(v)) if watch == "tok/s" else (lambda v: fmt.ms(v))
     a = f.value(watch)
     if b is None:

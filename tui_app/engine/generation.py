@@ -398,7 +398,8 @@ class Engine:
         if self.routing is not None and (load := self.routing.load(run.run_id, end=True)) is not None:
             self.emit(load)
         torch_peak, gpu_base, gpu_reserved, gpu_proc = run.memory.after_run()
-        first_diff, note = self.quality.compare(run.prompt_ids, run.out_ids, run.req.ignore_eos, plain)
+        answer_at = run.phases.answer_start(run.out_ids) if run.phases is not None else 0
+        first_diff, note = self.quality.compare(run.prompt_ids, run.out_ids, run.req.ignore_eos, plain, answer_at, budgeted=bool(lev.think))
         ev = RunFinished(
             run_id=run.run_id,
             n_tokens=len(run.out_ids),

@@ -21,25 +21,40 @@ class Quality:
         self.tok, self.device, self.context_len = tok, device, context_len
         self._ppl: dict[str, float | None] = {}
         self._reference: dict[tuple, list[int]] = {}
+        self._answer_at: dict[tuple, int | None] = {}  # where each reference's answer begins
 
-    def compare(self, prompt_ids: list[int], out_ids: list[int], ignore_eos: bool, plain: bool) -> tuple[int | None, str]:
+    def compare(
+        self, prompt_ids: list[int], out_ids: list[int], ignore_eos: bool, plain: bool, answer_at: int | None = 0, budgeted: bool = False
+    ) -> tuple[int | None, str]:
         """The first token where this run leaves the plain greedy run of its prompt, and the note the
-        runs table shows. A `plain` run that completes becomes (or extends) that reference."""
+        runs table shows. A `plain` run that completes becomes (or extends) that reference.
+        `answer_at`: where the run's answer begins (after its think span; None: never). A
+        `budgeted` run's thinking was cut on purpose, so its answer is compared with the
+        reference's answer: what the budget changed in what the user reads."""
         key = (tuple(prompt_ids), ignore_eos)
         ref = self._reference.get(key)
         if self.cfg.temperature > 0:
             return None, "sampled: not compared"
         if ref is not None:
+            if budgeted and answer_at is not None:
+                return self._compare_answers(key, out_ids, answer_at)
             # Every greedy run is checked against plain greedy: cache, compile and speculation must
             # match it exactly, so a mismatch here is a bug made visible, not a quality trade-off.
             first_diff = _first_diff(ref, out_ids)
             if plain and first_diff is None and len(out_ids) > len(ref):
-                self._reference[key] = list(out_ids)
+                self._reference[key], self._answer_at[key] = list(out_ids), answer_at
             return first_diff, "identical" if first_diff is None else f"differs at token {first_diff}"
         if plain:
-            self._reference[key] = list(out_ids)
+            self._reference[key], self._answer_at[key] = list(out_ids), answer_at
             return None, "reference"
         return None, "no reference yet"
+
+    def _compare_answers(self, key: tuple, out_ids: list[int], answer_at: int) -> tuple[int | None, str]:
+        ref, ref_at = self._reference[key], self._answer_at[key]
+        if ref_at is None:
+            return None, "answer not compared: plain's run ended thinking"
+        first = _first_diff(ref[ref_at:], out_ids[answer_at:])
+        return (None, "answer identical") if first is None else (answer_at + first, f"answer differs at token {first}")
 
     @torch.inference_mode()
     def perplexity(self, level: str, model) -> float | None:

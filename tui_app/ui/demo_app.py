@@ -10,7 +10,7 @@ from typing import ClassVar
 from textual.binding import Binding, BindingType
 
 from monitors.events import LeverRefused, RunFinished, RunStarted
-from tui_app.core.tour import FINISHED, TourLog, TourStep, lever_settings
+from tui_app.core.tour import FINISHED, TourLog, TourStep, fitting, lever_settings
 from tui_app.requests import Run, SetLever, Stop
 from tui_app.ui.app import TokentopApp
 from tui_app.ui.widgets.caption import CaptionBanner
@@ -45,7 +45,12 @@ class DemoApp(TokentopApp):
         self.banner.redraw()
 
     def start_run(self) -> None:
-        if self.step_index < 0:  # the engine is ready: the tour begins
+        if self.step_index < 0:  # the engine is ready: the tour begins, with the steps this model can show
+            ready = self.session.ready
+            self.steps, left = fitting(self.steps, bool(ready and ready.thinks))
+            self.tour_log = TourLog(self.steps)
+            if left:
+                self.notify(left)
             self.goto(0)
             return
         super().start_run()
