@@ -276,7 +276,13 @@ async def test_the_tour_keys_move_pause_and_leave_the_script(tmp_path):
 
 async def test_a_paused_tour_holds_its_step_and_goes_on_by_itself_when_resumed(tmp_path):
     steps = parse_tour(
-        {"step": [{"label": "a", "caption": "one", "preset": "short", "tokens": 4}, {"label": "b", "caption": "two", "preset": "short", "tokens": 4}]}
+        {
+            "step": [
+                {"label": "a", "caption": "one", "preset": "short", "tokens": 4},
+                {"label": "think", "caption": "for a thinking model", "thinking": True},
+                {"label": "b", "caption": "two", "preset": "short", "tokens": 4},
+            ]
+        }
     )
     app = DemoApp(steps, engine_source(EngineConfig()), fps=8, out_dir=str(tmp_path))
     async with app.run_test(size=(120, 40)) as pilot:
@@ -287,6 +293,7 @@ async def test_a_paused_tour_holds_its_step_and_goes_on_by_itself_when_resumed(t
         await pilot.press("space")
         await until(pilot, lambda: app.tour_done, timeout=120, what="the tour's end, with no key pressed")
         assert list(app.tour_log.results) == ["a", "b"] and app.banner.text().splitlines()[0] == "tour done: 2 of 2 steps measured"
+        assert "left out think: the model has no think span" in app.told
         await pilot.press("q")
 
 
