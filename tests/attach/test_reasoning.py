@@ -15,6 +15,7 @@ from monitors.events import Step
 from monitors.record import Recorder, read_recording
 from tests.helpers.llama_server import LlamaServer
 from tests.helpers.proxy import FaultProxy, tapped_chunks
+from tests.helpers.sse_standin import SseStandIn, reasoning_chunks
 from tui_app.attach.client import AttachConfig, ServerClient
 from tui_app.core.session import Session
 from tui_app.requests import RunRequest
@@ -92,3 +93,35 @@ def test_the_serving_bench_gives_ttfa_and_the_thinking_share_and_holds_an_slo_on
     assert row["ttfa_p50_s"] == pytest.approx(sorted(r["ttfa_s"] for r in reqs)[len(reqs) // 2])
     assert row["thinking_share"] == pytest.approx(sum(r["thinking_tokens"] for r in reqs) / sum(r["tokens"] for r in reqs))
     assert row["good"] == sum(r["ttfa_s"] <= 1.2 for r in reqs)
+
+
+@pytest.mark.serial  # two clocks of the same moments compared: a loaded machine delays one reader
+@pytest.mark.parametrize("shape", ["ollama", "deepseek", "harmony"])
+async def test_each_reasoning_stream_no_server_here_sends_is_split_and_timed_as_its_raw_bytes(shape):
+    """Ollama's `reasoning`, DeepSeek's `reasoning_content` and gpt-oss's Harmony channels in
+    `content`, each from a stand-in sending its engine's documented chunks (tests/helpers/sse_standin.py),
+    end to end through the client and a proxy that stamps each read. Bounds as the vLLM test's
+    (tests/system/test_reasoning_vllm.py): 2 % and the client's own way to the proxy."""
+    standin = SseStandIn(gap_ms=20, reasoning=shape)
+    session = Session()
+    try:
+        with FaultProxy(("127.0.0.1", int(standin.url.rsplit(":", 1)[1]))) as proxy:
+            client = ServerClient(AttachConfig(url=proxy.url), session.feed)
+            await client.connect()
+            proxy.tap = {"up": [], "down": []}
+            try:
+                fin = await client.run(RunRequest(prompt=PROMPT, max_new_tokens=64))
+            finally:
+                await client.aclose()
+    finally:
+        standin.close()
+    posted, tapped = tapped_chunks(proxy.tap)
+    sent = reasoning_chunks(shape)
+    assert [text for _, _, text in tapped] == [next(v for k, v in delta.items() if k != "role" and v) for _, delta in sent]
+    thought = sum(1 for phase, _ in sent if phase == "thinking")  # a chunk a token: no running count
+    st = session.timer.runs[fin.run_id].total
+    assert st.phase_tokens == {"thinking": thought, "answer": len(sent) - thought}
+    assert fin.text == "".join(text for _, _, text in tapped)
+    raw_ttft, raw_ttfa = (tapped[0][0] - posted) / 1e9, (tapped[thought][0] - posted) / 1e9
+    assert st.ttft_s == pytest.approx(raw_ttft, rel=0.02, abs=0.008) and st.ttfa_s == pytest.approx(raw_ttfa, rel=0.02, abs=0.008)
+    assert fin.server.get("server_reasoning_tokens") == (thought if shape == "deepseek" else None)

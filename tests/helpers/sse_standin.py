@@ -6,7 +6,19 @@ which every process on the host shares), so a generator's send times can be chec
 it: GET /arrivals lists them (ns), GET /ttfts each request's arrival to its first chunk's write (ns,
 its own TTFT, to check a generator's against), POST /reset forgets both.
 
-    python -m tests.helpers.sse_standin [--port N] [--gap-ms 1]   # prints its URL; serves until stdin closes
+With --reasoning SHAPE, /v1/chat/completions streams a reasoning model's answer as an engine that
+does not run here sends it (each shape from its engine's documentation of its chunks): --think-ms
+before the first chunk (the prefill), then THINK thinking chunks and ANSWER answer chunks --gap-ms
+apart, a token each, with no running count:
+- `ollama`: Ollama's OpenAI-compatible API, the thinking in `delta.reasoning` beside an empty
+  `content`, the answer in `delta.content`;
+- `deepseek`: DeepSeek's API (deepseek-reasoner), `delta.reasoning_content` then `delta.content`
+  (each chunk naming the other field null), and the usage's `completion_tokens_details.reasoning_tokens`;
+- `harmony`: gpt-oss behind a server without a Harmony parser, the channels in `content`:
+  `<|channel|>analysis<|message|>` … `<|end|>`, then `<|start|>assistant<|channel|>final<|message|>` …,
+  each special token a chunk of its own.
+
+    python -m tests.helpers.sse_standin [--port N] [--gap-ms 1] [--reasoning SHAPE]   # prints its URL; serves until stdin closes
 
 `SseStandIn` starts one in a process of its own, so the generator under test does not share its
 interpreter.
@@ -23,8 +35,25 @@ import sys
 import threading
 import time
 
+THINK, ANSWER, FIRST_S = 30, 12, 0.2
+HARMONY_THINK = ["<|channel|>", "analysis", "<|message|>"], ["<|end|>"]
+HARMONY_ANSWER = ["<|start|>", "assistant", "<|channel|>", "final", "<|message|>"]
 
-def app(gap_s: float):
+
+def reasoning_chunks(shape: str) -> list[tuple[str, dict]]:
+    """(phase, delta) of each chunk a shape streams: thinking words, then answer words."""
+    think = [f" t{i}" for i in range(THINK)]
+    answer = [f" a{i}" for i in range(ANSWER)]
+    if shape == "ollama":
+        return [("thinking", {"role": "assistant", "content": "", "reasoning": w}) for w in think] + [("answer", {"content": w}) for w in answer]
+    if shape == "deepseek":
+        thinking = [("thinking", {"content": None, "reasoning_content": w}) for w in think]
+        return thinking + [("answer", {"content": w, "reasoning_content": None}) for w in answer]
+    opens, closes = HARMONY_THINK
+    return [("thinking", {"content": w}) for w in [*opens, *think, *closes]] + [("answer", {"content": w}) for w in [*HARMONY_ANSWER, *answer]]
+
+
+def app(gap_s: float, shape: str | None = None):
     from aiohttp import web
 
     arrivals: list[int] = []
@@ -53,6 +82,26 @@ def app(gap_s: float):
         await resp.write_eof()
         return resp
 
+    async def chat(request: web.Request) -> web.StreamResponse:
+        await request.json()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        await asyncio.sleep(FIRST_S)
+        base = {"id": "chatcmpl-standin", "object": "chat.completion.chunk", "created": int(time.time()), "model": "standin"}
+        chunks = reasoning_chunks(shape or "")
+        for i, (_, delta) in enumerate(chunks):
+            if i:
+                await asyncio.sleep(gap_s)
+            choice = {"index": 0, "delta": delta, "finish_reason": "stop" if i == len(chunks) - 1 else None}
+            await resp.write(f"data: {json.dumps({**base, 'choices': [choice]})}\n\n".encode())
+        thought = sum(1 for phase, _ in chunks if phase == "thinking")
+        counts = {"prompt_tokens": 8, "completion_tokens": len(chunks), "total_tokens": 8 + len(chunks)}
+        if shape == "deepseek":
+            counts["completion_tokens_details"] = {"reasoning_tokens": thought}
+        await resp.write(f"data: {json.dumps({**base, 'choices': [], 'usage': counts})}\n\ndata: [DONE]\n\n".encode())
+        await resp.write_eof()
+        return resp
+
     async def models(request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "standin", "object": "model", "owned_by": "tests"}]})
 
@@ -68,7 +117,7 @@ def app(gap_s: float):
         return web.json_response({"ok": True})
 
     a = web.Application()
-    a.add_routes([web.post("/v1/completions", completions), web.get("/v1/models", models)])
+    a.add_routes([web.post("/v1/completions", completions), web.post("/v1/chat/completions", chat), web.get("/v1/models", models)])
     a.add_routes([web.get("/arrivals", get_arrivals), web.get("/ttfts", get_ttfts), web.post("/reset", reset)])
     return a
 
@@ -79,10 +128,11 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--gap-ms", type=float, default=1.0)
+    p.add_argument("--reasoning", choices=("ollama", "deepseek", "harmony"), default=None)
     args = p.parse_args()
 
     async def serve() -> None:
-        runner = web.AppRunner(app(args.gap_ms / 1000), access_log=None)
+        runner = web.AppRunner(app(args.gap_ms / 1000, args.reasoning), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", args.port)
         await site.start()
@@ -97,11 +147,10 @@ def main() -> None:
 class SseStandIn:
     """The stand-in in a process of its own on 127.0.0.1."""
 
-    def __init__(self, gap_ms: float = 1.0):
+    def __init__(self, gap_ms: float = 1.0, reasoning: str | None = None):
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.helpers.sse_standin", "--gap-ms", str(gap_ms)], cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
+        cmd = [sys.executable, "-m", "tests.helpers.sse_standin", "--gap-ms", str(gap_ms), *(["--reasoning", reasoning] if reasoning else [])]
+        self.proc = subprocess.Popen(cmd, cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.url = self.proc.stdout.readline().strip()
         if not self.url.startswith("http://"):
             raise RuntimeError(f"the stand-in did not start (exit {self.proc.wait()})")
