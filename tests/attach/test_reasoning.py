@@ -14,9 +14,8 @@ import pytest
 from monitors.events import Step
 from monitors.record import Recorder, read_recording
 from tests.helpers.llama_server import LlamaServer
-from tests.helpers.proxy import FaultProxy, tapped_chunks
+from tests.helpers.proxy import tapped_run
 from tests.helpers.sse_standin import SseStandIn, reasoning_chunks
-from tui_app.attach.client import AttachConfig, ServerClient
 from tui_app.core.session import Session
 from tui_app.requests import RunRequest
 
@@ -37,16 +36,8 @@ async def test_the_split_and_ttfa_equal_those_read_from_the_raw_stream(thinking_
     recorder = Recorder(str(tmp_path / "r.jsonl"))
     session = Session(recorder=recorder)
     session.listeners.append(events.append)
-    with FaultProxy(("127.0.0.1", thinking_server.port)) as proxy:
-        client = ServerClient(AttachConfig(url=proxy.url), session.feed)
-        await client.connect()
-        proxy.tap = {"up": [], "down": []}
-        try:
-            fin = await client.run(RunRequest(prompt=PROMPT, max_new_tokens=120))
-        finally:
-            await client.aclose()
-        recorder.close()
-    posted, tapped = tapped_chunks(proxy.tap)
+    fin, posted, tapped = await tapped_run(thinking_server.port, session, RunRequest(prompt=PROMPT, max_new_tokens=120))
+    recorder.close()
     chunks = [(t, text) for t, _, text in tapped]
     text = "".join(c for _, c in chunks)
     assert text.startswith("<think>") and "</think>" in text and fin.text == text
@@ -105,17 +96,9 @@ async def test_each_reasoning_stream_no_server_here_sends_is_split_and_timed_as_
     standin = SseStandIn(gap_ms=20, reasoning=shape)
     session = Session()
     try:
-        with FaultProxy(("127.0.0.1", int(standin.url.rsplit(":", 1)[1]))) as proxy:
-            client = ServerClient(AttachConfig(url=proxy.url), session.feed)
-            await client.connect()
-            proxy.tap = {"up": [], "down": []}
-            try:
-                fin = await client.run(RunRequest(prompt=PROMPT, max_new_tokens=64))
-            finally:
-                await client.aclose()
+        fin, posted, tapped = await tapped_run(int(standin.url.rsplit(":", 1)[1]), session, RunRequest(prompt=PROMPT, max_new_tokens=64))
     finally:
         standin.close()
-    posted, tapped = tapped_chunks(proxy.tap)
     sent = reasoning_chunks(shape)
     assert [text for _, _, text in tapped] == [next(v for k, v in delta.items() if k != "role" and v) for _, delta in sent]
     thought = sum(1 for phase, _ in sent if phase == "thinking")  # a chunk a token: no running count

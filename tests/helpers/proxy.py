@@ -326,3 +326,19 @@ def tapped_chunks(tap: dict) -> tuple[int, list[tuple[int, str, str]]]:
                 delta = ((json.loads(line).get("choices") or [{}])[0]).get("delta") or {}
                 chunks += [(t, key, text) for key, text in delta.items() if key in ("reasoning", "reasoning_content", "content") and text]
     return posted, chunks
+
+
+async def tapped_run(port: int, session, request) -> tuple:
+    """One run of an attached client through a proxy to 127.0.0.1:`port` that taps the run's bytes:
+    (the run's end, when the request reached the proxy, [(arrival, field, text)] as tapped_chunks reads them)."""
+    from tui_app.attach.client import AttachConfig, ServerClient
+
+    with FaultProxy(("127.0.0.1", port)) as proxy:
+        client = ServerClient(AttachConfig(url=proxy.url), session.feed)
+        await client.connect()
+        proxy.tap = {"up": [], "down": []}
+        try:
+            fin = await client.run(request)
+        finally:
+            await client.aclose()
+    return (fin, *tapped_chunks(proxy.tap))

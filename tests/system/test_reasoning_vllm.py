@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from monitors.events import EngineError, LeverChanged, Step
-from tests.helpers.proxy import FaultProxy, tapped_chunks
+from tests.helpers.proxy import tapped_run
 from tests.helpers.tiny_models import distinct_words, save_scripted_thinker
 from tests.helpers.vllm import vllm_fixture
 from tui_app.attach.client import AttachConfig, ServerClient
@@ -37,15 +37,7 @@ async def test_the_split_is_the_servers_own_and_ttfa_that_of_the_raw_stream(scri
     events: list = []
     session = Session()
     session.listeners.append(events.append)
-    with FaultProxy(("127.0.0.1", port)) as proxy:
-        client = ServerClient(AttachConfig(url=proxy.url), session.feed)
-        await client.connect()
-        proxy.tap = {"up": [], "down": []}
-        try:
-            fin = await client.run(RunRequest(prompt="Why is the sky blue?", max_new_tokens=128))
-        finally:
-            await client.aclose()
-    posted, chunks = tapped_chunks(proxy.tap)
+    fin, posted, chunks = await tapped_run(port, session, RunRequest(prompt="Why is the sky blue?", max_new_tokens=128))
     assert "".join(text for _, field, text in chunks if field == "reasoning") == distinct_words(80)
     assert "".join(text for _, field, text in chunks if field == "content") == ANSWER
     assert fin.text == distinct_words(80) + ANSWER and fin.stop_reason == "eos"
