@@ -17,7 +17,8 @@ demo picture: `tokentop demo`'s caption over three steps of the default tour. Th
 a real Prometheus (Debian's) scraping three real llama.cpp servers every second, tokentop's own
 runs on the first, two streams of other traffic on the second, the third stopped (a replica down),
 and a stand-in vLLM replica (tests/helpers/standins.py, served to the same Prometheus) whose memory
-climbs 0.5 MB a second at a flat load: the leak sentinel's mark, over a 30 s span.
+climbs 0.5 MB a second at a flat load: the leak sentinel's mark, over a 30 s span. The expert,
+MI300X and thinking pictures: moe_shot.py, vendor_shot.py, thinking_shot.py.
 
 Then `tokentop report` pages, rendered whole by headless Chromium: one of a recorded auto-repeat
 session (int8 switched on in the first run, enough runs after it for the leak detector's verdict)
@@ -43,6 +44,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from moe_shot import shoot_experts  # noqa: E402
 from shots import to_png, until  # noqa: E402
+from thinking_shot import shoot_thinking  # noqa: E402
 from vendor_shot import shoot_amd  # noqa: E402
 
 from monitors.events import Levers  # noqa: E402
@@ -403,6 +405,7 @@ ALONE = {
     "ledger": lambda: pictures([shoot_ledger((160, 45))]),
     "experts": lambda: pictures([shoot_experts(size) for size in SIZES]),
     "mi300x": lambda: pictures([shoot_amd((160, 45))]),
+    "thinking": lambda: pictures([shoot_thinking((160, 45))]),
     "batch": lambda: pictures([shoot_batch((160, 45))]),
     "script": lambda: pictures([shoot_script((160, 45))]),
     "fleet": lambda: pictures([shoot_fleet((160, 45))]),
