@@ -375,3 +375,11 @@ async def test_palette_entries_are_sentences_for_every_key():
         assert c.text[0].isupper() and "tokentop:" not in c.text and "_" not in c.help, (c.text, c.help)
     assert any(c.help == "key: ?" for c in ours)
     assert [h.text for h in found][:1] == [ENTRIES["lever('cache')"]] and found[0].help == "key: k"
+
+
+def test_the_help_screen_has_a_row_for_every_key():
+    from tui_app.ui.palette import KEYS
+    from tui_app.ui.screens.help import HELP
+
+    shown = {"question_mark": "?"}
+    assert [b.key for b in KEYS if f"| `{shown.get(b.key, b.key)}`" not in HELP and f", `{b.key}`" not in HELP] == []

@@ -20,21 +20,28 @@ HELP = """\
 | `w` | weight quantization: off → int8 → int4 |
 | `s` | speculative decoding: off → prompt lookup → draft model |
 | `b` | batch size 1 → 2 → 4 → 8: yours and distinct prompts arriving, joining and leaving (`--batch-prompts replicated`: copies of yours) |
+| `T` | a reasoning model's thinking budget: off → 64 → 256 → 1024 tokens, the think span closed at it (shown where the model has one) |
 | `l` | prompt length preset: short → long (→ file); a run in flight starts again on it |
 | `n` | new prompt |
 | `r` | rerun the prompt |
+| `t` | attached to several servers: the next run goes to the next one |
 | `space` | pause / resume generation |
 | `a` | auto-repeat: run in a loop (demos, leak watching) |
-| `o` | colour the tokens: plain → by origin (accepted drafts underlined, rejected ones ghosted) → by latency → by the model's confidence |
+| `o` | colour the tokens: plain → by origin (drafts kept underlined, rejected ghosted) → by latency → by the model's confidence → by phase |
+| `f` | fold a reasoning model's thinking to a line a span (it counts on while the model thinks), or show it whole |
+| `p` | the anatomy of the next 8 decode steps: where a step's time goes, by part |
 | `g` | the lever ledger: each mix run so far against plain on the same prompt and length, and whether it paid |
 | `E` | an MoE's routing: layers × experts heatmap, each layer's imbalance, the hottest experts, what the last step read (`w`: run / last steps) |
 | `P` | the presenter's screen: tok/s, TTFT and ITL p50 in big figures over the text and one thick chart (`v` cycles) |
 | `m` | measure the memory read rate again (the `mem bw` figure's reference) |
+| `L` | the leak view: the baselines on their own axis, their fit and its interval |
+| `H` | on CUDA, the allocator's history of the next 3 runs, for PyTorch's memory viewer |
 | `v` | next chart, when the terminal is too small for all of them (under 120×34) |
 | `x` | X-ray of an attached server's run: a bar per stream, the server's phases from the send, the client's chunks over them |
 | `e` | export the session as JSON |
 | `ctrl+s` | screenshot (SVG) |
 | `R` | restart the engine (asks first while it works); run numbers continue, finished runs are kept |
+| `?` | this help |
 | `q`, `ctrl+q`, `ctrl+c` | quit |
 
 Levers switch at the next token boundary and continue the same text; pressed between runs,
@@ -55,7 +62,6 @@ after each run; on a GPU also of torch's and NVML's device memory). Under it, wh
 the engine's RSS as the weights in use (their bytes), the KV cache (measured, while a run is in
 flight) and the rest; on a GPU, NVML's count of the process as weights, KV, activations (torch
 allocated − both), the allocator's cache (reserved − allocated) and outside torch (NVML − reserved).
-`L`: the leak view (the baselines on their own axis, their fit and its interval).
 *runs*: one row per run and lever segment; *output* says whether the text equals
 plain greedy decoding, and *ppl* is the perplexity of a fixed reference text under the current
 weights: a speedup that breaks the model shows there.
