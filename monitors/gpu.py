@@ -8,7 +8,10 @@ The NVML module is injectable so tests can stand in for hardware that is absent.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import ClassVar
 
 from monitors.gpu_counters import Gpm, clock_events
 
@@ -193,3 +196,57 @@ class NvmlReader:
             with contextlib.suppress(Exception):  # shutting down a broken NVML is best effort
                 self.nvml.nvmlShutdown()
             self.ok = False
+
+
+NVML_DUMP = "nvml.json"  # NVML's reading in a folder `tokentop probe --dump` wrote: no file of the system holds it
+NUMBERS = {f.name for f in fields(GpuSample)} - {"index", "name", "slowed", "reason"}
+
+
+def nvml_dump(reading: GpuReading) -> str:
+    """A reading as the JSON NvmlDumpReader reads back."""
+    return json.dumps({"gpus": [asdict(g) for g in reading.gpus]}, indent=1)
+
+
+class NvmlDumpReader:
+    """NVML's figures as a dump holds them (`tokentop probe --root DIR`): what NVML read on the
+    machine the dump was taken on, held still. NvmlReader's interface, its sources marked dumped."""
+
+    name, not_reported, rises = "NVML", NOT_REPORTED, ()
+    sources: ClassVar[dict[str, str]] = {key: f"{call} (dumped)" for key, call in SOURCES.items()}
+
+    def __init__(self, root: str | Path):
+        path = Path(root) / NVML_DUMP
+        self.ok, self.reason, self.gpus = False, "", []
+        if not path.is_file():
+            self.reason = f"n/a: no {NVML_DUMP} in this folder (NVML is the live driver's: a dump taken where it reads a GPU holds its figures)"
+            return
+        try:
+            self.gpus = [_sample(g) for g in json.loads(path.read_text(encoding="utf-8"))["gpus"]]
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+            self.reason = f"n/a: {path} unreadable ({exc})"
+            return
+        self.ok = bool(self.gpus)
+        self.reason = "" if self.ok else f"n/a: {path} holds no GPU"
+
+    def read(self, pids: set[int] | frozenset[int] = frozenset()) -> GpuReading:
+        return GpuReading(True, "", [replace(g) for g in self.gpus]) if self.ok else GpuReading(False, self.reason)
+
+    def process_memory(self, pids: set[int] | frozenset[int]) -> int | None:
+        return None
+
+    def close(self) -> None:
+        """Nothing held open: the figures were read when it was made."""
+
+
+def _sample(g: dict) -> GpuSample:
+    """A dumped device, its every field checked: a garbled file is refused whole, never half read."""
+    if not isinstance(g, dict) or not isinstance(g.get("index"), int) or not isinstance(g.get("name", ""), str):
+        raise ValueError(f"not a device: {g!r:.80}")
+    for key in NUMBERS & g.keys():
+        v = g[key]
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise ValueError(f"{key} is {v!r:.40}, not a number")
+    slowed = g.get("slowed")
+    if slowed is not None and (not isinstance(slowed, list) or not all(isinstance(x, str) for x in slowed)):
+        raise ValueError(f"slowed is {slowed!r:.40}, not a list of reasons")
+    return GpuSample(**{k: v for k, v in g.items() if k in NUMBERS | {"index", "name", "slowed", "reason"}})

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from monitors.gpu import NvmlReader
+from monitors.gpu import NvmlDumpReader, NvmlReader
 from monitors.gpu_amd import AmdSysfsReader
 from monitors.gpu_apple import AppleReader
 from monitors.gpu_intel import IntelSysfsReader
 
 
 def readers(nvml=None, root: str | Path = "/") -> list:
-    """Every vendor's reader, found or not (`tokentop probe` lists each with what it read or why not)."""
-    return [NvmlReader(nvml), AmdSysfsReader(root), IntelSysfsReader(root), AppleReader(root)]
+    """Every vendor's reader, found or not (`tokentop probe` lists each with what it read or why not).
+    From a folder, NVML's figures are those a dump holds: the live driver is this machine's."""
+    nvml_reader = NvmlReader(nvml) if Path(root) == Path("/") else NvmlDumpReader(root)
+    return [nvml_reader, AmdSysfsReader(root), IntelSysfsReader(root), AppleReader(root)]
 
 
 def gpu_reader(nvml=None, root: str | Path = "/"):

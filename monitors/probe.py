@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from monitors import gpu_apple
+from monitors.gpu import NVML_DUMP, NvmlReader, nvml_dump
 from monitors.gpus import readers
 from monitors.rapl import RaplReader
 
@@ -39,6 +40,7 @@ DUMPED = (
     "sys/class/drm/card*/gt_act_freq_mhz",
     "sys/class/powercap/intel-rapl:*/{name,energy_uj,max_energy_range_uj}",
     "ioreg.plist",  # a dump's own, dumped again
+    NVML_DUMP,  # likewise
 )
 
 
@@ -64,12 +66,9 @@ def _device(reader, sample, pids: frozenset[int], live: bool) -> dict:
 def probe(root: str | Path = "/", pids: frozenset[int] = frozenset(), interval_s: float = 0.5, nvml=None, sleep=time.sleep) -> dict:
     """Each source's reading as plain data: {"gpus": [...], "cpu_energy": {...}}. On this machine
     (root "/") the second of two `interval_s` apart, as power and busy shares are rises between
-    readings; from a folder, one reading, and NVML (the live driver's, in no folder) not read."""
+    readings; from a folder, one reading, NVML's from the figures a dump wrote there."""
     live = Path(root) == Path("/")
     every, rapl = readers(nvml, root), RaplReader(root)
-    if not live:
-        every[0].close()
-        every[0].ok, every[0].reason = False, "n/a: not read from a folder (NVML is the live driver's)"
     if live:
         for r in every:
             if r.ok:
@@ -114,10 +113,18 @@ def _shown(value: float, unit: str) -> str:
     return f"{value:.1f} {unit}"
 
 
-def dump(root: str | Path, out: Path, pids: frozenset[int]) -> int:
+def dump(root: str | Path, out: Path, pids: frozenset[int], nvml=None) -> int:
     """Copy what the probes read (DUMPED, and the processes' DRM fdinfo) from `root` into `out`,
-    laid out the same; the number of files. Links are followed, so `out` holds plain files."""
+    laid out the same, and live, what NVML reads (no file holds it); the number of files. Links are
+    followed, so `out` holds plain files."""
     base, n = Path(root), 0
+    if base == Path("/"):
+        reader = NvmlReader(nvml)
+        if reader.ok:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / NVML_DUMP).write_text(nvml_dump(reader.read(pids)), encoding="utf-8")
+            n += 1
+        reader.close()
     if sys.platform == "darwin" and base == Path("/"):  # a Mac, live: its IORegistry's accelerators
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             plist = gpu_apple.ioreg()

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -57,7 +58,7 @@ def check_nvml_device(device: str) -> tuple[str, str]:
     import torch
 
     from monitors.gpus import gpu_reader
-    from monitors.probe import probe
+    from monitors.probe import dump, probe
 
     reader = gpu_reader()
     reading = reader.read()
@@ -74,6 +75,11 @@ def check_nvml_device(device: str) -> tuple[str, str]:
     nvml = probe(interval_s=0.1)["gpus"][0]
     probed = nvml["devices"][i]["fields"]["mem_total"]["value"] if nvml["ok"] else None
     agree((probed or 0) / MiB, float(row[2]), 0, 1, " MiB", "tokentop probe's device memory total")
+    with tempfile.TemporaryDirectory() as folder:  # --dump writes NVML's figures, --root reads them back
+        dump("/", Path(folder) / "d", frozenset())
+        back = probe(Path(folder) / "d")["gpus"][0]
+    dumped = back["devices"][i]["fields"]["mem_total"]["value"] if back["ok"] else None
+    agree((dumped or 0) / MiB, float(row[2]), 0, 1, " MiB", f"probe --dump's device memory total ({back['reason'] or 'read back'})")
     return f"used {used}, total {total}", f"nvidia-smi --query-gpu used {used_ref}, total {total_ref}"
 
 

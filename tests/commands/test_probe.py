@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from monitors import probe
+from tests.helpers.fake_nvml import FakeNVML
 from tui_app.cli import main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs"
@@ -45,7 +47,7 @@ def test_each_vendors_fields_in_si_units_with_their_sources(capsys):
 def test_the_text_names_every_source_and_each_reason(capsys):
     assert main(["probe", "--root", str(FIXTURES / "arc_i915"), "--pid", "4242"]) == 0
     out = capsys.readouterr().out
-    assert "NVML: n/a: not read from a folder" in out and "amdgpu sysfs: n/a: no AMD GPU" in out
+    assert "NVML: n/a: no nvml.json in this folder" in out and "amdgpu sysfs: n/a: no AMD GPU" in out
     assert "i915/xe sysfs: GPU 0 Intel GPU 8086:56A0 (i915)" in out and "2400 MHz" in out and "6.00 GiB" in out
     assert "CPU energy, RAPL (powercap): n/a: no RAPL package" in out
 
@@ -69,6 +71,33 @@ def test_a_macs_dumped_ioregistry_reads_back_anywhere(capsys, tmp_path):
     assert fields["sm_util"]["value"] == 64.0 and fields["mem_used"]["value"] == 9663676416
     assert fields["power_w"]["reason"] == "not read (macmon's lines are the live Mac's, not a folder's)"
     assert device(probe_json(capsys, "--root", str(tmp_path / "again")), "Apple IORegistry") == device(before, "Apple IORegistry")
+
+
+def test_nvmls_figures_are_dumped_and_read_back_as_nvml_read_them(capsys, tmp_path):
+    """No file holds NVML's figures, so a dump writes what it read (nvml.json). No NVIDIA GPU here:
+    the stand-in NVML (tests/helpers/fake_nvml.py) is what a dump on a GPU box reads; the GPU check
+    runs the same on a real one."""
+    out, pid = tmp_path / "dump", frozenset({4242})
+    nvml = FakeNVML(n=2, procs={0: [(4242, 3 * 2**30)]})
+    assert probe.dump("/", out, pid, nvml=nvml) >= 1 and (out / "nvml.json").is_file()
+    (live,) = [s for s in probe.probe("/", pid, 0, nvml=nvml, sleep=lambda s: None)["gpus"] if s["source"] == "NVML"]
+    (back,) = [s for s in probe_json(capsys, "--root", str(out), "--pid", "4242")["gpus"] if s["source"] == "NVML"]
+    assert back["ok"] and [d["name"] for d in back["devices"]] == ["NVIDIA Fake H100"] * 2
+    for a, b in zip(live["devices"], back["devices"], strict=True):
+        for key, f in a["fields"].items():
+            assert b["fields"][key]["value"] == f["value"], key
+            assert b["fields"][key].get("source") == (f["source"] + " (dumped)" if f["value"] is not None else None)
+    assert back["devices"][0]["fields"]["proc_mem"]["value"] == 3 * 2**30 and back["devices"][0]["fields"]["power_w"]["value"] == 250.0
+
+
+@pytest.mark.parametrize(
+    "text,why",
+    [("{", "unreadable"), ('{"gpus": [{"index": 0, "power_w": "hot"}]}', "power_w is 'hot', not a number"), ('{"gpus": []}', "holds no GPU")],
+)
+def test_a_garbled_nvml_dump_is_na_with_the_reason(capsys, tmp_path, text, why):
+    (tmp_path / "nvml.json").write_text(text)
+    (nv,) = [s for s in probe_json(capsys, "--root", str(tmp_path))["gpus"] if s["source"] == "NVML"]
+    assert not nv["ok"] and nv["reason"].startswith("n/a: ") and why in nv["reason"]
 
 
 def test_this_machines_own_sources_are_read_live(capsys, tmp_path):
