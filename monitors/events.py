@@ -14,8 +14,15 @@ from dataclasses import dataclass, field
 QUANT_LEVELS = ("off", "int8", "int4")
 SPEC_MODES = ("off", "lookup", "draft")
 BATCH_SIZES = (1, 2, 4, 8)
-THINK_BUDGETS = (0, 64, 256, 1024)  # a reasoning model's thinking tokens at most (0: off), the close included
+NO_THINKING = -1  # the think span closed at once: its close the first token (on a server, the template's switch)
+# a reasoning model's thinking tokens at most, the close included (0: off, no budget), then no thinking at all
+THINK_BUDGETS = (0, 64, 256, 1024, NO_THINKING)
 STEP_KINDS = ("prefill", "decode", "reprefill", "verify")
+
+
+def think_label(think: int) -> str:
+    """A thinking budget as the labels name it: `think≤64`, `no-think`."""
+    return "no-think" if think == NO_THINKING else f"think≤{think}"
 
 
 def next_lever_value(lever: str, current, batch_sizes: tuple[int, ...] | None = None):
@@ -44,12 +51,12 @@ class Levers:
     quant: str = "off"
     spec: str = "off"
     batch: int = 1  # on a server: concurrent streams
-    think: int = 0  # the thinking budget (THINK_BUDGETS; 0: off)
+    think: int = 0  # the thinking budget (THINK_BUDGETS; 0: off; NO_THINKING)
     server: str = ""  # attached to a server: its label (the in-process levers are the server's own)
 
     def label(self) -> str:
         if self.server:
-            return f"{self.server} c{self.batch}" + (f" think≤{self.think}" if self.think else "")
+            return f"{self.server} c{self.batch}" + (f" {think_label(self.think)}" if self.think else "")
         parts = ["cache" if self.cache else "no-cache"]
         if self.compile:
             parts.append("compile")
@@ -60,7 +67,7 @@ class Levers:
         if self.batch != 1:
             parts.append(f"b{self.batch}")
         if self.think:
-            parts.append(f"think≤{self.think}")
+            parts.append(think_label(self.think))
         return " ".join(parts)
 
     def is_plain(self) -> bool:

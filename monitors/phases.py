@@ -299,8 +299,9 @@ class StepPhases:
     def budgeted(self, rows: list[list[int]], budget: int) -> list[list[int]]:
         """A step's new tokens under a thinking budget: where the span would hold more than `budget`
         tokens with the next, that token is its close (as vLLM's `thinking_token_budget` and
-        llama.cpp's `--reasoning-budget` end the thinking). Every row is the run's own sequence
-        (a replicated batch: the engine refuses a budget beside distinct prompts)."""
+        llama.cpp's `--reasoning-budget` end the thinking); a budget below 1 (no thinking) closes
+        the span at its first token. Every row is the run's own sequence (a replicated batch: the
+        engine refuses a budget beside distinct prompts)."""
         if not budget or self.split is None or self.split.phase != THINKING or self.thought < budget - 1:
             return rows
         close = self.close_id

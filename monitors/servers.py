@@ -40,6 +40,9 @@ class EngineTable:
     kv_note: str = ""  # where the KV figure comes from when /metrics has none
     # The request field that bounds a reasoning model's thinking, where the engine takes one per request.
     think_budget: str = ""
+    # The request field whose {"enable_thinking": false} turns the thinking off through the model's
+    # chat template (Qwen3's, for one), where the engine passes it on.
+    think_switch: str = ""
 
 
 VLLM = EngineTable(
@@ -61,6 +64,7 @@ VLLM = EngineTable(
     "vLLM serves /metrics by default; check the URL (--metrics URL)",
     {"stream_options": {"include_usage": True, "continuous_usage_stats": True}},
     think_budget="thinking_token_budget",  # taken where the server runs a reasoning parser, else answered 400 with why
+    think_switch="chat_template_kwargs",
 )
 SGLANG = EngineTable(
     "SGLang",

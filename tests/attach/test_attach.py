@@ -100,12 +100,14 @@ async def test_concurrency_opens_that_many_streams_and_the_server_counts_them(ll
 async def test_server_owned_levers_are_refused_with_what_to_do(llama_server):
     client, _, events = await attached(llama_server.url)
     await client.aclose()
-    for name, value in (("cache", False), ("compile", True), ("quant", "int8"), ("spec", "lookup"), ("batch", 3), ("think", 64)):
+    levers = (("cache", False), ("compile", True), ("quant", "int8"), ("spec", "lookup"), ("batch", 3), ("think", 64), ("think", -1))
+    for name, value in levers:
         client.set_lever(name, value)
     refused = [e for e in events if isinstance(e, LeverRefused)]
-    assert [e.lever for e in refused] == ["cache", "compile", "quant", "spec", "batch", "think"]
+    assert [e.lever for e in refused] == ["cache", "compile", "quant", "spec", "batch", "think", "think"]
     assert "restart it with the option" in refused[0].reason and "second server" in refused[0].reason
-    assert "1, 2, 4, 8, 16, 32" in refused[-2].reason and "thinking is its own" in refused[-1].reason
+    assert "1, 2, 4, 8, 16, 32" in refused[-3].reason and "thinking is its own: it takes no budget" in refused[-2].reason
+    assert "takes no switch (chat_template_kwargs) on a request" in refused[-1].reason
 
 
 async def test_an_attach_session_records_and_replays_the_same_rows(llama_server, tmp_path):

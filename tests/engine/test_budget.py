@@ -68,6 +68,17 @@ def test_a_budget_above_the_think_changes_nothing(scripted):
     assert ids == script and fin.diff_note == "answer identical"
 
 
+def test_no_thinking_closes_the_span_at_the_first_token_and_the_answer_holds(scripted):
+    engine, session, script, close_at = scripted
+    run(engine, session, 0)
+    fin, ids = run(engine, session, -1)
+    assert ids == script[close_at:] and fin.diff_note == "answer identical"
+    st = session.timer.runs[fin.run_id].total
+    assert st.phase_tokens == {"thinking": 1, "answer": len(script) - close_at - 1} and st.levers.label() == "cache no-think"
+    (entry,) = [e for e in ledger.entries(session) if e.levers == "cache no-think"]
+    assert entry.verdict.startswith("no-think bought the answer at") and entry.verdict.endswith("(1 vs 81 thinking); answer identical")
+
+
 def test_answers_are_compared_after_each_runs_think():
     q = Quality(EngineConfig(), None, "cpu", 64)
     ref = [5, 6, 7, 9, 1, 2, 3]  # a think of three tokens, its close (9), an answer

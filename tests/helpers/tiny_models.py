@@ -28,7 +28,7 @@ def save_tiny(model, folder) -> None:
 
 THINKING_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% if enable_thinking is defined and not enable_thinking %}</think>{% endif %}{% endif %}"
 )
 
 

@@ -78,6 +78,23 @@ async def test_the_thinking_budget_goes_the_servers_way_and_the_server_closes_th
     assert session.timer.runs[fin.run_id].started.levers.label().endswith("think≤64")
 
 
+async def test_no_thinking_goes_through_the_chat_template_and_the_model_answers_at_once(scripted_vllm):
+    """The template's switch (`chat_template_kwargs`, as Qwen3's takes it): the scripted thinker's
+    template closes the span in the prompt, and the model answers from `</think>`."""
+    port, _, _ = scripted_vllm
+    session = Session()
+    client = ServerClient(AttachConfig(url=f"http://127.0.0.1:{port}"), session.feed)
+    await client.connect()
+    try:
+        client.set_lever("think", -1)
+        fin = await client.run(RunRequest(prompt="Why is the sky blue?", max_new_tokens=128))
+    finally:
+        await client.aclose()
+    st = session.timer.runs[fin.run_id].total
+    assert fin.text == ANSWER and "thinking" not in st.phase_tokens and fin.stop_reason == "eos"
+    assert session.timer.runs[fin.run_id].started.levers.label().endswith("no-think")
+
+
 async def test_a_server_without_a_reasoning_parser_refuses_the_budget_and_says_why(vllm_url):
     events: list = []
     session = Session()

@@ -111,5 +111,7 @@ def test_a_thinking_run_shows_its_ttfa_and_thinking_share_beside_ttft():
     assert "T:off" in texts  # the thinking budget's lever, where the model has a think span
     session.feed(LeverChanged(run_id=None, lever="think", value=256, levers=Levers(think=256)))
     assert "T:≤256" in [i.variants[0] for i in status_text.status_items(session, "s", "long", auto=False)]
+    session.feed(LeverChanged(run_id=None, lever="think", value=-1, levers=Levers(think=-1)))
+    assert "T:none" in [i.variants[0] for i in status_text.status_items(session, "s", "long", auto=False)]
     plain = [i.variants[0] for i in status_text.status_items(Session.from_events(session_events(runs=1, tokens=8)), "s", "long", auto=False)]
     assert not any(t.startswith(("TTFA", "think", "T:")) for t in plain)  # a run of answer alone, a model that cannot think

@@ -28,6 +28,7 @@ import aiohttp
 import httpx
 
 from monitors.events import (
+    NO_THINKING,
     THINK_BUDGETS,
     EngineError,
     EngineReady,
@@ -289,8 +290,10 @@ class ServerClient:
             body["prompt"] = text
         if req.ignore_eos:
             body["ignore_eos"] = True  # vLLM, SGLang and llama.cpp honour it; OpenAI itself does not
-        if self.levers.think and self.engine.think_budget:
+        if self.levers.think > 0 and self.engine.think_budget:
             body[self.engine.think_budget] = self.levers.think
+        elif self.levers.think == NO_THINKING and self.engine.think_switch:
+            body[self.engine.think_switch] = {"enable_thinking": False}
         body.update(json.loads(json.dumps(self.engine.stream_extras)))
         return body
 
@@ -425,13 +428,14 @@ def lever_answer(name: str, value, levers: Levers, engine: EngineTable) -> Lever
     if name in SERVER_OWNED:
         owned = f"{SERVER_OWNED[name]} is set when the {engine.name} server starts"
         return LeverRefused(lever=name, value=value, reason=f"{owned}: restart it with the option, or attach to a second server started with it and compare")
-    if name == "think" and not engine.think_budget:
-        reason = f"the {engine.name} server's thinking is its own: it takes no budget on a request, and tokentop shows the thinking it streams"
+    if name == "think" and ((value == NO_THINKING and not engine.think_switch) or (value > 0 and not engine.think_budget)):
+        what = "no switch (chat_template_kwargs)" if value == NO_THINKING else "no budget"
+        reason = f"the {engine.name} server's thinking is its own: it takes {what} on a request, and tokentop shows the thinking it streams"
         return LeverRefused(lever=name, value=value, reason=reason)
     allowed = {"batch": CONCURRENCY, "think": THINK_BUDGETS}.get(name)
     if allowed is None:
         return LeverRefused(lever=name, value=value, reason=f"{name} is not a lever of an attached server")
     if value not in allowed:
-        what = "concurrency" if name == "batch" else "the thinking budget (0: off)"
+        what = "concurrency" if name == "batch" else "the thinking budget (0: off, -1: no thinking)"
         return LeverRefused(lever=name, value=value, reason=f"{what} must be one of {', '.join(map(str, allowed))}")
     return LeverChanged(run_id=None, lever=name, value=value, levers=replace(levers, **{name: value}))

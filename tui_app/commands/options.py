@@ -96,7 +96,7 @@ def add_engine(p: argparse.ArgumentParser, generation: bool = True) -> None:
         type=int,
         choices=THINK_BUDGETS,
         default=0,
-        help="a reasoning model's thinking tokens at most, its close included (0: off; T switches it live; docs/reasoning.md)",
+        help="a reasoning model's thinking tokens at most, its close included (0: off; -1: no thinking; T switches it live; docs/reasoning.md)",
     )
     g.add_argument(
         "--batch-prompts",

@@ -14,7 +14,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
-from monitors.events import Levers, RunFinished
+from monitors.events import Levers, RunFinished, think_label
 from monitors.phases import THINKING
 from monitors.text import plural
 from monitors.timing import TimingStats
@@ -166,7 +166,7 @@ def budget_note(session: Session, workload: tuple[int, int], lev: Levers, plain:
     thought = [f"{_median([s.phase_tokens.get(THINKING, 0) for s in side]):.0f}" for side in (runs, plain)]
     ends = _finished(session, workload, lev)
     answer = f"; {ends[-1].diff_note}" if ends and ends[-1].diff_note.startswith("answer") else ""
-    return f"think≤{lev.think} bought {start}, {fmt.num(time, 2)}× plain's time, {' vs '.join(tokens)} tokens ({' vs '.join(thought)} thinking){answer}"
+    return f"{think_label(lev.think)} bought {start}, {fmt.num(time, 2)}× plain's time, {' vs '.join(tokens)} tokens ({' vs '.join(thought)} thinking){answer}"
 
 
 def _median(xs: list) -> float:

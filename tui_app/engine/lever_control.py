@@ -153,7 +153,7 @@ class LeverControl:
                 return "verify steps are multi-token and the compiled graph is single-token; turn speculation off first"
         elif name == "think":
             if value not in THINK_BUDGETS:
-                return f"the thinking budget must be one of {', '.join(map(str, THINK_BUDGETS))} (0: off)"
+                return f"the thinking budget must be one of {', '.join(map(str, THINK_BUDGETS))} (0: off, -1: no thinking)"
             if value and not self.thinks:
                 return "this model has no think span: its tokenizer has no <think> and </think> tokens"
             if value and lev.spec != "off":

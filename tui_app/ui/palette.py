@@ -46,7 +46,7 @@ ENTRIES = {
     "lever('quant')": "Cycle the weight quantization: off, int8, int4",
     "lever('spec')": "Cycle speculative decoding: off, prompt lookup, draft model",
     "lever('batch')": "Cycle the batch size: 1, 2, 4, 8 (distinct prompts arriving during the run)",
-    "lever('think')": "Cycle a reasoning model's thinking budget: off, 64, 256, 1024 tokens (at the budget the think span is closed)",
+    "lever('think')": "Cycle a reasoning model's thinking budget: off, 64, 256, 1024 tokens, none (at the budget the think span is closed)",
     "preset": "Switch the prompt length preset",
     "next_server": "Send the next run to the next attached server",
     "new_prompt": "Type a new prompt",

@@ -79,7 +79,7 @@ LABELS = {
     "cache": lambda v: "cache" if v else "no-cache",
     "compile": lambda v: "compile" if v else "eager",
     "quant": lambda v: v if v != "off" else "fp",
-    "think": lambda v: f"≤{v}" if v else "off",
+    "think": lambda v: "none" if v < 0 else f"≤{v}" if v else "off",
 }
 
 

@@ -20,7 +20,7 @@ HELP = """\
 | `w` | weight quantization: off → int8 → int4 |
 | `s` | speculative decoding: off → prompt lookup → draft model |
 | `b` | batch size 1 → 2 → 4 → 8: yours and distinct prompts arriving, joining and leaving (`--batch-prompts replicated`: copies of yours) |
-| `T` | a reasoning model's thinking budget: off → 64 → 256 → 1024 tokens, the think span closed at it (shown where the model has one) |
+| `T` | a reasoning model's thinking budget: off → 64 → 256 → 1024 tokens → none, the think span closed at it (shown where the model has one) |
 | `l` | prompt length preset: short → long (→ file); a run in flight starts again on it |
 | `n` | new prompt |
 | `r` | rerun the prompt |
