@@ -84,6 +84,9 @@ SGLANG = EngineTable(
     },
     "start SGLang with --enable-metrics",
     {"stream_options": {"include_usage": True, "continuous_usage_stats": True}},
+    # Its chat API passes chat_template_kwargs to the template (SGLang's "Thinking Budget" docs);
+    # its hard budgets are server options (--enable-strict-thinking, a logit processor).
+    think_switch="chat_template_kwargs",
 )
 LLAMACPP = EngineTable(
     "llama.cpp",

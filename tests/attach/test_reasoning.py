@@ -11,11 +11,13 @@ import sys
 
 import pytest
 
-from monitors.events import Step
+from monitors.events import THINK_BUDGETS, LeverChanged, Levers, Step
 from monitors.record import Recorder, read_recording
+from monitors.servers import LLAMACPP, SGLANG, VLLM
 from tests.helpers.llama_server import LlamaServer
 from tests.helpers.proxy import as_raw, tapped_run
 from tests.helpers.sse_standin import SseStandIn, reasoning_chunks
+from tui_app.attach.client import lever_answer
 from tui_app.core.session import Session
 from tui_app.requests import RunRequest
 
@@ -107,3 +109,10 @@ async def test_each_reasoning_stream_no_server_here_sends_is_split_and_timed_as_
     raw_ttft, raw_ttfa = (tapped[0][0] - posted) / 1e9, (tapped[thought][0] - posted) / 1e9
     assert as_raw(st.ttft_s, raw_ttft) and as_raw(st.ttfa_s, raw_ttfa), (st.ttft_s, raw_ttft, st.ttfa_s, raw_ttfa)
     assert fin.server.get("server_reasoning_tokens") == (thought if shape == "deepseek" else None)
+
+
+def test_each_engine_takes_the_thinking_levers_its_api_documents():
+    """A budget where the engine takes one on a request (vLLM), no thinking where its chat API passes
+    the template's switch on (vLLM, SGLang); the rest refused with the reason (test_attach.py)."""
+    took = {e.name: [v for v in THINK_BUDGETS if isinstance(lever_answer("think", v, Levers(), e), LeverChanged)] for e in (VLLM, SGLANG, LLAMACPP)}
+    assert took == {"vLLM": [0, 64, 256, 1024, -1], "SGLang": [0, -1], "llama.cpp": [0]}
