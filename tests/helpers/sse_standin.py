@@ -7,7 +7,7 @@ it: GET /arrivals lists them (ns), GET /ttfts each request's arrival to its firs
 its own TTFT, to check a generator's against), POST /reset forgets both.
 
 With --reasoning SHAPE, /v1/chat/completions streams a reasoning model's answer as an engine that
-does not run here sends it (each shape from its engine's documentation of its chunks): --think-ms
+does not run here sends it (each shape from its engine's documentation of its chunks): FIRST_S
 before the first chunk (the prefill), then THINK thinking chunks and ANSWER answer chunks --gap-ms
 apart, a token each, with no running count:
 - `ollama`: Ollama's OpenAI-compatible API, the thinking in `delta.reasoning` beside an empty
