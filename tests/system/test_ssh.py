@@ -2,11 +2,11 @@
 port), through the tests' fault proxy at 256 kbit/s with 100 ms each way: a key's effect reaches
 the screen within half a second of the link's delay; the screen stays within a frame of the
 engine for over a minute; a slower link lowers the frame rate, says so and catches up, never
-queueing frames; and the run's figures are those of the same runs on a local terminal, the two
-apps generating side by side in one window.
+queueing frames; and the run's figures, there, are those of the same runs on a local terminal,
+the two apps generating side by side in one window.
 
-One session of about three minutes serves every test here (a module fixture): the tier's only
-long run. The app runs in a tmux terminal of its own (a private tmux server), as a user's would.
+One session of about two and a half minutes serves every test here (a module fixture): the
+tier's only long run. The app runs in a tmux terminal of its own (a private tmux server), as a user's would.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ SLACK_S = 0.25  # the app, tmux, the capture and ssh itself on a loaded 2-core m
 # phase once placed only 9 of 244 captures (about one frame) in a fresh clone.
 ARGS = ["--auto", "--max-new-tokens", "96"]
 TTFT = re.compile(r"TTFT \d+ ms")
-SIDE_BY_SIDE_S = 40  # both apps generating: 5-10 runs each
+SLOW_S = 70  # both apps generating: 5-10 runs each
 
 
 @dataclass
@@ -94,15 +94,10 @@ def over_ssh(tmp_path_factory, tmux_server) -> Watched:
             _sample(app, session.link, 25)
             for way in (proxy.up, proxy.down):
                 way.rate = SLOW_RATE
-            # At 0.5 fps or less a screen shows a run being generated in few captures (19 of 87 at
-            # one capture in 0.4 s, 9 on a loaded CI machine): captures twice as often place twice as
-            # many, and a longer phase more (35 s still placed fewer than 10 once in a fresh clone)
-            _sample(app, session.slow, 70, every=0.2)
-            for way in (proxy.up, proxy.down):
-                way.rate = RATE
-            # The same app on a local terminal, generating beside the one over the link: whatever
-            # the machine's pace does in this window, it does to both (two phases minutes apart
-            # once differed by more than either's spread on a machine whose pace drifts).
+            # The same app on a local terminal, generating beside the one over the slower link:
+            # whatever the machine's pace does in this window, it does to both (two phases minutes
+            # apart once differed by more than either's spread on a machine whose pace drifts), and
+            # the link at its slowest is where a UI's frames could hold its engine back.
             session.local = folder / "local.jsonl"
             local = TmuxApp("tt-local", [*ARGS, "--record", str(session.local)])
             try:
@@ -110,7 +105,11 @@ def over_ssh(tmp_path_factory, tmux_server) -> Watched:
                 local.keys("w")  # both on int8, as the remote has been since its w
                 local.wait_for(lambda s: "w:int8" in s.splitlines()[0], timeout=10)
                 session.side_by_side_ns = time.perf_counter_ns()
-                time.sleep(SIDE_BY_SIDE_S)
+                # At 0.5 fps or less a screen shows a run being generated in few captures (19 of 87
+                # at one capture in 0.4 s, 9 on a loaded CI machine): captures twice as often place
+                # twice as many, and a longer phase more (35 s still placed fewer than 10 once in a
+                # fresh clone)
+                _sample(app, session.slow, SLOW_S, every=0.2)
             finally:
                 local.close()
         finally:
@@ -161,8 +160,8 @@ def test_a_slower_link_lowers_the_frame_rate_says_so_and_keeps_up(over_ssh):
 
 
 def test_the_figures_are_those_of_a_local_terminal(over_ssh):
-    """The ITL p50 of the int8 runs over the link against those of the same app on a local terminal,
-    both generating in the same window: the timing is the engine's, in its own process, never the
+    """The ITL p50 of the int8 runs over the slower link against those of the same app on a local
+    terminal, both generating in the same window: the timing is the engine's, in its own process, never the
     UI's frame (a frame over this link is 0.25 s and more, the tokens 20-60 ms apart)."""
 
     def p50s(path: Path) -> list[float]:
