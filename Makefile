@@ -74,17 +74,18 @@ $(VLLM_VENV)/.installed: requirements/vllm.txt
 
 # The tests run only once the checks pass, so CI keeps both green (docs/testing.md: the tiers, their
 # budget, how to run one). `make test` is two halves, which two machines can run side by side:
-# test-core, the tests that measure no time on two workers, then the kernels' tests again on the
+# test-core, the tests that measure no time on three workers, then the kernels' tests again on the
 # body a CPU without AVX-512 builds (AVX2's, or the generic one: engine/native.py), so a machine of
 # either kind tests both (where that is the machine's own best body, that pass skips them, saying
 # so), and the kernels' own tests a third time on the generic body, the one ARM machines build
 # (`make test-aarch64` runs them on ARM itself, emulated); test-system, those marked `serial` (their
 # figures are the machine's pace, or they reach what the other worker's tests use) alone, then the
 # real vLLM and chaos tiers. Each tier ends with the minutes since make test began.
-WORKERS ?= 2
+# Three workers on the two cores: a quarter of a worker's time is waiting (docs/testing.md, measured).
+WORKERS ?= 3
 # Each tier names its slowest tests (docs/testing.md keeps the table of where the time goes).
 SLOWEST := --durations=10 --durations-min=15
-PARALLEL := -n $(WORKERS) --dist loadfile
+PARALLEL := -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 test test-core test-system: export TOKENTOP_TEST_START := $(shell date +%s)
 test: test-core test-system
 test-core: check chromium prometheus sshd

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from tests.helpers import durations
 from tests.helpers.llama_server import LlamaServer
 from tests.helpers.vllm import vllm_fixture
 
@@ -63,11 +64,13 @@ def pytest_report_header(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Browser tests last: they start a server and a browser, and a failure there should not hide the rest.
-    GPU tests skip, saying why, where torch sees no CUDA device. Off the CPU, only the tests that
-    take the device run: the rest would test here what a CPU run tests (and need the servers and
+    """The longest files first (tests/helpers/durations.py: on workers, no file starts after a
+    longer one), and browser tests last: they start a server and a browser, and a failure there
+    should not hide the rest. GPU tests skip, saying why, where torch sees no CUDA device. Off the
+    CPU, only the tests that take the device run: the rest would test here what a CPU run tests (and need the servers and
     the default model, which the lent GPU machine lacks: 8 % of the suite in 200 s there, 2026-11-28)."""
-    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+    seconds = durations.load()
+    items.sort(key=lambda item: (item.get_closest_marker("browser") is not None, -seconds.get(durations.file_of(item.nodeid), 0.0)))
     if config.getoption("--device") != "cpu":
         keep = [item for item in items if "device" in getattr(item, "fixturenames", ())]
         config.hook.pytest_deselected(items=[item for item in items if item not in keep])
