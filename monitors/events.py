@@ -317,6 +317,8 @@ class Sampled:
     gpus: list | None = None  # every GPU of the machine, each monitors.gpu.GpuSample as a dict
     gpu_dram_pct: float | None = None  # NVML GPM's % of DRAM bandwidth used, mean over the engine's GPUs (Hopper and later)
     gpu_slowed: str = ""  # NVML's clock-event reasons holding the engine's GPUs' clocks down now
+    cpu_energy_mj: int | None = None  # the CPU packages' RAPL energy since the sampler's first reading (monitors/rapl.py)
+    cpu_energy_reason: str = ""  # why there is none: no powercap (a VM), a counter only root reads
 
 
 @dataclass(kw_only=True)

@@ -19,6 +19,7 @@ class RaplReading:
     power_w: float | None = None  # since the last reading
     packages: int = 0
     reason: str = ""
+    counted_j: float | None = None  # every package's since this reader's first reading, wraps undone: what a span's energy is read from
 
 
 class RaplReader:
@@ -30,6 +31,7 @@ class RaplReader:
         self.clock = clock
         self.last: dict[Path, int] = {}  # zone: µJ at the last reading
         self.at: int | None = None
+        self.counted_uj = 0
 
     def read(self) -> RaplReading:
         if not self.zones:
@@ -49,4 +51,7 @@ class RaplReader:
                 rise_uj += uj - self.last[zone] if uj >= self.last[zone] else max(0, uj + span - self.last[zone])  # one wrap between readings
         power = rise_uj * 1e-6 / ((now - self.at) * 1e-9) if self.at is not None and now > self.at and seen.keys() == self.last.keys() else None
         self.last, self.at = seen, now
-        return RaplReading(total_uj * 1e-6, power, len(self.zones))
+        # A package's counter wraps at max_energy_range_uj (262 kJ on many parts: 44 min at 100 W),
+        # so a session's raw sums cannot be differenced across a wrap; its rises can.
+        self.counted_uj += rise_uj
+        return RaplReading(total_uj * 1e-6, power, len(self.zones), counted_j=self.counted_uj * 1e-6)

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from monitors.events import Sampled, now_ns
 from monitors.gpu import GpuReading
 from monitors.gpus import gpu_reader
+from monitors.rapl import RaplReader, RaplReading
 from monitors.system import ProcessSample, ProcessWatcher, SystemSample, SystemWatcher
 
 
@@ -23,12 +24,13 @@ class Sample:
     processes: dict[str, ProcessSample]
     system: SystemSample
     gpu: GpuReading
+    cpu_energy: RaplReading = field(default_factory=RaplReading)
     sample_cost_s: float = 0.0
     extra: dict = field(default_factory=dict)
 
 
 class Sampler:
-    def __init__(self, hz: float = 4.0, history: int = 2400, nvml=None, gpu=None):
+    def __init__(self, hz: float = 4.0, history: int = 2400, nvml=None, gpu=None, rapl=None):
         self.interval = 1.0 / hz
         self.samples: deque[Sample] = deque(maxlen=history)
         self._lock = threading.Lock()
@@ -37,6 +39,7 @@ class Sampler:
         self._watchers: dict[str, ProcessWatcher] = {"app": ProcessWatcher(os.getpid())}
         self._system = SystemWatcher()
         self._gpu = gpu or gpu_reader(nvml)
+        self._rapl = rapl or RaplReader()
         self._thread: threading.Thread | None = None
 
     @property
@@ -57,7 +60,7 @@ class Sampler:
             watchers = dict(self._watchers)
         procs = {role: w.sample() for role, w in watchers.items()}
         pids = {w.pid for w in watchers.values()}
-        s = Sample(now_ns(), procs, self._system.sample(), self._gpu.read(pids))
+        s = Sample(now_ns(), procs, self._system.sample(), self._gpu.read(pids), self._rapl.read())
         s.sample_cost_s = time.perf_counter() - t0
         with self._lock:
             self.samples.append(s)
@@ -119,6 +122,10 @@ def to_event(s: Sample) -> Sampled:
         sys_mem_total=s.system.mem_total,
         swap_used=s.system.swap_used,
     )
+    if s.cpu_energy.counted_j is not None:
+        ev.cpu_energy_mj = round(s.cpu_energy.counted_j * 1000)
+    else:
+        ev.cpu_energy_reason = s.cpu_energy.reason
     if s.gpu.gpus:
         ev.gpus = [asdict(g) for g in s.gpu.gpus]
     gpus = [g for g in s.gpu.gpus if not g.reason or g.mem_used is not None]

@@ -1,9 +1,12 @@
-"""What each GPU probe costs a sample, and the sampler's whole cost on the engine's decode.
+"""What each GPU probe and the CPU's RAPL counter cost a sample, and the sampler's whole cost on
+the engine's decode.
 
 Reads: each vendor's probe on its fixture tree (tests/fixtures/sysfs/: the files and the fdinfo
 of one process, as the kernel lays them out; a live sysfs file is read from the driver, so a
 fixture's figure is the probe's own parsing and the page cache's, not the driver's), and a whole
 sample (psutil's process and system figures with it), the median of many, µs; at 4 Hz, % of a core.
+RAPL on a tree of two packages (each with a subzone, as powercap lays them out), which every
+sample reads for a CPU run's energy.
 
 Decode (--pairs N): the default model in this process, runs with a Sampler thread at 4 Hz reading
 the AMD fixture (the probe that reads the most files) and without one, interleaved in pairs whose
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import tempfile
 import timeit
 from pathlib import Path
 
@@ -27,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from monitors.events import Step
 from monitors.gpu_amd import AmdSysfsReader
 from monitors.gpu_intel import IntelSysfsReader
+from monitors.rapl import RaplReader
 from monitors.sampler import Sampler
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "sysfs"
@@ -82,6 +87,14 @@ def main() -> int:
         sampler = Sampler(hz=HZ, gpu=cls(FIXTURES / tree))
         sample_us = per_read_us(sampler.sample_once, max(args.reads // 10, 1))
         print(f"{name:<17} {read_us:>10.1f}   {sample_us:>18.1f}   {sample_us * HZ / 1e4:>20.3f}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for zone in ("intel-rapl:0", "intel-rapl:0:0", "intel-rapl:1", "intel-rapl:1:0"):
+            folder = Path(tmp, "sys", "class", "powercap", zone)
+            folder.mkdir(parents=True)
+            folder.joinpath("energy_uj").write_text("123456789\n")
+            folder.joinpath("max_energy_range_uj").write_text("262143328850\n")
+        read_us = per_read_us(RaplReader(tmp).read, args.reads)
+        print(f"{'RAPL (2 packages)':<17} {read_us:>10.1f}   {'':>18}   {read_us * HZ / 1e4:>20.3f}")
     if args.pairs:
         decode(args.pairs, args.tokens)
     return 0

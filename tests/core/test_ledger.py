@@ -61,6 +61,28 @@ def test_a_difference_the_interval_does_not_bear_out_is_no_difference():
     assert e.decode_ci[0] < 1 < e.decode_ci[1] and e.verdict.startswith("no clear difference here")
 
 
+def test_a_mix_that_spends_less_energy_a_token_says_so_with_the_counters_source():
+    """Where a counter gave each run's energy (here the CPU packages' RAPL, at a sample before and
+    after each run), the verdict weighs the mix's J a token against plain's, the medians of each."""
+    from monitors.events import Sampled
+    from tui_app.core.energy import CPU
+
+    events, counted_mj = [], 0
+    int8 = Levers(quant="int8")
+    for i, (lev, ms, watts) in enumerate([(Levers(), 50, 20.0), (int8, 25, 22.0), (Levers(), 52, 20.0), (int8, 26, 22.0)], 1):
+        started, *steps, finished = run(i, lev, ms)
+        events += [Sampled(t_ns=started.t_ns, cpu_energy_mj=counted_mj), started, *steps, finished]
+        counted_mj += round(watts * (finished.t_ns - started.t_ns) / 1e6)  # the run's span at its power
+        events.append(Sampled(t_ns=finished.t_ns, cpu_energy_mj=counted_mj))
+    session = session_of(events)
+    (e,) = ledger.entries(session)
+    plain = statistics.median(20.0 * (0.1 + 19 * ms / 1000) / 20 for ms in (50, 52))
+    mix = statistics.median(22.0 * (0.1 + 19 * ms / 1000) / 20 for ms in (25, 26))
+    assert e.energy == f"{mix / plain:.2f}× plain's energy a token ({mix:.3g} vs {plain:.3g} J, {CPU})"
+    assert e.verdict.startswith("pays here: 2.0× decode") and e.verdict.endswith(e.energy)
+    assert ledger.entries(session_of([ev for ev in events if not isinstance(ev, Sampled)]))[0].energy == ""
+
+
 def test_without_plain_runs_the_ledger_says_what_to_run():
     assert "run plain" in ledger.lines(session_of(run(1, Levers(quant="int8"), 20)))[0]
 

@@ -11,7 +11,6 @@ from tests.helpers.fake_nvml import (
     NVML_ERROR_LIBRARY_NOT_FOUND,
     FakeNVML,
 )
-from tui_app.core import readings
 
 
 def test_readings_of_every_device():
@@ -128,13 +127,13 @@ def test_energy_counter_gives_joules_per_token_over_the_tokens_seen_meanwhile():
     sampler = Sampler(gpu=NvmlReader(nv))
     session = Session()
     session.feed(to_event(sampler.sample_once()))
-    assert readings.joules_per_token(session) is None  # one reading
+    assert session.energy.joules_per_token() is None  # one reading
     zero = {"forward_ns": 0, "kv_bytes": 0, "kv_alloc_bytes": 0, "seq_len": 0}
     session.feed(Step(run_id=1, step=1, kind="decode", token_ids=[], text="x", n_tokens=50, t_ns=1, dt_ns=1, **zero))
     nv.energy_mj[0] += 30_000  # 30 J and 20 J while those 50 tokens were generated
     nv.energy_mj[1] += 20_000
     session.feed(to_event(sampler.sample_once()))
-    assert readings.joules_per_token(session) == pytest.approx((30 + 20) / 50)
+    assert session.energy.joules_per_token() == pytest.approx((30 + 20) / 50)
     sampler.stop()
     g = NvmlReader(FakeNVML(n=1, unsupported={"energy"})).read().gpus[0]
     assert g.energy_mj is None and g.reason == "" and g.power_w is not None

@@ -103,7 +103,6 @@ def test_the_machines_reader_is_intels_where_only_intel_is_found_and_names_every
 def test_joules_per_token_from_the_hwmon_energy_counter_as_from_nvmls(tmp_path):
     from monitors.events import Step
     from monitors.sampler import Sampler, to_event
-    from tui_app.core import readings
     from tui_app.core.session import Session
 
     tree = copy(BMG, tmp_path)
@@ -113,7 +112,7 @@ def test_joules_per_token_from_the_hwmon_energy_counter_as_from_nvmls(tmp_path):
     session.feed(Step(run_id=1, step=1, kind="decode", token_ids=[], text="x", n_tokens=40, t_ns=1, dt_ns=1, **zero))
     (tree / "sys/class/drm/card1/device/hwmon/hwmon5/energy1_input").write_text(str(98765432100 + 12_000_000))  # 12 J
     session.feed(to_event(sampler.sample_once()))
-    assert readings.joules_per_token(session) == pytest.approx(12 / 40)
+    assert session.energy.joules_per_token() == pytest.approx(12 / 40)
     sampler.stop()
 
 

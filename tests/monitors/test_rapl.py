@@ -37,7 +37,11 @@ def test_two_packages_summed_their_power_over_the_clock_and_a_wrap_carried(tmp_p
     (a / "energy_uj").write_text(f"{1_000_000 + 30_000_000}\n")  # 30 J
     (b / "energy_uj").write_text(f"{19_500_000}\n")  # 0.5 J to the wrap, then 19.5 J: 20 J
     clock.ns += 500_000_000
-    assert reader.read().power_w == pytest.approx(100.0)
+    after = reader.read()
+    assert after.power_w == pytest.approx(100.0)
+    # What a span's energy is read from: the rises since the first reading, the wrap undone (the
+    # raw sum fell by 262 kJ across it)
+    assert first.counted_j == 0 and after.counted_j == pytest.approx(50.0) and after.energy_j < first.energy_j
 
 
 def test_no_rapl_a_garbled_or_a_vanished_counter_is_na_with_the_reason(tmp_path):
@@ -49,3 +53,97 @@ def test_no_rapl_a_garbled_or_a_vanished_counter_is_na_with_the_reason(tmp_path)
     assert got.energy_j is None and got.reason == "n/a: intel-rapl:0/energy_uj unreadable: not a number ('garbled')"
     (z / "energy_uj").unlink()
     assert reader.read().reason == "n/a: intel-rapl:0/energy_uj unreadable: gone"
+
+
+def cpu_run(tmp_path, gpu=None):
+    """A run on the CPU sampled four times while its package's counter rises, as
+    test_gpu_intel.py's run is on a GPU's hwmon counter: (its session, the RAPL zone)."""
+    from monitors.events import Levers
+    from monitors.gpu_intel import IntelSysfsReader
+    from monitors.sampler import Sampler, to_event
+    from tests.helpers.synthetic import timed_run
+    from tui_app.core.session import Session
+
+    z, clock = zone(tmp_path, "intel-rapl:0", 7_000_000), Clock()
+    sampler = Sampler(gpu=gpu or IntelSysfsReader(tmp_path / "no-gpu"), rapl=RaplReader(tmp_path, clock=clock))
+    session = Session()
+
+    def sample(at_ns: int, rise_j: float) -> None:
+        z.joinpath("energy_uj").write_text(str(int(z.joinpath("energy_uj").read_text()) + round(rise_j * 1e6)))
+        clock.ns = at_ns
+        ev = to_event(sampler.sample_once())
+        ev.t_ns = at_ns
+        session.feed(ev)
+
+    started, *steps, finished = timed_run(1, Levers(), step_ms=20)  # 0.1 s, then 19 tokens 20 ms apart: 0.48 s
+    t0, t1 = started.t_ns, finished.t_ns
+    sample(t0 - 400_000_000, 0)
+    session.feed(started)
+    sample(t0 + 100_000_000, 10)  # 10 J over 0.5 s, the last 0.1 s of them the run's: 2 J
+    for step in steps:
+        session.feed(step)
+    sample(t0 + 400_000_000, 3)  # wholly the run's: 3 J
+    session.feed(finished)
+    sample(t1 + 220_000_000, 3)  # 0.3 s, of which the run's 0.08 s: 0.8 J
+    sampler.stop()
+    return session
+
+
+async def test_a_cpu_runs_energy_is_its_packages_named_so_in_its_row_json_table_and_chart(tmp_path):
+    """Without a GPU that counts energy, the CPU packages' RAPL counter gives the run's J a token,
+    as a GPU's would (the rise over the run's span, the power even between two samples), named as
+    the packages' wherever it shows: they count all they ran, the UI and other processes too."""
+    import json
+
+    from textual.app import App
+
+    from tui_app.core.columns import columns_for
+    from tui_app.core.energy import CPU
+    from tui_app.core.export import run_json
+    from tui_app.ui.widgets.util_chart import UtilChart
+
+    session = cpu_run(tmp_path)
+    (row,) = session.rows()
+    assert row.energy_source == CPU and row.energy_j == pytest.approx(2 + 3 + 0.8) and row.j_per_token == pytest.approx(5.8 / 20)
+    data = json.loads(run_json(session, 1))
+    assert data["cpu_energy_j"] == pytest.approx(5.8) and data["gpu_energy_j"] is None and data["j_per_token"] == pytest.approx(0.29)
+    assert {"J/token", "tok/s/W"} <= {c.title for c in columns_for([row])}
+    assert session.energy.joules_per_token() == pytest.approx((10 + 3 + 3) / 20)  # the live figure: all four readings
+    util = UtilChart(session)
+
+    class One(App):
+        def compose(self):
+            yield util
+
+    async with One().run_test(size=(160, 30)) as pilot:
+        await pilot.pause()
+        util.redraw(force=True)
+        assert "CPU pkg 0.80 J/token" in str(util.border_subtitle), util.border_subtitle
+
+
+def test_a_gpu_that_counts_energy_outranks_the_cpu_packages(tmp_path):
+    """The engine's device is the GPU where one counts energy: its J, not the packages'."""
+    import shutil
+
+    from monitors.gpu_intel import IntelSysfsReader
+    from tui_app.core.energy import GPU
+
+    tree = tmp_path / "bmg_xe"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "bmg_xe", tree)
+    session = cpu_run(tmp_path, gpu=IntelSysfsReader(tree))  # the GPU's counter stands still: 0 J
+    (row,) = session.rows()
+    assert session.energy.source == GPU and row.energy_source == GPU and not row.energy_j
+
+
+def test_without_a_counter_the_figure_is_absent_and_the_reason_kept(tmp_path):
+    from monitors.gpu_intel import IntelSysfsReader
+    from monitors.sampler import Sampler, to_event
+    from tui_app.core.session import Session
+
+    sampler, session = Sampler(gpu=IntelSysfsReader(tmp_path), rapl=RaplReader(tmp_path)), Session()
+    ev = to_event(sampler.sample_once())
+    sampler.stop()
+    assert ev.cpu_energy_mj is None and ev.cpu_energy_reason.startswith("n/a: no RAPL package under")
+    session.feed(ev)
+    session.feed(ev)
+    assert session.energy.joules_per_token() is None and session.energy.reason == ev.cpu_energy_reason

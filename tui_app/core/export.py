@@ -9,6 +9,7 @@ from dataclasses import asdict
 from monitors.files import write_whole
 from monitors.phases import ANSWER, PHASES, THINKING, TOOL
 from tui_app.core import fmt, ledger
+from tui_app.core.energy import CPU, GPU
 from tui_app.core.session import Row, Session
 
 
@@ -45,7 +46,8 @@ def row_figures(row: Row) -> dict:
         "output": f.diff_note if f else row.note,
         "roofline": row.roofline.text if row.roofline else None,
         "gpu_slowed_s": row.slowed_s,
-        "gpu_energy_j": row.energy_j,
+        "gpu_energy_j": row.energy_j if row.energy_source == GPU else None,
+        "cpu_energy_j": row.energy_j if row.energy_source == CPU else None,  # the packages', all they ran
         "j_per_token": row.j_per_token,
         "expert_counts": f.expert_counts if f else None,
     }

@@ -19,6 +19,7 @@ from monitors.phases import THINKING
 from monitors.text import plural
 from monitors.timing import TimingStats
 from tui_app.core import fmt
+from tui_app.core.energy import per_token
 from tui_app.core.session import Session
 from tui_app.core.stats import unpaired_ratio, with_interval
 
@@ -46,6 +47,7 @@ class Entry:
     verdict: str
     routing: str = ""  # an MoE's: whether the mix's runs sent the positions to plain's experts
     budget: str = ""  # a thinking budget's: what it bought against plain's unbounded thinking
+    energy: str = ""  # where a counter gave the runs' energy: the mix's J a token against plain's
 
     def row(self) -> tuple[str, ...]:
         payback = "never" if math.isinf(self.payback_tokens) else "–" if not self.one_time_s else f"{self.payback_tokens:,.0f} tok"
@@ -113,10 +115,12 @@ def entries(session: Session) -> list[Entry]:
             note = session.prepared_for.get(f"quant:{lev.quant}", "") if lev.quant != "off" else ""
             note = note if note != lev.quant else ""
             figures = (decode, decode_ci, ttft, ttft_ci, spent, recompiles, breaks, payback, accept)
-            said = (routing_note(session, (prompt, new), lev), budget_note(session, (prompt, new), lev, plain, runs))
+            workload = (prompt, new)
+            said = (routing_note(session, workload, lev), budget_note(session, workload, lev, plain, runs), energy_note(session, workload, lev))
             entry = Entry(lev.label(), prompt, new, len(runs), len(plain), *figures, note, "", *said)
             # The budget alone decodes at plain's pace: what it bought is the verdict.
-            out.append(replace(entry, verdict=entry.budget) if replace(lev, think=0) == Levers() else _judged(entry))
+            budget_alone = "; ".join(n for n in (entry.budget, entry.energy) if n)
+            out.append(replace(entry, verdict=budget_alone) if replace(lev, think=0) == Levers() else _judged(entry))
     return out
 
 
@@ -131,7 +135,7 @@ def _judged(e: Entry) -> Entry:
         verdict = f"does not pay here: {x}" + (f" ({why})" if why else "")
     else:
         verdict = f"no clear difference here: {x}" + (f" ({ci[0]:.2f}–{ci[1]:.2f})" if ci else "")
-    said = "".join(f"; {n}" for n in (e.routing, e.budget) if n)
+    said = "".join(f"; {n}" for n in (e.routing, e.budget, e.energy) if n)
     return Entry(**{**e.__dict__, "verdict": verdict + said})
 
 
@@ -167,6 +171,25 @@ def budget_note(session: Session, workload: tuple[int, int], lev: Levers, plain:
     ends = _finished(session, workload, lev)
     answer = f"; {ends[-1].diff_note}" if ends and ends[-1].diff_note.startswith("answer") else ""
     return f"{think_label(lev.think)} bought {start}, {fmt.num(time, 2)}× plain's time, {' vs '.join(tokens)} tokens ({' vs '.join(thought)} thinking){answer}"
+
+
+def energy_note(session: Session, workload: tuple[int, int], lev: Levers) -> str:
+    """A mix's energy a token against plain's on the same workload, the medians of the runs a
+    counter gave a figure, and whose counter (core/energy.py): on a CPU the packages count all
+    they ran, so the ratio is the honest part, both sides paying the same idle."""
+    sides, source = [], ""
+    for side in (lev, Levers()):
+        figures = []
+        for fin in _finished(session, workload, side):
+            source, joules = session.energy.runs.get(fin.run_id, (source, None))
+            jpt = per_token(joules, session.timer.runs[fin.run_id].total)
+            if jpt:
+                figures.append(jpt)
+        sides.append(figures)
+    if not all(sides):
+        return ""
+    mix, plain = (statistics.median(side) for side in sides)
+    return f"{fmt.num(mix / plain, 2)}× plain's energy a token ({mix:.3g} vs {plain:.3g} J, {source})"
 
 
 def _median(xs: list) -> float:

@@ -28,17 +28,6 @@ def read_rate(session) -> tuple[float, float] | None:
     return rate, rate / session.bandwidth.read_bps
 
 
-def joules_per_token(session) -> float | None:
-    """This machine's GPUs' energy per generated token over the session's last energy readings:
-    Δ the GPUs' energy counters (NVML's; hwmon's energy1_input on AMD and Intel; macmon's power
-    summed on a Mac) ÷ Δ tokens tokentop saw generated. A server's GPU also
-    spends energy on requests that are not tokentop's. None without the counter or tokens."""
-    if len(session.energy) < 2:
-        return None
-    (_, e0, n0), (_, e1, n1) = session.energy[0], session.energy[-1]
-    return (e1 - e0) / 1000 / (n1 - n0) if n1 > n0 else None
-
-
 def memory_budget(session) -> tuple[str, int, list[tuple[str, int]]] | None:
     """Where the engine's memory is, live: (whole's name, its bytes, its parts). On a GPU the
     device's, from NVML's count of the process: the weights in use (their bytes, as the engine

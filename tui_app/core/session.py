@@ -37,6 +37,7 @@ from monitors.routing import LoadBook, step_weight_bytes
 from monitors.timing import DETAIL_VALUES, RunRecord, RunTimer, TimingStats
 from monitors.xray import XrayBook
 from tui_app.core.batch_view import cached_tokens
+from tui_app.core.energy import EnergyBook, per_token
 from tui_app.core.readings import Roofline, end_note, history_text, read_rate, roofline, short_value, stall_note
 
 HISTORY = 4000
@@ -45,7 +46,6 @@ STALL, STALL_MIN_S = 4.0, 0.02  # a server token this much later than its run's 
 READ_WINDOW = 32  # decode steps behind the live memory read rate: half a second at the default model's pace
 READ_FRESH_NS = 1_000_000_000  # a sample this long after the last decode step shows no read rate
 SLOWED_GAP_NS = 2_000_000_000  # a longer gap between samples (the sampler stalled) counts as this much
-ENERGY_SAMPLES = 40  # NVML energy readings behind the local J/token: 10 s at the default 4 Hz
 RAN_TO_END = ("max tokens", "eos", "context full")
 # Phases that legitimately raise the memory baseline (new weights, graphs, a draft model).
 PREPARATION_PHASES = ("load", "quantize", "compile", "draft")
@@ -92,7 +92,8 @@ class Row:
     end_levers: Levers | None = None  # a run's levers at its end, where a switch changed them
     roofline: Roofline | None = None  # the verdict of the anatomy taken in the run, if one was
     slowed_s: float = 0.0  # seconds of the run its GPUs' clocks were held down (power cap, thermal, ...)
-    energy_j: float | None = None  # the GPUs' energy counters' rise over the run's span, power taken as even between samples
+    energy_j: float | None = None  # its energy counter's rise over the run's span, power taken as even between samples
+    energy_source: str = ""  # whose counter: the GPUs' or the CPU packages' (core/energy.py)
     cache_note: str = ""  # RunStarted's: why a watched script's run has no KV cache
 
     @property
@@ -110,9 +111,7 @@ class Row:
 
     @property
     def j_per_token(self) -> float | None:
-        """The run's GPU energy over its generated tokens (every row of a batch's): None without a counter."""
-        n = self.stats.seq_tokens or self.stats.n_tokens
-        return self.energy_j / n if self.energy_j and n else None
+        return per_token(self.energy_j, self.stats)
 
 
 @dataclass
@@ -140,7 +139,6 @@ class Session:
     anatomies: dict = field(default_factory=dict)  # lever mix's label → its last Anatomy, the last ANATOMIES mixes
     run_rooflines: dict = field(default_factory=dict)  # run id → the roofline verdict of the anatomy taken in it, at its end
     run_slowed: dict = field(default_factory=dict)  # run id → seconds its GPUs' clocks were held down (NVML's clock events)
-    run_energy: dict = field(default_factory=dict)  # run id → J its GPUs' energy counters rose between its samples
     allocator_history: AllocatorHistory | None = None  # the H key's window: recording, or where it was saved
     bandwidth: Bandwidth | None = None  # the current weights' bytes and the measured rate of reading them
     experts: LoadBook = field(default_factory=LoadBook)  # an MoE's routing: the run's counts and its recent loads
@@ -165,7 +163,7 @@ class Session:
     fleet_history: deque = field(init=False)  # (unix seconds, the fleet's figures), the backfill first
     fleet_error: str = ""  # why the fleet's rows are not fresh (Prometheus unreachable, no replica matches)
     server_busy: bool = False  # --watch: whether the server's last sample found requests running or waiting
-    energy: deque = field(default_factory=lambda: deque(maxlen=ENERGY_SAMPLES))  # (t_ns, NVML mJ of every GPU, tokens seen)
+    energy: EnergyBook = field(default_factory=EnergyBook)  # the energy counter behind J/token, and each run's share
 
     def __post_init__(self) -> None:
         for name in ("latency", "kv", "torch_mem", "samples", "server", "mem_read", "fleet_history"):
@@ -193,11 +191,7 @@ class Session:
                 self.run_slowed[rid] = self.run_slowed.get(rid, 0.0) + min(ev.t_ns - self.samples[-1].t_ns, SLOWED_GAP_NS) / 1e9
             self.samples.append(ev)
             self.sample_count += 1
-            mj = [g.get("energy_mj") for g in ev.gpus or ()]
-            if mj and None not in mj:
-                self.energy.append((ev.t_ns, sum(mj), self.token_count))
-                if len(self.energy) > 1 and self.current is not None:
-                    self._run_energy(self.current)
+            self.energy.feed(ev, self.token_count, self.current)
             now = read_rate(self) if self.reads and ev.t_ns - self.reads[-1][2] < READ_FRESH_NS else None
             self.mem_read.append(now[1] if now else None)
         elif isinstance(ev, ServerSample):
@@ -406,16 +400,6 @@ class Session:
         latest = next((x for x in reversed(self.server) if not x.error), None)
         self.markers.append(Marker(self.token_count, ev.t_ns, stall_note(per_token_s, latest)))
 
-    def _run_energy(self, rec) -> None:
-        """The counters' rise since the last sample, its share that overlaps the run (the power taken
-        as even between two samples): a run's first and last quarter second are its own, not the idle's."""
-        (t0, e0, _), (t1, e1, _) = self.energy[-2], self.energy[-1]
-        end = rec.finished.t_ns if rec.finished is not None else t1
-        overlap = min(t1, end) - max(t0, rec.started.t_ns)
-        if overlap > 0 and t1 > t0:
-            rid = rec.started.run_id
-            self.run_energy[rid] = self.run_energy.get(rid, 0.0) + max(0, e1 - e0) / 1000 * overlap / (t1 - t0)
-
     def active_server(self) -> dict | None:
         """The attached server runs go to now (its EngineReady.server), or None for the engine."""
         ready = self.servers.get(self.levers.server, self.ready)
@@ -427,8 +411,8 @@ class Session:
             rec = self.timer.runs[rid]
             note = end_note(rec.finished) if rec.finished else self.died.get(rid, "running")
             roofline, slowed = self.run_rooflines.get(rid), self.run_slowed.get(rid, 0.0)
-            energy = self.run_energy.get(rid)
-            out.append(Row(rid, None, rec.total, rec.finished, note, rec.segments[-1].levers, roofline, slowed, energy, rec.started.cache_note))
+            source, energy = self.energy.runs.get(rid, ("", None))
+            out.append(Row(rid, None, rec.total, rec.finished, note, rec.segments[-1].levers, roofline, slowed, energy, source, rec.started.cache_note))
             if len(rec.segments) > 1:
                 out.extend(Row(rid, i, seg, None) for i, seg in enumerate(rec.segments) if seg.n_tokens)
         return out
@@ -438,6 +422,6 @@ class Session:
         per-token detail, which a run of many streams has much more of."""
         self.timer.trim(keep_runs, keep_values)
         shown = {ev.run_id for ev in self.anatomies.values()}  # the anatomy screen's verdicts stay
-        for book in (self.run_rooflines, self.run_slowed, self.run_energy):
+        for book in (self.run_rooflines, self.run_slowed, self.energy.runs):
             for rid in [r for r in book if r not in self.timer.runs and r not in shown]:
                 del book[rid]

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from tui_app.core import readings
 from tui_app.core.braille import plot
+from tui_app.core.energy import CPU
 from tui_app.ui.widgets.chart import Chart, gpu_unread
 
 GPM_LABELS = (("dram_pct", "DRAM"), ("sm_active_pct", "SM active"), ("tensor_pct", "tensor"))
@@ -48,9 +49,10 @@ class UtilChart(Chart):
             gpu = [((f"power {last.gpu_power_w:.0f} W",), 1)]
         else:
             gpu = [((f"GPU: {last.gpu_reason or 'n/a'}", "GPU: n/a"), 3)]
-        jpt = readings.joules_per_token(s)
-        if jpt is not None:  # the GPUs' energy counters ÷ the tokens generated meanwhile
-            gpu.append(((f"{jpt:.2f} J/token", f"{jpt:.1f} J/tok"), 2))
+        jpt = s.energy.joules_per_token()
+        if jpt is not None:  # the energy counter ÷ the tokens generated meanwhile, named by whose
+            whose = "CPU pkg " if s.energy.source == CPU else ""
+            gpu.append(((f"{whose}{jpt:.2f} J/token", f"{jpt:.1f} J/tok"), 2))
         read = readings.read_rate(s)
         bw = [] if read is None else [((f"mem bw {read[1]:.2f} of {s.bandwidth.read_bps / 1e9:.1f} GB/s", f"mem bw {read[1]:.2f}"), 2)]
         # On a GPU box its busy %, clock and power outrank the host's other figures (a 160-column
