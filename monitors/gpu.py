@@ -72,6 +72,7 @@ SOURCES = {
     "sm_clock_mhz": "nvmlDeviceGetClockInfo (SM)",
     "mem_clock_mhz": "nvmlDeviceGetClockInfo (MEM)",
     "energy_mj": "nvmlDeviceGetTotalEnergyConsumption",
+    "slowed": "nvmlDeviceGetCurrentClocksEventReasons",
 }
 
 NOT_REPORTED = {"proc_busy_pct": "not read: NVML's per-process utilization samples"}

@@ -9,6 +9,7 @@ thermal.rst, driver-misc.rst; Documentation/gpu/drm-usage-stats.rst for fdinfo):
     device/hwmon/hwmon*/temp*_input (edge, junction, mem)    m°C
     device/hwmon/hwmon*/energy1_input, where the part has it    µJ
     /proc/PID/fdinfo/*: the process's own VRAM and busy share (monitors/drm_fdinfo.py)
+    amdsmi's violation status, where the package imports: what holds the clocks down (monitors/amd_smi.py)
 
 `root` is where the tree starts ("/" on a live system; a fixture folder in the tests and for
 `probe --root`). A file that vanishes (a GPU reset, a hot unplug) or reads garbled turns its figure
@@ -19,6 +20,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from monitors.amd_smi import Violations
 from monitors.gpu import GpuReading, GpuSample
 from monitors.sysfs import DrmReader, Fields, cards, read_text
 
@@ -34,6 +36,7 @@ SOURCES = {
     "energy_mj": "hwmon energy1_input",
     "proc_mem": "fdinfo drm-resident-vram (drm-memory-vram before)",
     "proc_busy_pct": "fdinfo drm-engine-*, over the time between readings",
+    "slowed": "amdsmi_get_violation_status: active_ppt_pwr, active_*_thrm",
 }
 NOT_REPORTED = {"mem_clock_mhz": "not read (pp_dpm_mclk)"}
 
@@ -59,14 +62,16 @@ def _temperature(f: Fields) -> float | None:
 class AmdSysfsReader(DrmReader):
     """The same interface as NvmlReader: read(pids) -> GpuReading, process_memory(pids), close()."""
 
-    name, sources, not_reported = "amdgpu sysfs", SOURCES, NOT_REPORTED
+    name, sources = "amdgpu sysfs", SOURCES
     rises = ("proc_busy_pct",)  # figures that are a counter's rise between two readings
 
     drivers = ("amdgpu",)
 
-    def __init__(self, root: str | Path = "/", clock=time.monotonic_ns):
+    def __init__(self, root: str | Path = "/", clock=time.monotonic_ns, smi=None):
         super().__init__(root, clock)
         self.devices = cards(self.root, AMD_VENDOR)
+        # amdsmi reads the live driver: not for a fixture's or a dump's folder
+        self.smi = smi if smi is not None else Violations() if self.devices and Path(root) == Path("/") else None
         self.found_cards(self.devices)
         self.names = {d: read_text(d / "product_name") or f"AMD GPU ({d.parent.name})" for d in self.devices}
         self.reason = "" if self.ok else f"n/a: no AMD GPU under {self.root / 'sys' / 'class' / 'drm'} (amdgpu's sysfs)"
@@ -91,5 +96,16 @@ class AmdSysfsReader(DrmReader):
             s.temp_c = _temperature(f)
             energy = f.hwmon("energy1_input")
             s.energy_mj = round(uj / 1000) if energy and (uj := f.number(energy)) is not None else None
+            s.slowed = self.smi.slowed(self.buses[device]) if self.smi is not None else None
             gpus.append(self.finish(s, f, own, pids))
         return GpuReading(True, "", gpus)
+
+    @property
+    def not_reported(self) -> dict[str, str]:
+        why = self.smi.reason if self.smi is not None else "not read: amdsmi reads the live driver, not a folder"
+        return {**NOT_REPORTED, "slowed": why} if why else NOT_REPORTED
+
+    def close(self) -> None:
+        if self.smi is not None:
+            self.smi.close()
+        super().close()

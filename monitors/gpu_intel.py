@@ -31,6 +31,7 @@ SOURCES = {
     "proc_busy_pct": "fdinfo drm-engine-* (i915), drm-cycles-* (xe), over the time between readings",
 }
 NOT_REPORTED = {
+    "slowed": "not read (the GT's throttle_reason_* files)",
     "sm_util": "the device's busy share is the i915/xe PMU's (perf events), not read; the engine's own is fdinfo's",
     "mem_util": "no sysfs file for it on i915 or xe",
     "mem_used": "no sysfs file for it on i915 or xe; the engine's own is fdinfo's",

@@ -60,6 +60,11 @@ def _device(reader, sample, pids: frozenset[int], live: bool) -> dict:
         else:
             why = reader.not_reported.get(key) or (f"not read ({sample.reason})" if sample.reason else "not reported by this device")
         fields[key] = {"value": None, "unit": unit, "reason": why}
+    # What holds the clocks down now: a list of reasons (empty: nothing), not a figure
+    if sample.slowed is not None:
+        fields["slowed"] = {"value": sample.slowed, "unit": "", "source": reader.sources.get("slowed", "")}
+    else:
+        fields["slowed"] = {"value": None, "unit": "", "reason": reader.not_reported.get("slowed") or "not reported by this device"}
     return {"index": sample.index, "name": sample.name, "fields": fields}
 
 
@@ -96,6 +101,9 @@ def text(report: dict) -> str:
                 f = d["fields"][key]
                 shown = _shown(f["value"], f["unit"]) if f["value"] is not None else "n/a"
                 lines.append(f"  {label:<26} {shown:>12}  {f.get('source') or f.get('reason')}")
+            f = d["fields"]["slowed"]
+            shown = (", ".join(f["value"]) or "nothing") if f["value"] is not None else "n/a"
+            lines.append(f"  {'clocks held down by':<26} {shown:>12}  {f.get('source') or f.get('reason')}")
     cpu = report["cpu_energy"]
     if cpu["reason"]:
         lines.append(f"CPU energy, {cpu['source']}: {cpu['reason']}")
