@@ -148,6 +148,32 @@ def timed_run(run_id: int, levers: Levers, step_ms: float, tokens: int = 20, pro
     return out
 
 
+def energy_run(session, sampler, counter, clock=None) -> None:
+    """A run of timed_run's (0.1 s, then 19 tokens 20 ms apart) sampled four times while an energy
+    counter (a sysfs file of µJ) rises 0, 10, 3 and 3 J: the power taken as even between samples,
+    2 + 3 + 0.8 J of it are the run's. `clock` (with `ns`), where the reader times its readings."""
+    from monitors.sampler import to_event
+
+    def sample(at_ns: int, rise_j: float) -> None:
+        counter.write_text(str(int(counter.read_text()) + round(rise_j * 1e6)))
+        if clock is not None:
+            clock.ns = at_ns
+        ev = to_event(sampler.sample_once())
+        ev.t_ns = at_ns
+        session.feed(ev)
+
+    started, *steps, finished = timed_run(1, Levers(), step_ms=20)
+    t0, t1 = started.t_ns, finished.t_ns
+    sample(t0 - 400_000_000, 0)
+    session.feed(started)
+    sample(t0 + 100_000_000, 10)  # 10 J over 0.5 s, the last 0.1 s of them the run's: 2 J
+    for step in steps:
+        session.feed(step)
+    sample(t0 + 400_000_000, 3)  # wholly the run's: 3 J
+    session.feed(finished)
+    sample(t1 + 220_000_000, 3)  # 0.3 s, of which the run's 0.08 s: 0.8 J
+
+
 KV_PER_TOKEN = 2 * 4 * 30 * 3 * 64  # the default model's bytes a cached token (fp32), as session_events' EngineReady says
 
 

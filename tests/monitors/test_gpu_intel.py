@@ -121,9 +121,8 @@ def test_each_runs_energy_a_token_in_its_row_its_json_and_the_table(tmp_path):
     its tokens; and the J a token and tokens a second a watt (its inverse) where the table shows them."""
     import json
 
-    from monitors.events import Levers
-    from monitors.sampler import Sampler, to_event
-    from tests.helpers.synthetic import timed_run
+    from monitors.sampler import Sampler
+    from tests.helpers.synthetic import energy_run
     from tui_app.core.columns import columns_for
     from tui_app.core.export import run_json
     from tui_app.core.session import Session
@@ -131,23 +130,7 @@ def test_each_runs_energy_a_token_in_its_row_its_json_and_the_table(tmp_path):
     tree = copy(BMG, tmp_path)
     energy = tree / "sys/class/drm/card1/device/hwmon/hwmon5/energy1_input"
     sampler, session = Sampler(gpu=IntelSysfsReader(tree)), Session()
-
-    def sample(at_ns: int, rise_j: float) -> None:
-        energy.write_text(str(int(energy.read_text()) + round(rise_j * 1e6)))
-        ev = to_event(sampler.sample_once())
-        ev.t_ns = at_ns
-        session.feed(ev)
-
-    started, *steps, finished = timed_run(1, Levers(), step_ms=20)  # 0.1 s, then 19 tokens 20 ms apart: 0.48 s
-    t0, t1 = started.t_ns, finished.t_ns
-    sample(t0 - 400_000_000, 0)
-    session.feed(started)
-    sample(t0 + 100_000_000, 10)  # 10 J over 0.5 s, the last 0.1 s of them the run's: 2 J
-    for step in steps:
-        session.feed(step)
-    sample(t0 + 400_000_000, 3)  # wholly the run's: 3 J
-    session.feed(finished)
-    sample(t1 + 220_000_000, 3)  # 0.3 s, of which the run's 0.08 s: 0.8 J
+    energy_run(session, sampler, energy)
     sampler.stop()
     (row,) = session.rows()
     assert row.energy_j == pytest.approx(2 + 3 + 0.8) and row.j_per_token == pytest.approx(5.8 / 20)

@@ -56,35 +56,17 @@ def test_no_rapl_a_garbled_or_a_vanished_counter_is_na_with_the_reason(tmp_path)
 
 
 def cpu_run(tmp_path, gpu=None):
-    """A run on the CPU sampled four times while its package's counter rises, as
-    test_gpu_intel.py's run is on a GPU's hwmon counter: (its session, the RAPL zone)."""
-    from monitors.events import Levers
+    """A run on the CPU sampled four times while its package's counter rises (synthetic.energy_run),
+    as test_gpu_intel.py's run is on a GPU's hwmon counter: its session."""
     from monitors.gpu_intel import IntelSysfsReader
-    from monitors.sampler import Sampler, to_event
-    from tests.helpers.synthetic import timed_run
+    from monitors.sampler import Sampler
+    from tests.helpers.synthetic import energy_run
     from tui_app.core.session import Session
 
     z, clock = zone(tmp_path, "intel-rapl:0", 7_000_000), Clock()
     sampler = Sampler(gpu=gpu or IntelSysfsReader(tmp_path / "no-gpu"), rapl=RaplReader(tmp_path, clock=clock))
     session = Session()
-
-    def sample(at_ns: int, rise_j: float) -> None:
-        z.joinpath("energy_uj").write_text(str(int(z.joinpath("energy_uj").read_text()) + round(rise_j * 1e6)))
-        clock.ns = at_ns
-        ev = to_event(sampler.sample_once())
-        ev.t_ns = at_ns
-        session.feed(ev)
-
-    started, *steps, finished = timed_run(1, Levers(), step_ms=20)  # 0.1 s, then 19 tokens 20 ms apart: 0.48 s
-    t0, t1 = started.t_ns, finished.t_ns
-    sample(t0 - 400_000_000, 0)
-    session.feed(started)
-    sample(t0 + 100_000_000, 10)  # 10 J over 0.5 s, the last 0.1 s of them the run's: 2 J
-    for step in steps:
-        session.feed(step)
-    sample(t0 + 400_000_000, 3)  # wholly the run's: 3 J
-    session.feed(finished)
-    sample(t1 + 220_000_000, 3)  # 0.3 s, of which the run's 0.08 s: 0.8 J
+    energy_run(session, sampler, z / "energy_uj", clock)
     sampler.stop()
     return session
 
@@ -95,8 +77,7 @@ async def test_a_cpu_runs_energy_is_its_packages_named_so_in_its_row_json_table_
     the packages' wherever it shows: they count all they ran, the UI and other processes too."""
     import json
 
-    from textual.app import App
-
+    from tests.helpers.one_widget import subtitle
     from tui_app.core.columns import columns_for
     from tui_app.core.energy import CPU
     from tui_app.core.export import run_json
@@ -109,16 +90,8 @@ async def test_a_cpu_runs_energy_is_its_packages_named_so_in_its_row_json_table_
     assert data["cpu_energy_j"] == pytest.approx(5.8) and data["gpu_energy_j"] is None and data["j_per_token"] == pytest.approx(0.29)
     assert {"J/token", "tok/s/W"} <= {c.title for c in columns_for([row])}
     assert session.energy.joules_per_token() == pytest.approx((10 + 3 + 3) / 20)  # the live figure: all four readings
-    util = UtilChart(session)
-
-    class One(App):
-        def compose(self):
-            yield util
-
-    async with One().run_test(size=(160, 30)) as pilot:
-        await pilot.pause()
-        util.redraw(force=True)
-        assert "CPU pkg 0.80 J/token" in str(util.border_subtitle), util.border_subtitle
+    shown = await subtitle(UtilChart(session))
+    assert "CPU pkg 0.80 J/token" in shown, shown
 
 
 def test_a_gpu_that_counts_energy_outranks_the_cpu_packages(tmp_path):

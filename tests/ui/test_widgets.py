@@ -7,6 +7,7 @@ from itertools import pairwise
 from rich.text import Text
 from textual.app import App
 
+from tests.helpers.one_widget import One, subtitle
 from tests.helpers.synthetic import session_events
 from tui_app.core.columns import COLUMNS, GAP, fit_columns
 from tui_app.core.session import Session
@@ -24,15 +25,6 @@ def wrapped_page(app: App, text: str, width: int, height: int) -> list[str]:
         lines += [line.plain.rstrip() for line in Text(para).wrap(app.console, width)] or [""]
     page = lines[page_top(len(lines), height) :]
     return page + [""] * (height - len(page))
-
-
-class One(App):
-    def __init__(self, widget):
-        super().__init__()
-        self.widget = widget
-
-    def compose(self):
-        yield self.widget
 
 
 async def test_token_stream_wraps_incrementally_as_a_full_wrap_would():
@@ -426,13 +418,5 @@ async def test_an_intel_gpu_shows_the_engines_own_share_clock_and_power_where_it
     now[0] += 500_000_000
     session.feed(to_event(sampler.sample_once()))
     sampler.stop()
-    util = UtilChart(session)
-
-    class One(App):
-        def compose(self):
-            yield util
-
-    async with One().run_test(size=(160, 30)) as pilot:
-        await pilot.pause()
-        util.redraw(force=True)
-        assert "GPU engine 50% 2850 MHz 120 W" in str(util.border_subtitle), util.border_subtitle
+    shown = await subtitle(UtilChart(session))
+    assert "GPU engine 50% 2850 MHz 120 W" in shown, shown
