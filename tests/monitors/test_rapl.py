@@ -88,6 +88,7 @@ async def test_a_cpu_runs_energy_is_its_packages_named_so_in_its_row_json_table_
     assert row.energy_source == CPU and row.energy_j == pytest.approx(2 + 3 + 0.8) and row.j_per_token == pytest.approx(5.8 / 20)
     data = json.loads(run_json(session, 1))
     assert data["cpu_energy_j"] == pytest.approx(5.8) and data["gpu_energy_j"] is None and data["j_per_token"] == pytest.approx(0.29)
+    assert data["energy_reason"] is None
     assert {"J/token", "tok/s/W"} <= {c.title for c in columns_for([row])}
     assert session.energy.joules_per_token() == pytest.approx((10 + 3 + 3) / 20)  # the live figure: all four readings
     shown = await subtitle(UtilChart(session))
@@ -108,15 +109,32 @@ def test_a_gpu_that_counts_energy_outranks_the_cpu_packages(tmp_path):
     assert session.energy.source == GPU and row.energy_source == GPU and not row.energy_j
 
 
-def test_without_a_counter_the_figure_is_absent_and_the_reason_kept(tmp_path):
+async def test_without_a_counter_the_figure_is_absent_and_the_reason_said(tmp_path):
+    """No GPU and no RAPL (this VM): the run's J/token is n/a with the sample's reason, in its JSON
+    and in the utilization pane, never 0."""
+    import json
+
     from monitors.gpu_intel import IntelSysfsReader
     from monitors.sampler import Sampler, to_event
+    from tests.helpers.one_widget import subtitle
+    from tests.helpers.synthetic import energy_run
+    from tui_app.core.columns import columns_for
+    from tui_app.core.export import run_json
     from tui_app.core.session import Session
+    from tui_app.ui.widgets.util_chart import UtilChart
 
     sampler, session = Sampler(gpu=IntelSysfsReader(tmp_path), rapl=RaplReader(tmp_path)), Session()
     ev = to_event(sampler.sample_once())
-    sampler.stop()
     assert ev.cpu_energy_mj is None and ev.cpu_energy_reason.startswith("n/a: no RAPL package under")
-    session.feed(ev)
-    session.feed(ev)
-    assert session.energy.joules_per_token() is None and session.energy.reason == ev.cpu_energy_reason
+    counter = tmp_path / "read-by-none"
+    counter.write_text("0")
+    energy_run(session, sampler, counter)
+    sampler.stop()
+    (row,) = session.rows()
+    assert session.energy.joules_per_token() is None and row.energy_j is None and row.j_per_token is None
+    assert row.energy_reason == session.energy.reason == ev.cpu_energy_reason
+    data = json.loads(run_json(session, 1))
+    assert data["j_per_token"] is None and data["cpu_energy_j"] is None and data["energy_reason"] == ev.cpu_energy_reason
+    assert "J/token" not in {c.title for c in columns_for([row])}
+    shown = await subtitle(UtilChart(session), size=(400, 30))  # room for both long paths
+    assert f"J/token {ev.cpu_energy_reason}" in shown, shown

@@ -49,6 +49,7 @@ def row_figures(row: Row) -> dict:
         "gpu_energy_j": row.energy_j if row.energy_source == GPU else None,
         "cpu_energy_j": row.energy_j if row.energy_source == CPU else None,  # the packages', all they ran
         "j_per_token": row.j_per_token,
+        "energy_reason": row.energy_reason or None,  # why no J/token: no counter on the GPUs or the CPU
         "expert_counts": f.expert_counts if f else None,
     }
 

@@ -95,6 +95,7 @@ class Row:
     energy_j: float | None = None  # its energy counter's rise over the run's span, power taken as even between samples
     energy_source: str = ""  # whose counter: the GPUs' or the CPU packages' (core/energy.py)
     cache_note: str = ""  # RunStarted's: why a watched script's run has no KV cache
+    energy_reason: str = ""  # without a counter's figure, why not (the last sample's word)
 
     @property
     def label(self) -> str:
@@ -412,7 +413,8 @@ class Session:
             note = end_note(rec.finished) if rec.finished else self.died.get(rid, "running")
             roofline, slowed = self.run_rooflines.get(rid), self.run_slowed.get(rid, 0.0)
             source, energy = self.energy.runs.get(rid, ("", None))
-            out.append(Row(rid, None, rec.total, rec.finished, note, rec.segments[-1].levers, roofline, slowed, energy, source, rec.started.cache_note))
+            why = "" if energy is not None else self.energy.reason
+            out.append(Row(rid, None, rec.total, rec.finished, note, rec.segments[-1].levers, roofline, slowed, energy, source, rec.started.cache_note, why))
             if len(rec.segments) > 1:
                 out.extend(Row(rid, i, seg, None) for i, seg in enumerate(rec.segments) if seg.n_tokens)
         return out

@@ -53,6 +53,8 @@ class UtilChart(Chart):
         if jpt is not None:  # the energy counter ÷ the tokens generated meanwhile, named by whose
             whose = "CPU pkg " if s.energy.source == CPU else ""
             gpu.append(((f"{whose}{jpt:.2f} J/token", f"{jpt:.1f} J/tok"), 2))
+        elif s.energy.reason:  # said last, the first dropped where room is short
+            gpu.append(((f"J/token {s.energy.reason}", "J/token n/a"), 4))
         read = readings.read_rate(s)
         bw = [] if read is None else [((f"mem bw {read[1]:.2f} of {s.bandwidth.read_bps / 1e9:.1f} GB/s", f"mem bw {read[1]:.2f}"), 2)]
         # On a GPU box its busy %, clock and power outrank the host's other figures (a 160-column
