@@ -323,3 +323,17 @@ class MetricsWindow:
             values["rss"] = rss
             sources["rss"] = "process_resident_memory_bytes"
         return values, sources
+
+
+def json_safe(values: dict) -> dict:
+    """A scrape's figures as JSON takes them: quantiles as their fields, NaN as null."""
+    out = {}
+    for k, v in values.items():
+        if isinstance(v, Quantiles):
+            v = {"p50": v.p50, "p95": v.p95, "p99": v.p99, "mean": v.mean, "n": v.n}
+        if isinstance(v, float) and math.isnan(v):
+            v = None
+        if isinstance(v, dict):
+            v = {a: (None if isinstance(b, float) and math.isnan(b) else b) for a, b in v.items()}
+        out[k] = v
+    return out

@@ -18,7 +18,11 @@ apart, a token each, with no running count:
   `<|channel|>analysis<|message|>` … `<|end|>`, then `<|start|>assistant<|channel|>final<|message|>` …,
   each special token a chunk of its own.
 
-    python -m tests.helpers.sse_standin [--port N] [--gap-ms 1] [--reasoning SHAPE]   # prints its URL; serves until stdin closes
+With --sglang-experts DIR it is an SGLang with its expert-distribution recorder on
+(tests/helpers/sglang_recorder.py): /v1/completions' prefill (8 positions) and each later chunk
+are its forward passes, and the recorder dumps into DIR.
+
+    python -m tests.helpers.sse_standin [--port N] [--gap-ms 1] [--reasoning SHAPE] [--sglang-experts DIR]   # prints its URL; serves until stdin closes
 
 `SseStandIn` starts one in a process of its own, so the generator under test does not share its
 interpreter.
@@ -53,8 +57,12 @@ def reasoning_chunks(shape: str) -> list[tuple[str, dict]]:
     return [("thinking", {"content": w}) for w in [*opens, *think, *closes]] + [("answer", {"content": w}) for w in [*HARMONY_ANSWER, *answer]]
 
 
-def app(gap_s: float, shape: str | None = None):
+def app(gap_s: float, shape: str | None = None, experts_dir: str | None = None):
     from aiohttp import web
+
+    from tests.helpers.sglang_recorder import PROMPT_POSITIONS, Recorder, routes
+
+    recorder = Recorder(experts_dir) if experts_dir else None
 
     arrivals: list[int] = []
     ttfts: list[int] = []  # a request's arrival to its first chunk's write, ns: the server's own TTFT
@@ -70,13 +78,15 @@ def app(gap_s: float, shape: str | None = None):
         for i in range(n):
             if gap_s:
                 await asyncio.sleep(gap_s)
+            if recorder:
+                recorder.forward(PROMPT_POSITIONS if i == 0 else 1)
             chunk = {"id": "cmpl-standin", "object": "text_completion", "model": model, "choices": [{"index": 0, "text": " word", "finish_reason": None}]}
             if i == n - 1:
                 chunk["choices"][0]["finish_reason"] = "length"
             await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
             if i == 0:
                 ttfts.append(time.monotonic_ns() - arrived)
-        counts = {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n}
+        counts = {"prompt_tokens": PROMPT_POSITIONS, "completion_tokens": n, "total_tokens": PROMPT_POSITIONS + n}
         usage = {"id": "cmpl-standin", "object": "text_completion", "model": model, "choices": [], "usage": counts}
         await resp.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
         await resp.write_eof()
@@ -119,6 +129,8 @@ def app(gap_s: float, shape: str | None = None):
     a = web.Application()
     a.add_routes([web.post("/v1/completions", completions), web.post("/v1/chat/completions", chat), web.get("/v1/models", models)])
     a.add_routes([web.get("/arrivals", get_arrivals), web.get("/ttfts", get_ttfts), web.post("/reset", reset)])
+    if recorder:
+        a.add_routes(routes(recorder))
     return a
 
 
@@ -129,10 +141,11 @@ def main() -> None:
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--gap-ms", type=float, default=1.0)
     p.add_argument("--reasoning", choices=("ollama", "deepseek", "harmony"), default=None)
+    p.add_argument("--sglang-experts", default=None, metavar="DIR")
     args = p.parse_args()
 
     async def serve() -> None:
-        runner = web.AppRunner(app(args.gap_ms / 1000, args.reasoning), access_log=None)
+        runner = web.AppRunner(app(args.gap_ms / 1000, args.reasoning, args.sglang_experts), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", args.port)
         await site.start()
@@ -147,9 +160,10 @@ def main() -> None:
 class SseStandIn:
     """The stand-in in a process of its own on 127.0.0.1."""
 
-    def __init__(self, gap_ms: float = 1.0, reasoning: str | None = None):
+    def __init__(self, gap_ms: float = 1.0, reasoning: str | None = None, sglang_experts: str | None = None):
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         cmd = [sys.executable, "-m", "tests.helpers.sse_standin", "--gap-ms", str(gap_ms), *(["--reasoning", reasoning] if reasoning else [])]
+        cmd += ["--sglang-experts", sglang_experts] if sglang_experts else []
         self.proc = subprocess.Popen(cmd, cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.url = self.proc.stdout.readline().strip()
         if not self.url.startswith("http://"):

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import time
 from dataclasses import dataclass, replace
@@ -42,8 +41,9 @@ from monitors.events import (
     now_ns,
 )
 from monitors.redact import redact
-from monitors.servers import OPENAI, EngineTable, MetricsWindow, Quantiles
+from monitors.servers import OPENAI, SGLANG, EngineTable, MetricsWindow, json_safe
 from tui_app.attach.errors import AttachError, api_base, describe_failure, describe_status, host_port, server_root
+from tui_app.attach.experts import ServerExperts
 from tui_app.attach.metrics import detect, scrape
 from tui_app.attach.pooled import NotAStream, env_proxy, sse_post, token_chunks
 from tui_app.attach.sse import Answers, StreamResult, run_end
@@ -102,21 +102,9 @@ class AttachConfig:
     first_run_id: int = 1  # run numbers go on across a reconnect
     watch: bool = False  # the operator's mode: /metrics only, no request of tokentop's own
     otlp: str | None = None  # HOST:PORT of the OTLP receiver for the servers' spans (tui_app/attach/otlp.py), None: off
+    expert_dir: str | None = None  # where an SGLang server writes its expert load (attach/experts.py), None: off
     otlp_grace_s: float = 15.0  # how long a span may come after its stream's end before "no server span" is said
     max_connections: int | None = max(CONCURRENCY) + 4  # None: as many as are in flight (a bench's open loop must never queue here)
-
-
-def _json_safe(values: dict) -> dict:
-    out = {}
-    for k, v in values.items():
-        if isinstance(v, Quantiles):
-            v = {"p50": v.p50, "p95": v.p95, "p99": v.p99, "mean": v.mean, "n": v.n}
-        if isinstance(v, float) and math.isnan(v):
-            v = None
-        if isinstance(v, dict):
-            v = {a: (None if isinstance(b, float) and math.isnan(b) else b) for a, b in v.items()}
-        out[k] = v
-    return out
 
 
 class ServerClient:
@@ -138,6 +126,7 @@ class ServerClient:
         self._inflight: list[StreamResult] = []  # every stream now open, of every run (a bench runs several)
         self._metrics_error = ""
         self.tracing = Tracing(emit)
+        self.experts: ServerExperts | None = None
         key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.http = httpx.AsyncClient(
@@ -208,6 +197,10 @@ class ServerClient:
         meta = next((m.get("meta") or {} for m in models if m["id"] == self.model), {})
         self.engine = await detect(self.http, self.root, self._headers, (await self._scrape())[0])
         self.window = MetricsWindow(self.engine)
+        if self.cfg.expert_dir and self.engine is SGLANG:
+            self.experts = ServerExperts(self.http, self.root, self._headers, self.cfg.expert_dir, self.emit)
+        elif self.cfg.expert_dir:
+            self.emit(EngineError(message=f"--expert-dir: {self.engine.name} has no expert load tokentop reads (SGLang's recorder); left out"))
         self.n_ctx = meta.get("n_ctx") or next((m.get("max_model_len") for m in models if m["id"] == self.model), None)
         from tui_app.attach.discover import local_pid
 
@@ -228,6 +221,7 @@ class ServerClient:
                 "kv_note": self.engine.kv_note,
                 "chat": self.cfg.chat,
                 "watch": self.cfg.watch,
+                "expert_dir": self.cfg.expert_dir if self.experts else None,
             },
             n_params=int(meta.get("n_params") or 0),
             weight_bytes=int(meta.get("size") or 0),
@@ -261,7 +255,7 @@ class ServerClient:
                 sources["kv_usage"] = f"timings: our streams' context ÷ n_ctx {self.n_ctx}"
         if samples is None and not values:
             return None
-        ev = ServerSample(t_ns=now_ns(), values=_json_safe(values), sources=sources, server=self.levers.server)
+        ev = ServerSample(t_ns=now_ns(), values=json_safe(values), sources=sources, server=self.levers.server)
         self.emit(ev)
         return ev
 
@@ -324,6 +318,8 @@ class ServerClient:
         streams = [StreamResult() for _ in range(levers.batch)]
         self._inflight.extend(streams)
         self.emit(started)
+        if self.experts:
+            await self.experts.begin()
         tasks = [asyncio.create_task(self._stream(k, url, body, started.t_ns, run_id, streams[k])) for k in range(levers.batch)]
         stopped = False
         try:
@@ -335,7 +331,8 @@ class ServerClient:
             await asyncio.gather(*tasks, return_exceptions=True)
         finally:
             self._inflight = [s for s in self._inflight if all(s is not t for t in streams)]
-        return self._finish(run_id, req, body, streams, stopped)
+        counts = await self.experts.end(run_id) if self.experts else None
+        return self._finish(run_id, req, body, streams, stopped, counts)
 
     async def _stream(self, k: int, url: str, body: dict, t0: int, run_id: int, out: StreamResult) -> None:
         trace_id, trace = self.tracing.start(run_id, k, t0)
@@ -383,7 +380,7 @@ class ServerClient:
             )
             t_prev = t
 
-    def _finish(self, run_id: int, req, body: dict, streams: list[StreamResult], stopped: bool) -> RunFinished:
+    def _finish(self, run_id: int, req, body: dict, streams: list[StreamResult], stopped: bool, counts: list | None) -> RunFinished:
         lead = streams[0]
         errors = [s.error for s in streams if s.error]
         for e in dict.fromkeys(errors):
@@ -416,6 +413,7 @@ class ServerClient:
             diff_note=note,
             prompt_tokens=prompt_tokens,
             server=details,
+            expert_counts=counts,
         )
         self.emit(ev)
         return ev

@@ -42,6 +42,7 @@ class Options(PromptOptions, SamplingOptions, UiOptions, FleetOptions):
     runs: int
     demo: bool
     otlp: str | None  # HOST:PORT of the OTLP receiver for the servers' spans (x opens the waterfall)
+    expert_dir: str | None  # an SGLang server's recorder folder: its expert load each run
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -64,6 +65,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
         type=bounded(float, 0, 20, lo_open=True, why="a scrape is a request to the server"),
         default=1.0,
         help="scrapes of /metrics per second (default 1)",
+    )
+    g.add_argument(
+        "--expert-dir",
+        default=None,
+        metavar="DIR",
+        help="an SGLang server's SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR, seen from here: its expert load each run (E; docs/models.md)",
     )
     from tui_app.attach.otlp import add_otlp_arg
 
@@ -132,7 +139,10 @@ def attach_configs(args: Options, urls: list[str]) -> list:
         timeout_s=args.timeout,
         metrics_hz=args.metrics_hz,
         watch=args.watch,
+        expert_dir=args.expert_dir,
     )
+    if args.expert_dir and not os.path.isdir(args.expert_dir):
+        raise UsageError(f"--expert-dir {args.expert_dir}: no such folder here (the server's recorder folder, as this host sees it)")
     if len(urls) > 1 and args.metrics:
         raise UsageError("--metrics names one server's metrics; with several URLs each is read at URL/metrics")
     otlp = otlp_address(args)

@@ -73,22 +73,35 @@ def hottest(counts: list[list[int]], n: int = 4) -> str:
 def render(session, width: int, height: int, window: str, ascii_only: bool = False) -> Text:
     r = session.ready
     routing = r.routing if r is not None else None
+    book = session.experts
+    server = r.server if r is not None and r.server else None
+    if not routing and server and server.get("expert_dir"):
+        if not book.run:
+            return Text(f"Experts: {server['engine']}'s recorder, read from {server['expert_dir']} after each run; no run yet", style="dim")
+        # The dump's shape is all a server says of its MoE: no top-k, so routings, not positions.
+        routing = {"layers": len(book.run), "experts": len(book.run[0]), "top_k": 0, "shared": 0}
     if not routing:
-        if r is not None and r.server:
-            why = f"{r.server.get('engine') or 'the server'} exposes no expert load that tokentop reads; an MoE's routing shows for models tokentop runs"
+        if server:
+            engine = server.get("engine") or "the server"
+            how = "attach with --expert-dir DIR (docs/models.md)" if engine == "SGLang" else "an MoE's routing shows for models tokentop runs, and SGLang's"
+            why = f"{engine} exposes no expert load that tokentop reads; {how}"
         else:
             why = (r.routing_note if r is not None else "") or "the model is not a mixture of experts"
         return Text(f"no expert pane: {why}", style="dim")
-    book = session.experts
     shared = f", {routing['shared']} layers with a shared expert (every token's, not routed)" if routing["shared"] else ""
-    out = Text(f"Experts: {routing['layers']} MoE layers × {routing['experts']} routed experts, {routing['top_k']} a token{shared}\n", style="bold")
+    k = f", {routing['top_k']} a token" if routing["top_k"] else ""
+    whose = f" ({server['engine']}'s recorder: every client's requests over the run's span)" if server else ""
+    out = Text(f"Experts{whose}: {routing['layers']} MoE layers × {routing['experts']} routed experts{k}{shared}\n", style="bold")
     if not book.run:
         out.append("no run yet: the counts come with the first run's steps", style="dim")
         return out
     counts, steps = (book.run, book.run_steps) if window == "run" else book.window(WINDOW_STEPS)
-    positions = sum(counts[0]) // max(1, routing["top_k"])
+    if routing["top_k"]:
+        routed = f"{sum(counts[0]) // routing['top_k']} positions routed over {steps} steps"
+    else:
+        routed = f"{sum(counts[0])} routings (positions × top-k) a layer over {steps} forward passes"
     scope = f"run {book.run_id} so far" if window == "run" else f"run {book.run_id}, its last {steps} steps"
-    out.append(f"{scope}: {positions} positions routed over {steps} steps; a cell: an expert's load against its layer's busiest\n", style="dim")
+    out.append(f"{scope}: {routed}; a cell: an expert's load against its layer's busiest\n", style="dim")
     for line in heatmap(counts, width, max(1, height - 6), ascii_only):
         out.append_text(line)
         out.append("\n")
