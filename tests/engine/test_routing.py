@@ -216,3 +216,34 @@ def test_experts_offloaded_to_disk_are_said_not_counted_and_the_run_goes_on(tmp_
     assert "disk" in ready.placement and ready.routing is None and "offloaded" in ready.routing_note
     done = engine.run(RunRequest(preset="short", max_new_tokens=3, ignore_eos=True))
     assert done.stop_reason == "max tokens" and done.expert_counts is None
+
+
+def test_the_anatomys_mlp_is_weighed_by_the_experts_its_steps_read(tmp_path):
+    """The anatomy of an MoE's decode steps at batch 2: the roofline's expert count is the mean of
+    the run's decode steps' distinct experts (their own counts, held against the routers above),
+    and the MLP's line weighs those experts' bytes against the MLP's profiled time."""
+    from tui_app.core.readings import mlp_experts
+    from tui_app.core.session import Session
+    from tui_app.requests import Probe, Profile
+
+    save_moe("qwen3moe", tmp_path / "m")
+    events: list = []
+    engine = Engine(EngineConfig(model=str(tmp_path / "m")), events.append)
+    engine.load()
+    engine.command(SetLever("batch", 2))
+    engine.command(Probe())
+    engine.command(Profile(str(tmp_path / "trace.json"), 4))
+    engine.run(RunRequest(prompt_ids=[5, 6, 7], max_new_tokens=16, ignore_eos=True))
+    session = Session.from_events(list(events))
+    (anatomy,) = session.anatomies.values()
+    verdict = session.run_rooflines[anatomy.run_id]
+    hits = [e.experts_hit for e in events if isinstance(e, Step) and e.kind == "decode" and e.run_id == anatomy.run_id]
+    assert hits and verdict.experts == pytest.approx(sum(hits) / len(hits))
+    routing, bw = engine.ready.routing, session.bandwidth
+    line = mlp_experts(anatomy, verdict, bw, routing)
+    read = verdict.experts * bw.expert_bytes
+    total = routing["layers"] * routing["experts"]
+    mlp_ms = anatomy.parts["mlp"]
+    assert line.startswith(f"{anatomy.levers.label()}: the MLP's {mlp_ms:.2f} ms a step read {verdict.experts:.1f} of {total} experts ({read / 2**20:.1f} MiB;")
+    assert f"at least {read / (mlp_ms / 1000) / 1e9:.2f} GB/s" in line and "of the m probe's" in line
+    assert mlp_experts(anatomy, verdict._replace(experts=None), bw, routing) == ""  # a dense model's run: no line

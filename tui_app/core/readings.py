@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from monitors.events import AllocatorHistory, Anatomy, RunFinished, ServerSample
+from monitors.events import AllocatorHistory, Anatomy, Bandwidth, RunFinished, ServerSample
 from monitors.leaks import LeakVerdict
 from monitors.timing import TimingStats, mean
 
@@ -218,6 +218,7 @@ class Roofline(NamedTuple):
     step_bytes: int | None  # what a step must read: the weights and the KV cache
     frac: float | None  # step_bytes ÷ the step's time, as a share of the read ceiling
     wall: str = ""  # "overhead", "memory", "neither" or "not overhead" (no read ceiling to weigh)
+    experts: float | None = None  # an MoE's: the distinct (layer, expert) pairs a decode step of the run read, on average
 
     def short(self) -> str:
         """The verdict in a runs table's cell."""
@@ -258,3 +259,22 @@ def roofline(ev: Anatomy, step_s: float, step_bytes: int | None, read_bps: float
     else:
         text = f"neither wall: {mem}, {outside:.0%} of the step outside torch's ops; the ops are slow for the bytes they read (their kernels, or compute)"
     return Roofline(text, outside, step_bytes, frac, wall)
+
+
+def mlp_experts(ev: Anatomy, verdict: Roofline | None, bw: Bandwidth | None, routing: dict | None) -> str:
+    """An MoE's MLP in the anatomy: the experts its run's decode steps read, by the routing's count
+    (not one token's k of n), their bytes, and the rate at which the MLP's profiled time read them
+    (a floor: the router and any shared expert share that time), against the m probe's ceiling.
+    "" where the run read no counted experts, the modules are one graph (compile: no MLP part), or
+    the weights measured are not the anatomy's (another quantization)."""
+    mlp_ms = ev.parts.get("mlp")
+    if not (mlp_ms and verdict and verdict.experts and bw and bw.expert_bytes and routing) or bw.quant != ev.levers.quant:
+        return ""
+    read = verdict.experts * bw.expert_bytes
+    rate = read / (mlp_ms / 1000)
+    ceiling = f", {rate / bw.read_bps:.1%} of the m probe's {bw.read_bps / 1e9:.1f} GB/s" if bw.read_bps else ""
+    total = routing["layers"] * routing["experts"]
+    return (
+        f"{ev.levers.label()}: the MLP's {mlp_ms:.2f} ms a step read {verdict.experts:.1f} of {total} experts "
+        f"({read / 2**20:.1f} MiB; one token reads {routing['layers'] * routing['top_k']}), at least {rate / 1e9:.2f} GB/s{ceiling}"
+    )

@@ -385,7 +385,7 @@ class Session:
         weights = self._weights_read(round(hits / steps) if run == run_id and steps else None) if bw else 0
         step_bytes, read_bps = (weights + kv, bw.read_bps) if bw else (None, None)
         verdict = roofline(ev, decode[len(decode) // 2], step_bytes, read_bps, sum(dram) / len(dram) if dram else None)
-        self.run_rooflines[run_id] = verdict
+        self.run_rooflines[run_id] = verdict._replace(experts=hits / steps if run == run_id and steps else None)
 
     def _mark_stall(self, ev: Step, per_token_s: float) -> None:
         """A server's token far later than its run's usual (STALL × the median of the last 32, and

@@ -11,7 +11,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Static
 
-from tui_app.core.readings import PART_LABELS, anatomy_table, gpu_gaps_text, trace_text
+from tui_app.core.readings import PART_LABELS, anatomy_table, gpu_gaps_text, mlp_experts, trace_text
 
 # A colour per part, in the stacked bars and beside each row's label, each one apart from its
 # neighbours in both themes (look.py; the dark one's blue reads purple), each a terminal colour so
@@ -55,11 +55,14 @@ class AnatomyScreen(Screen):
         self.show()
 
     def show(self) -> None:
-        self.body.update(render(list(self.session.anatomies.values()), max(40, self.size.width - 2), self.session.run_rooflines))
+        s = self.session
+        routing = s.ready.routing if s.ready is not None else None
+        self.body.update(render(list(s.anatomies.values()), max(40, self.size.width - 2), s.run_rooflines, s.bandwidth, routing))
 
 
-def render(anatomies: list, width: int, rooflines: dict) -> Text:
-    """`rooflines`: run id → the verdict of the anatomy taken in that run (Session.run_rooflines)."""
+def render(anatomies: list, width: int, rooflines: dict, bw=None, routing: dict | None = None) -> Text:
+    """`rooflines`: run id → the verdict of the anatomy taken in that run (Session.run_rooflines);
+    `bw` and `routing`, an MoE's: its MLP's experts read (readings.mlp_experts)."""
     out = Text()
     if not anatomies:
         return Text("no step has been profiled yet: p in the monitor profiles the next decode steps", style="dim")
@@ -87,6 +90,8 @@ def render(anatomies: list, width: int, rooflines: dict) -> Text:
             out.append(f"{ms:>8.2f} ms {share:>4.0%}")
         out.append("\n")
     for ev in anatomies:
+        if line := mlp_experts(ev, rooflines.get(ev.run_id), bw, routing):
+            out.append(f"\n{line}")
         if ev.gpu_busy_ms or ev.gpu_idle_ms:
             out.append(f"\n{ev.levers.label()}: {gpu_gaps_text(ev)}")
     out.append(f"\n{last.steps} decode steps a mix; framework: the step's time outside every part (Python between the modules, building inputs).", style="dim")
