@@ -35,7 +35,8 @@ def test_the_default_tour_headless_states_each_effect_with_the_right_sign(sessio
     said: list[str] = []
     steps = default_tour(tokens=TOKENS, seconds=0)
     log = run_tour(engine, session, steps, say=said.append)
-    assert said[0] == "left out thinking, budget: the model has no think span"  # the default model does not think
+    assert said[0] == fitting(steps, thinks=False)[1]  # the default model neither thinks nor routes to experts
+    assert said[0].startswith("left out thinking, budget: the model has no think span; left out experts:")
     steps = fitting(steps, thinks=False)[0]
     res = log.results
     assert list(res) == [s.label for s in steps]

@@ -104,7 +104,10 @@ def test_the_tours_thinking_scene_states_what_the_budget_bought(scripted):
 
 
 def test_a_model_without_a_think_span_leaves_the_thinking_scene_out_and_says_so():
-    steps, left = fitting(default_tour(), thinks=False)
+    steps, left = fitting(default_tour(), thinks=False, moe=True)
     assert [s.label for s in default_tour() if s not in steps] == ["thinking", "budget"]
     assert left == "left out thinking, budget: the model has no think span"
-    assert fitting(default_tour(), thinks=True) == (default_tour(), "")
+    assert fitting(default_tour(), thinks=True, moe=True) == (default_tour(), "")
+    steps, left = fitting(default_tour(), thinks=False)  # the default model: neither
+    assert [s.label for s in default_tour() if s not in steps] == ["experts", "thinking", "budget"]
+    assert left == "left out thinking, budget: the model has no think span; left out experts: the model is not an MoE whose routing is counted"

@@ -247,3 +247,33 @@ def test_the_anatomys_mlp_is_weighed_by_the_experts_its_steps_read(tmp_path):
     assert line.startswith(f"{anatomy.levers.label()}: the MLP's {mlp_ms:.2f} ms a step read {verdict.experts:.1f} of {total} experts ({read / 2**20:.1f} MiB;")
     assert f"at least {read / (mlp_ms / 1000) / 1e9:.2f} GB/s" in line and "of the m probe's" in line
     assert mlp_experts(anatomy, verdict._replace(experts=None), bw, routing) == ""  # a dense model's run: no line
+
+
+def test_the_tours_moe_scene_shows_the_experts_a_step_reads_rise_with_the_batch(tmp_path):
+    """The default tour's `experts` step (batch 4 on an MoE) against `cache` (batch 1): each step's
+    figure is the mean of its last run's decode steps' distinct experts (the routing's counts,
+    held against the routers above), one token's k a layer at batch 1, more at batch 4."""
+    from tui_app.commands.demo import run_tour
+    from tui_app.core.session import Session
+    from tui_app.core.tour import default_tour
+
+    save_moe("qwen3moe", tmp_path / "m")
+    session, events = Session(), []
+    session.listeners.append(events.append)
+    engine = Engine(EngineConfig(model=str(tmp_path / "m")), session.feed)
+    engine.load()
+    said: list[str] = []
+    steps = [s for s in default_tour(tokens=16, seconds=0) if s.label in ("cache", "experts")]
+    log = run_tour(engine, session, steps, say=said.append)
+    assert not any("left out" in line for line in said), said
+    cache, experts = (log.results[label] for label in ("cache", "experts"))
+
+    def mean_hits(result) -> float:
+        hits = [e.experts_hit for e in events if isinstance(e, Step) and e.kind == "decode" and e.run_id == result.run_ids[-1]]
+        return sum(hits) / len(hits)
+
+    routing = engine.ready.routing
+    assert cache.figures.experts == mean_hits(cache) == routing["layers"] * routing["top_k"]  # one token: k a layer
+    x, c = experts.figures.experts, cache.figures.experts
+    assert x == pytest.approx(mean_hits(experts)) and x > c
+    assert experts.effect().startswith(f"experts: {x:.1f} experts a decode step read, {x / c:.2f}× cache's {c:.1f}, "), experts.effect()

@@ -118,8 +118,8 @@ def tui_tour(args: UiOptions, steps: list[TourStep], make_source, no_tui: str) -
 # ---------------------------------------------------------------- headless
 def run_tour(engine, session: Session, steps: list[TourStep], say=print) -> TourLog:
     """Each step's levers set on an in-process engine, its runs, its measured effect; then the summary.
-    The steps for a thinking model are left out, saying so, where the model has no think span."""
-    steps, left = fitting(steps, bool(session.ready and session.ready.thinks))
+    The steps for a thinking model, or an MoE, are left out, saying so, where the model is not one."""
+    steps, left = fitting(steps, bool(session.ready and session.ready.thinks), bool(session.ready and session.ready.routing))
     if left:
         say(left)
     log = TourLog(steps)
@@ -177,7 +177,7 @@ def run_headless_tour(args, steps: list[TourStep]) -> int:
         if engine is None:
             return EXIT_USAGE
         r = session.ready
-        print(f"{r.model} on {r.device} ({r.dtype}), a tour of {len(fitting(steps, r.thinks)[0])} steps", flush=True)
+        print(f"{r.model} on {r.device} ({r.dtype}), a tour of {len(fitting(steps, r.thinks, bool(r.routing))[0])} steps", flush=True)
         log = run_tour(engine, session, steps, say=lambda line: print(line, flush=True))
     finally:
         if recorder is not None:

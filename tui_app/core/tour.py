@@ -28,8 +28,8 @@ APPLY_ORDER = ("quant", "batch", "cache", "compile", "spec", "think")
 FINISHED = ("eos", "max tokens")  # a stopped or failed run is not a measurement of its step
 # What a step's effect can state: decode tok/s, ITL p50, time to first token, time to the first
 # answer token, speculation's acceptance, the leak detector's verdict on the session's baselines so far.
-WATCH = ("tok/s", "itl", "ttft", "ttfa", "accept", "leak")
-STEP_FIELDS = ("label", "caption", "levers", "preset", "prompt", "tokens", "runs", "seconds", "compare", "watch", "eos", "thinking")
+WATCH = ("tok/s", "itl", "ttft", "ttfa", "accept", "leak", "experts")
+STEP_FIELDS = ("label", "caption", "levers", "preset", "prompt", "tokens", "runs", "seconds", "compare", "watch", "eos", "thinking", "moe")
 DEFAULT_TOKENS = 64
 
 
@@ -57,14 +57,15 @@ class TourStep:
     server: int = 0  # attached to servers: which one the step's runs go to (1 = the first URL); 0 for the engine
     eos: bool = False  # runs end at the model's end of text: what a thinking budget saves is the run's length
     thinking: bool = False  # for a model that thinks: left out, and said, where the model has no think span
+    moe: bool = False  # for an MoE whose routing is counted: left out, and said, where the model is not one
 
     def request(self) -> RunRequest:
         # ignore_eos: every run of a step decodes the same number of tokens, so steps compare like for like.
         return RunRequest(prompt=self.prompt, preset=self.preset, max_new_tokens=self.tokens, ignore_eos=not self.eos)
 
 
-def _step(label, caption, preset="long", compare=None, watch=("tok/s",), **levers) -> TourStep:
-    return TourStep(label, caption, Levers(**levers), preset, None, DEFAULT_TOKENS, 1, 4.0, compare, watch)
+def _step(label, caption, preset="long", compare=None, watch=("tok/s",), moe=False, **levers) -> TourStep:
+    return TourStep(label, caption, Levers(**levers), preset, None, DEFAULT_TOKENS, 1, 4.0, compare, watch, moe=moe)
 
 
 def _thinking_step(label, caption, compare=None, **levers) -> TourStep:
@@ -104,6 +105,14 @@ DEFAULT_TOUR = (
         watch=("tok/s", "itl"),
         batch=4,
     ),
+    _step(
+        "experts",
+        "an MoE at batch 4: a decode step reads the union of its rows' experts, not one token's k of n (E shows which).",
+        compare="cache",
+        watch=("experts", "tok/s"),
+        moe=True,
+        batch=4,
+    ),
     _thinking_step("thinking", "a thinking model: its think drawn apart in the tokens pane (f folds it), the answer from its TTFA mark on."),
     _thinking_step(
         "budget",
@@ -114,11 +123,13 @@ DEFAULT_TOUR = (
 )
 
 
-def fitting(steps: list[TourStep], thinks: bool) -> tuple[list[TourStep], str]:
+def fitting(steps: list[TourStep], thinks: bool, moe: bool = False) -> tuple[list[TourStep], str]:
     """The steps this model can show, and what was left out and why."""
-    kept = [s for s in steps if thinks or not s.thinking]
-    left = [s.label for s in steps if s not in kept]
-    return kept, f"left out {', '.join(left)}: the model has no think span" if left else ""
+    why = []
+    for wanted, has, reason in (("thinking", thinks, "the model has no think span"), ("moe", moe, "the model is not an MoE whose routing is counted")):
+        left = [s.label for s in steps if getattr(s, wanted) and not has]
+        why += [f"left out {', '.join(left)}: {reason}"] if left else []
+    return [s for s in steps if (thinks or not s.thinking) and (moe or not s.moe)], "; ".join(why)
 
 
 def server_tour(servers: int, tokens: int | None = None, seconds: float | None = None) -> list[TourStep]:
@@ -220,7 +231,7 @@ def _parse_step(i: int, t: dict, earlier: list[TourStep]) -> TourStep:
     watch = [watch] if isinstance(watch, str) else watch
     if not isinstance(watch, list) or not watch or any(w not in WATCH for w in watch):
         raise bad(f"watch must be one or more of {', '.join(WATCH)} (got {t.get('watch')!r})")
-    flags = {key: t.get(key, False) for key in ("eos", "thinking")}
+    flags = {key: t.get(key, False) for key in ("eos", "thinking", "moe")}
     for key, value in flags.items():
         if not isinstance(value, bool):
             raise bad(f"{key} must be true or false (got {value!r})")
@@ -267,6 +278,7 @@ class Figures:
     tok_per_step: float
     perplexity: float | None
     quant: str
+    experts: float = math.nan  # an MoE's: the distinct experts a decode step of the step's last run read, on average
 
     @classmethod
     def of(cls, label: str, rows: list[Row]) -> Figures | None:
@@ -292,7 +304,7 @@ class Figures:
         )
 
     def value(self, watch: str) -> float:
-        return {"tok/s": self.tok_s, "itl": self.itl_s, "ttft": self.ttft_s, "ttfa": self.ttfa_s, "accept": self.accept}[watch]
+        return {"tok/s": self.tok_s, "itl": self.itl_s, "ttft": self.ttft_s, "ttfa": self.ttfa_s, "accept": self.accept, "experts": self.experts}[watch]
 
 
 def _mean(xs: list[float]) -> float:
@@ -351,6 +363,9 @@ class StepResult:
 def _statement(watch: str, f: Figures, b: Figures | None) -> str:
     if watch == "accept":
         return f"{fmt.pct(f.accept)} of proposed tokens accepted ({fmt.num(f.tok_per_step, 2)} tok/step)"
+    if watch == "experts":
+        than = f", {fmt.num(ratio(f.experts, b.experts), 2)}× {b.label}'s {fmt.num(b.experts, 1)}" if b is not None else ""
+        return f"{fmt.num(f.experts, 1)} experts a decode step read{than}"
     unit = {"tok/s": "tok/s", "itl": "ITL p50", "ttft": "TTFT", "ttfa": "TTFA"}[watch]
     shown = (lambda v: fmt.num(v)) if watch == "tok/s" else (lambda v: fmt.ms(v))
     a = f.value(watch)
@@ -378,6 +393,9 @@ class TourLog:
         result = StepResult(
             step, list(run_ids), list(refused), Figures.of(step.label, rows), base.figures if base else None, base.step.levers if base else None, note
         )
+        run, hits, steps = session.decode_hits
+        if result.figures is not None and run in ids and steps:
+            result.figures.experts = hits / steps
         if result.figures is not None:
             mine = [e for e in ledger.entries(session) if e.levers == result.figures.levers and e.prompt_tokens == result.figures.prompt_tokens]
             result.verdict = mine[0].verdict if mine else ""

@@ -47,7 +47,7 @@ class DemoApp(TokentopApp):
     def start_run(self) -> None:
         if self.step_index < 0:  # the engine is ready: the tour begins, with the steps this model can show
             ready = self.session.ready
-            self.steps, left = fitting(self.steps, bool(ready and ready.thinks))
+            self.steps, left = fitting(self.steps, bool(ready and ready.thinks), bool(ready and ready.routing))
             self.tour_log = TourLog(self.steps)
             if left:
                 self.notify(left)
