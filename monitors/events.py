@@ -289,7 +289,7 @@ class ExpertLoad:
     run_id: int
     steps: int
     counts: list
-    last_hits: int
+    last_hits: int | None = None  # None where no step's read brings it (a watched script's run, counted whole)
     t_ns: int = field(default_factory=now_ns)
 
 

@@ -366,3 +366,29 @@ def test_a_second_listener_on_the_same_socket_is_one_line(tmp_path):
         first.send_signal(signal.SIGINT)
         assert first.wait(30) == 0
     assert not (tmp_path / "listen" / "tokentop.sock").exists(), "the socket removed at the end"
+
+
+def test_an_moe_scripts_routing_is_counted_as_its_routers_chose(tmp_path):
+    """A script's own MoE (a random-weight Qwen3-MoE): each generate()'s expert counts, read once
+    at its end, equal the script's own recount from its routers' logits; the model line names the
+    routing, and the expert pane draws it."""
+    import json
+
+    from monitors.events import EngineReady, ExpertLoad
+    from tests.helpers.tiny_models import E, K, save_moe
+    from tui_app.core.session import Session
+    from tui_app.ui.screens.experts import render
+
+    save_moe("qwen3moe", tmp_path / "moe")
+    rec = tmp_path / "moe.jsonl"
+    done = tokentop("--no-tui", "--record", str(rec), "--", sys.executable, str(SCRIPTS / "moe_generate.py"), str(tmp_path / "moe"), "2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    theirs = [json.loads(x) for x in re.findall(r"^COUNTS (.*)$", done.stdout, re.M)]
+    events = read_recording(str(rec)).events
+    assert len(theirs) == 2 and [ev.expert_counts for ev in events if isinstance(ev, RunFinished)] == theirs
+    assert [ev.counts for ev in events if isinstance(ev, ExpertLoad)] == theirs
+    ready = next(ev for ev in events if isinstance(ev, EngineReady))
+    assert ready.routing == {"layers": 3, "experts": E, "top_k": K, "shared": 0} and ready.experts == f"{E} experts, {K} a token"
+    assert done.stderr.count("experts max/mean") == 2, done.stderr[-2000:]
+    shown = render(Session.from_events(events), 120, 30, "run").plain
+    assert f"Experts: 3 MoE layers × {E} routed experts, {K} a token" in shown and f"run 2 so far: {sum(theirs[1][0]) // K} positions" in shown, shown

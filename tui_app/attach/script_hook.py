@@ -35,7 +35,8 @@ import weakref
 from collections.abc import Callable
 from pathlib import Path
 
-from monitors.events import EngineReady, Levers, RunFinished, RunStarted, Step, now_ns
+from monitors import routing_hooks
+from monitors.events import EngineReady, ExpertLoad, Levers, RunFinished, RunStarted, Step, now_ns
 from monitors.kvcache import measure_cache, model_shape
 from monitors.phases import ANSWER, StepPhases, marker_spans
 from monitors.text import IncrementalDecoder
@@ -139,8 +140,10 @@ class Call:
             )
         ]
 
-    def finished(self, t: int, reason: str, out_tokens: int | None) -> list:
+    def finished(self, t: int, reason: str, out_tokens: int | None, routed=None) -> list:
         events = [] if self.prompt is not None else self.started(t, [], 1)
+        # An MoE's routing over the call, read here, off the generating thread: its one read a run
+        counts = [row[:-1] for row in routed.tolist()] if routed is not None else None
         n = self.n if self.steps else out_tokens or 0
         if reason == "done":
             reason = "max tokens" if self.max_new and n >= self.max_new else "eos"
@@ -158,8 +161,10 @@ class Call:
             first_diff=None,
             diff_note=f"watched: its own code's run{f', beam search of {self.beams} (its tok/s counts every beam)' if self.beams > 1 else ''}",
             t_ns=t,
+            expert_counts=counts,
         )
-        return [*events, fin]
+        load = [ExpertLoad(run_id=self.run_id, steps=self.steps, counts=counts, t_ns=t)] if counts else []
+        return [*events, *load, fin]
 
 
 class Tee:
@@ -183,6 +188,8 @@ class Hook:
         self.writer = writer
         self.runs = itertools.count(1)
         self.seen: weakref.WeakSet = weakref.WeakSet()  # models whose EngineReady was sent
+        # model → its MoE's counts (hooked at its first generate) and their shape, or why none
+        self.routings: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.latest: weakref.ref | None = None  # the tokenizer made last
         self.copied: tuple = (None, None)  # (a weak reference to a tokenizer, this hook's copy of it)
         self.local = threading.local()
@@ -225,13 +232,25 @@ class Hook:
         if model in self.seen:
             return []
         self.seen.add(model)
-        return [_engine_ready(model)]
+        return [_engine_ready(model, *self.routings.get(model, ([], None, ""))[1:])]
+
+    def counts(self, model) -> list:
+        """An MoE's count tensors, zeroed for a call (forwards outside generate count into nothing read)."""
+        if model not in self.routings:
+            modules, shape, why = routing_hooks.find(model)
+            buffers = routing_hooks.hook_counts(modules, shape["experts"], sys.modules["torch"]) if shape else []
+            self.routings[model] = (buffers, shape, why)
+        buffers = self.routings[model][0]
+        for b in buffers:
+            b.zero_()
+        return buffers
 
     def generate(self, original, model, *args, **kwargs):
         if getattr(self.local, "inside", False):  # a generate within ours (a model's own override calling up)
             return original(model, *args, **kwargs)
         self.loop.end(now_ns())
         call = Call(self, model, next(self.runs), kwargs)
+        counts = self.counts(model)
         streams = call.beams == 1
         if streams:
             kwargs["streamer"] = Tee(call, kwargs.get("streamer"))
@@ -254,7 +273,8 @@ class Hook:
             best = None if streams or out is None else _new_tokens(out, kwargs, args)
             if best is not None and not call.first:  # the last forward's step, with the best sequence's tokens
                 self.writer.put(call.tokens, t, best, call.rows)
-            self.writer.put(call.finished, t, reason, None if best is None else len(best))
+            routed = sys.modules["torch"].stack(counts) if counts and not reason.startswith("error") else None
+            self.writer.put(call.finished, t, reason, None if best is None else len(best), routed)
 
 
 def _new_tokens(out, kwargs, args) -> list[int] | None:
@@ -295,7 +315,7 @@ def _private(tok):
     return copy.deepcopy(tok)
 
 
-def _engine_ready(model) -> EngineReady:
+def _engine_ready(model, routing: dict | None = None, routing_note: str = "") -> EngineReady:
     torch = sys.modules["torch"]  # the script's own, which its model was made with
     cfg = model.config
     text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
@@ -318,6 +338,8 @@ def _engine_ready(model) -> EngineReady:
         load_s=0.0,
         threads=torch.get_num_threads(),
         experts=f"{experts} experts, {active} a token" if experts and active else "",
+        routing=routing,
+        routing_note=routing_note,
     )
 
 

@@ -19,9 +19,10 @@ import time
 
 import torch
 
+from monitors.routing_hooks import ONE, ROUTED
 from tui_app.engine import devices
 from tui_app.engine.experts import QuantExperts
-from tui_app.engine.routing import ONE, ROUTED, experts_modules
+from tui_app.engine.routing import experts_modules
 
 MIN_SPAN = 1 << 20
 ALIGN = 64  # pages.adopt starts each weight on a multiple of this

@@ -14,43 +14,17 @@ import time
 import numpy as np
 import torch
 
+from monitors import routing_hooks as hooks
 from monitors.events import ExpertLoad
 
 from .experts import QuantExperts
 
-ROUTED = "_tokentop_routed"
-ONE = "_tokentop_one"
 LOAD_EVERY_S = 0.25  # the expert pane's pace: a long MoE's counts are thousands of numbers
-# Names the experts' forward gives its indices, for a caller that passes them by keyword.
-INDEX_KWARGS = ("top_k_index", "router_indices", "selected_experts", "topk_indices")
-
-
-def _config_experts(model) -> tuple[int, int] | None:
-    cfg = getattr(model, "config", None)
-    cfg = getattr(cfg, "get_text_config", lambda: cfg)()
-    n = getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None) or getattr(cfg, "n_routed_experts", None)
-    k = getattr(cfg, "num_experts_per_tok", None)
-    return (int(n), int(k)) if isinstance(n, int) and isinstance(k, int) and n > 1 else None
 
 
 def experts_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """Each MoE layer's routed experts, in layer order: modules transformers' experts interface made
-    (it sets `is_concatenated` on them) and QuantExperts."""
-    return [m for m in model.modules() if isinstance(getattr(m, "num_experts", None), int) and (hasattr(m, "is_concatenated") or isinstance(m, QuantExperts))]
-
-
-def _shared(model: torch.nn.Module) -> int:
-    """Layers with a shared expert beside the routed ones (Qwen2-MoE's `shared_expert`, DeepSeek's
-    `shared_experts`): every token goes through it, so it is counted as read by every step, not routed."""
-    return sum(1 for name, _ in model.named_modules() if name.rsplit(".", 1)[-1] in ("shared_expert", "shared_experts"))
-
-
-def _count(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-    index = args[1] if len(args) > 1 else next((kwargs[k] for k in INDEX_KWARGS if k in kwargs), None)
-    if index is None:
-        return
-    # A one expanded, not a tensor of ones made: 3.5 µs a call against 5.0 (the CPU, timeit)
-    getattr(module, ROUTED).index_add_(0, index.reshape(-1).to(torch.long), getattr(module, ONE).expand(index.numel()))
+    """Each MoE layer's routed experts, in layer order, tokentop's quantized ones among them."""
+    return hooks.experts_modules(model, (QuantExperts,))
 
 
 class Routing:
@@ -67,16 +41,10 @@ class Routing:
     @classmethod
     def of(cls, model: torch.nn.Module) -> tuple[Routing | None, str]:
         """The model's routing, or None and why not ("" for a dense model)."""
-        config = _config_experts(model)
-        modules = experts_modules(model)
-        if not modules:
-            return None, ("its routers are of a kind tokentop does not count (no experts module of transformers' interface): no expert pane" if config else "")
-        n = modules[0].num_experts
-        if any(p.is_meta for m in modules for p in m.parameters()):
-            return None, "its experts are offloaded (--device-map to disk): their routing is not counted"
-        if any(m.num_experts != n for m in modules):
-            return None, "its MoE layers have different numbers of experts: no expert pane"
-        routing = cls(len(modules), n, config[1] if config else 0, _shared(model))
+        _, shape, why = hooks.find(model, (QuantExperts,))
+        if shape is None:
+            return None, why
+        routing = cls(**shape)
         routing.attach(model)
         return routing, ""
 
@@ -87,14 +55,7 @@ class Routing:
         modules = experts_modules(model)
         if len(modules) != self.layers:
             return  # a draft of some layers only: its forwards count through the modules it shares
-        for m in modules:
-            if not hasattr(m, ROUTED):
-                device = next(iter(m.parameters()), torch.empty(0)).device
-                # One column past the experts: Qwen-style experts take index == num_experts as "none".
-                m.register_buffer(ROUTED, torch.zeros(self.experts + 1, dtype=torch.long, device=device), persistent=False)
-                m.register_buffer(ONE, torch.ones((), dtype=torch.long, device=device), persistent=False)
-                m.register_forward_pre_hook(_count, with_kwargs=True)
-        self._buffers[id(model)] = [getattr(m, ROUTED) for m in modules]
+        self._buffers[id(model)] = hooks.hook_counts(modules, self.experts, torch)
 
     def begin(self, model: torch.nn.Module) -> list[torch.Tensor] | None:
         """Zeroes `model`'s counts before a step (forwards outside steps, such as the perplexity's,
