@@ -143,7 +143,7 @@ class Call:
     def finished(self, t: int, reason: str, out_tokens: int | None, routed=None) -> list:
         events = [] if self.prompt is not None else self.started(t, [], 1)
         # An MoE's routing over the call, read here, off the generating thread: its one read a run
-        counts = [row[:-1] for row in routed.tolist()] if routed is not None else None
+        counts = [b.tolist()[:-1] for b in routed] if routed else None
         n = self.n if self.steps else out_tokens or 0
         if reason == "done":
             reason = "max tokens" if self.max_new and n >= self.max_new else "eos"
@@ -237,8 +237,11 @@ class Hook:
     def counts(self, model) -> list:
         """An MoE's count tensors, zeroed for a call (forwards outside generate count into nothing read)."""
         if model not in self.routings:
-            modules, shape, why = routing_hooks.find(model)
-            buffers = routing_hooks.hook_counts(modules, shape["experts"], sys.modules["torch"]) if shape else []
+            try:
+                modules, shape, why = routing_hooks.find(model)
+                buffers = routing_hooks.hook_counts(modules, shape["experts"], sys.modules["torch"]) if shape else []
+            except Exception as exc:  # noqa: BLE001 - the script's generate goes on, its routing not counted
+                buffers, shape, why = [], None, f"its routing is not counted: {type(exc).__name__}: {exc}"
             self.routings[model] = (buffers, shape, why)
         buffers = self.routings[model][0]
         for b in buffers:
@@ -273,7 +276,8 @@ class Hook:
             best = None if streams or out is None else _new_tokens(out, kwargs, args)
             if best is not None and not call.first:  # the last forward's step, with the best sequence's tokens
                 self.writer.put(call.tokens, t, best, call.rows)
-            routed = sys.modules["torch"].stack(counts) if counts and not reason.startswith("error") else None
+            # copies on each count's own device (a model split over devices), read by the writer's thread
+            routed = [b.clone() for b in counts] if not reason.startswith("error") else []
             self.writer.put(call.finished, t, reason, None if best is None else len(best), routed)
 
 
