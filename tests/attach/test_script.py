@@ -376,6 +376,7 @@ def test_an_moe_scripts_routing_is_counted_as_its_routers_chose(tmp_path):
 
     from monitors.events import EngineReady, ExpertLoad
     from tests.helpers.tiny_models import E, K, save_moe
+    from tui_app.commands.report.experts import counted_by
     from tui_app.core.session import Session
     from tui_app.ui.screens.experts import render
 
@@ -390,5 +391,7 @@ def test_an_moe_scripts_routing_is_counted_as_its_routers_chose(tmp_path):
     ready = next(ev for ev in events if isinstance(ev, EngineReady))
     assert ready.routing == {"layers": 3, "experts": E, "top_k": K, "shared": 0} and ready.experts == f"{E} experts, {K} a token"
     assert done.stderr.count("experts max/mean") == 2, done.stderr[-2000:]
-    shown = render(Session.from_events(events), 120, 30, "run").plain
+    session = Session.from_events(events)
+    assert counted_by(session).startswith("as the hook counted them in the script's process")  # the report's caption
+    shown = render(session, 120, 30, "run").plain
     assert f"Experts: 3 MoE layers × {E} routed experts, {K} a token" in shown and f"run 2 so far: {sum(theirs[1][0]) // K} positions" in shown, shown

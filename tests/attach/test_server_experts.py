@@ -15,6 +15,7 @@ from monitors.events import EngineError
 from tests.helpers.sglang_recorder import EXPERTS, LAYERS, PROMPT_POSITIONS, TOP_K
 from tests.helpers.sse_standin import SseStandIn
 from tui_app.attach.client import AttachConfig, ServerClient
+from tui_app.commands.report.experts import counted_by
 from tui_app.core.session import Session
 from tui_app.requests import RunRequest
 from tui_app.ui.screens.experts import render
@@ -71,6 +72,7 @@ async def test_the_expert_pane_draws_the_servers_load_and_names_it(recorder):
     assert f"Experts (SGLang's recorder: every client's requests over the run's span): {LAYERS} MoE layers × {EXPERTS} routed experts\n" in shown
     assert f"{ROUTINGS} routings (positions × top-k) a layer over {NEW} forward passes" in shown, shown
     assert shown.count("max/mean") == LAYERS and "hottest: " in shown
+    assert counted_by(session) == "as SGLang's expert recorder counted them: every client's requests over the run's span"  # the report's caption
 
 
 def test_a_folder_the_server_does_not_write_is_said_once_and_the_runs_go_on(recorder, tmp_path):

@@ -13,6 +13,16 @@ def _routed(session) -> list:
     return [rec.finished for rec in session.timer.runs.values() if rec.finished is not None and rec.finished.expert_counts]
 
 
+def counted_by(session) -> str:
+    """Whose count the session's routing is: a server's recorder, a watched script's hook, or the engine's."""
+    ready = session.ready
+    if ready is not None and ready.server:
+        return f"as {ready.server.get('engine') or 'the server'}'s expert recorder counted them: every client's requests over the run's span"
+    if ready is not None and ready.source.startswith("the script"):
+        return "as the hook counted them in the script's process (a hook on each layer's experts module, read at each generate's end)"
+    return "as the engine counted them on the device (a hook on each layer's experts module)"
+
+
 def experts_figure(session) -> Figure | None:
     from matplotlib import colormaps
     from matplotlib.figure import Figure as MplFigure
@@ -32,7 +42,7 @@ def experts_figure(session) -> Figure | None:
     fig.colorbar(image, ax=ax, label="share of the layer's positions")
     caption = (
         f"Run {last.run_id}: each MoE layer's positions (prompt and generated, every batch row) by the routed expert they went to, "
-        "as the engine counted them on the device (a hook on each layer's experts module). An even router gives every cell 1/experts."
+        f"{counted_by(session)}. An even router gives every cell 1/experts."
     )
     return Figure("experts", "Experts per layer", fig, caption)
 
