@@ -26,10 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from monitors.events import Bandwidth, Step
 from monitors.routing import step_weight_bytes
+from monitors.routing_hooks import count
 from tests.helpers.tiny_models import save_moe
 from tui_app.engine.config import EngineConfig
 from tui_app.engine.generation import Engine
-from tui_app.engine.routing import _count, experts_modules
+from tui_app.engine.routing import experts_modules
 from tui_app.requests import RunRequest
 
 SIZES = {"hidden_size": 512, "num_hidden_layers": 8, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 64}
@@ -51,7 +52,7 @@ def counting_us(engine) -> float:
     def step() -> None:
         routes = routing.begin(model)
         for m in modules:
-            _count(m, args, {})
+            count(m, args, {})
         routing.settle(torch.cat(routes).tolist())
 
     n = 2000

@@ -13,11 +13,11 @@ import torch
 
 from monitors.events import Bandwidth, EngineError, LeverRefused, Phase, Step
 from monitors.routing import step_weight_bytes
+from monitors.routing_hooks import ONE, ROUTED
 from tests.helpers.tiny_models import save_tiny
 from tui_app.commands.bench import apply_levers
 from tui_app.engine import levers as lv
 from tui_app.engine.generation import Engine, EngineConfig
-from tui_app.engine.routing import ONE, ROUTED
 from tui_app.requests import Probe, RunRequest
 
 NEW = 12
