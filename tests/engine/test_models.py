@@ -53,6 +53,26 @@ def test_cold_load_converts_once_then_loads_the_cached_copy(tmp_path, monkeypatc
     assert not list(tmp_path.glob("models/*.tmp*"))  # saved atomically
 
 
+def test_the_bundled_models_copy_is_shared_by_every_install_of_its_package(monkeypatch, tmp_path):
+    """Another venv's install of the same package version (the same bytes at another path, of
+    another time) loads the same copy; another version of the package, or a GGUF that is not the
+    package's own, has a copy of its own."""
+    import shutil
+
+    bundled = models.find_default_gguf()
+    here = models._gguf_cache_dir(bundled)
+    other = tmp_path / "another-venv" / bundled.name
+    other.parent.mkdir()
+    shutil.copy(bundled, other)  # a new file: its own path and time
+    monkeypatch.setattr(models, "find_default_gguf", lambda: other)
+    assert models._gguf_cache_dir(other) == here
+    real = models.importlib.metadata.version
+    monkeypatch.setattr(models.importlib.metadata, "version", lambda d: "0.0.1" if d == models.DEFAULT_PACKAGE else real(d))
+    assert models._gguf_cache_dir(other) != here
+    monkeypatch.undo()
+    assert models._gguf_cache_dir(other) not in (here, None)  # a user's own file, keyed by its path
+
+
 def test_the_copy_is_made_again_by_another_transformers_or_gguf(monkeypatch):
     gguf = models.find_default_gguf()
     here = models._gguf_cache_dir(gguf)

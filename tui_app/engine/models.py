@@ -165,11 +165,27 @@ def _remove_stale_copies(gguf: Path, kept: Path) -> None:
 def _gguf_cache_dir(gguf: Path) -> Path:
     """The copy of this GGUF file as this transformers and gguf convert it: a copy made by another
     version is not reused (transformers 5.17's and 5.18's of the default model differ enough to
-    move a greedy token), and _remove_stale_copies removes it once the new one is made."""
+    move a greedy token), and _remove_stale_copies removes it once the new one is made. The bundled
+    model's file is its package's, the same bytes in every venv that installs that version (the
+    lock pins its hash), so every venv and clone shares one copy: keyed by its path, each fresh
+    clone converted it anew (a minute of the suite, and 0.5 GB more in the cache each time).
+    Another GGUF is keyed by its path and time."""
     st = gguf.stat()
     versions = ":".join(importlib.metadata.version(d) for d in ("transformers", "gguf"))
-    key = hashlib.sha1(f"{gguf.resolve()}:{st.st_size}:{int(st.st_mtime)}:{versions}".encode()).hexdigest()[:12]
+    bundled = _bundled(gguf)
+    source = f"{bundled}/{gguf.name}" if bundled else f"{gguf.resolve()}:{int(st.st_mtime)}"
+    key = hashlib.sha1(f"{source}:{st.st_size}:{versions}".encode()).hexdigest()[:12]
     return cache_root() / "models" / f"{gguf.stem}-{key}"
+
+
+def _bundled(gguf: Path) -> str:
+    """The default model's package and version where `gguf` is that package's own file, else ""."""
+    try:
+        if gguf.resolve() == find_default_gguf().resolve():
+            return f"{DEFAULT_PACKAGE}=={importlib.metadata.version(DEFAULT_PACKAGE)}"
+    except (ModelError, importlib.metadata.PackageNotFoundError):
+        pass
+    return ""
 
 
 def converted_default() -> Path:
