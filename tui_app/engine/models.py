@@ -173,8 +173,9 @@ def _gguf_cache_dir(gguf: Path) -> Path:
     st = gguf.stat()
     versions = ":".join(importlib.metadata.version(d) for d in ("transformers", "gguf"))
     bundled = _bundled(gguf)
-    source = f"{bundled}/{gguf.name}" if bundled else f"{gguf.resolve()}:{int(st.st_mtime)}"
-    key = hashlib.sha1(f"{source}:{st.st_size}:{versions}".encode()).hexdigest()[:12]
+    # another GGUF's key as it always was, so that no user's own file is converted again
+    source = f"{bundled}/{gguf.name}:{st.st_size}" if bundled else f"{gguf.resolve()}:{st.st_size}:{int(st.st_mtime)}"
+    key = hashlib.sha1(f"{source}:{versions}".encode()).hexdigest()[:12]
     return cache_root() / "models" / f"{gguf.stem}-{key}"
 
 
