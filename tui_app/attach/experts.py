@@ -45,7 +45,7 @@ class ServerExperts:
 
     def _stop(self, why: str) -> None:
         self.off = why
-        self.emit(EngineError(message=f"expert load: {why}; not asked for again this session"))
+        self.emit(EngineError(message=f"expert load: {why}; not asked for again while attached"))
 
     async def _post(self, path: str) -> str:
         """ "" once the server took it, else why not: one line."""
