@@ -322,11 +322,10 @@ def _private(tok):
 def _engine_ready(model, routing: dict | None = None, routing_note: str = "") -> EngineReady:
     torch = sys.modules["torch"]  # the script's own, which its model was made with
     cfg = model.config
-    text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     n_layers, kv_heads, head_dim, context_len = model_shape(model)
     params = list(model.parameters())
     dtype = getattr(model, "dtype", None) or params[0].dtype
-    experts, active = getattr(text_cfg, "num_experts", None) or getattr(text_cfg, "num_local_experts", None), getattr(text_cfg, "num_experts_per_tok", None)
+    moe = routing_hooks.config_experts(model)
     return EngineReady(
         model=getattr(cfg, "_name_or_path", "") or type(model).__name__,
         source=f"the script {os.path.basename(sys.argv[0] or 'python')} (pid {os.getpid()})",
@@ -341,7 +340,7 @@ def _engine_ready(model, routing: dict | None = None, routing_note: str = "") ->
         context_len=context_len,
         load_s=0.0,
         threads=torch.get_num_threads(),
-        experts=f"{experts} experts, {active} a token" if experts and active else "",
+        experts=f"{moe[0]} experts, {moe[1]} a token" if moe else "",
         routing=routing,
         routing_note=routing_note,
     )
