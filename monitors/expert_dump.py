@@ -1,13 +1,17 @@
-"""SGLang's expert load, read from the file its recorder writes, without torch.
+"""A server's expert load, read from the file its recorder writes, without torch.
 
-A server started with `--expert-distribution-recorder-mode stat` counts each layer's routing; on
+SGLang, started with `--expert-distribution-recorder-mode stat`, counts each layer's routing; on
 `/dump_expert_distribution_record` it writes `torch.save({"rank", "logical_count",
 "average_utilization_rate_over_window"})` to `expert_distribution_recorder_<time>.pt` in its
 `SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR`, and resets (sglang/srt/eplb/expert_distribution.py).
 `logical_count` is int32 [forward passes buffered, layers, logical experts]: a circular buffer
-leaves its unused rows zero. Nothing of it comes back over HTTP, so tokentop reads the file beside
-the server. attach runs without torch, and a pickle can name any callable: the unpickler here
-builds only a tensor's bytes, its storages' types and an OrderedDict, and refuses every other name."""
+leaves its unused rows zero. lmdeploy's recorder (its pull request #3709, with
+`LMDEPLOY_DUMP_EXPERT_DISTRIBUTION=1`) answers the same endpoint by writing `{"counts", "balancedness",
+"total_tokens", "step", "rank"}` to `rank<r>_step<n>_expert_counts.pt` in `LMDEPLOY_EXPERT_DUMP_DIR`:
+`counts` int64 [layers, experts] summed since the recording started, `step` the forward passes.
+Neither comes back over HTTP, so tokentop reads the file beside the server. attach runs without
+torch, and a pickle can name any callable: the unpickler here builds only a tensor's bytes, its
+storages' types and an OrderedDict, and refuses every other name."""
 
 from __future__ import annotations
 
@@ -31,8 +35,8 @@ class DumpError(Exception):
 class ExpertDump:
     counts: list[list[int]]  # per layer, per logical expert: the positions routed to it, summed over the passes
     passes: int  # the buffered forward passes that routed any position
-    last_hits: int  # distinct (layer, expert) pairs the last of them routed to
-    utilization: float | None  # the server's balancedness over its window, where its metrics are on
+    last_hits: int | None  # distinct (layer, expert) pairs the last of them routed to; None: a sum has no passes
+    utilization: float | None  # SGLang's balancedness over its window, where its metrics are on
 
 
 @dataclass
@@ -58,7 +62,7 @@ class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
             return _rebuild_tensor_v2
-        if module == "torch" and name.endswith("Storage"):  # a type's name; persistent_load keeps the integer ones
+        if module == "torch" and name.endswith("Storage"):  # a type's name: only the counts' must be an integer one
             return name
         if (module, name) == ("collections", "OrderedDict"):
             return OrderedDict
@@ -68,13 +72,12 @@ class _Unpickler(pickle.Unpickler):
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
             raise DumpError("a storage reference of an unknown form")
         _, kind, key, _location, numel = pid
-        if kind not in STORAGES:
-            raise DumpError(f"its counts are a {kind}, not integers")
-        return _Storage(kind, str(key), int(numel))
+        return _Storage(str(kind), str(key), int(numel))  # its bytes are read only where it holds the counts
 
 
 def read_dump(path: str) -> ExpertDump:
-    """The routing a stat-mode dump holds, summed over its passes; DumpError says why not."""
+    """The routing a stat-mode dump (SGLang's) or a counts dump (lmdeploy's) holds, summed over
+    its passes; DumpError says why not."""
     try:
         with zipfile.ZipFile(path) as z:
             names = z.namelist()
@@ -83,12 +86,15 @@ def read_dump(path: str) -> ExpertDump:
                 raise DumpError("no data.pkl inside: not a torch.save file")
             prefix = pkl[: -len("data.pkl")]
             data = _Unpickler(z.open(pkl)).load()
-            if not isinstance(data, dict) or "logical_count" not in data:
+            key = next((k for k in ("logical_count", "counts") if isinstance(data, dict) and k in data), None)
+            if key is None:
                 keys = ", ".join(map(str, data)) if isinstance(data, dict) else type(data).__name__
-                raise DumpError(f"no logical_count (it holds {keys}): a stat-mode dump is read, not a per_token one")
-            tensor = data["logical_count"]
-            if not isinstance(tensor, _Tensor) or len(tensor.size) != 3:
-                raise DumpError("logical_count is not a tensor of [passes, layers, experts]")
+                raise DumpError(f"no logical_count nor counts (it holds {keys}): a stat-mode dump is read, not a per_token one")
+            tensor, dims = data[key], 3 if key == "logical_count" else 2
+            if not isinstance(tensor, _Tensor) or len(tensor.size) != dims:
+                raise DumpError(f"{key} is not a tensor of [{'passes, ' if dims == 3 else ''}layers, experts]")
+            if tensor.storage.kind not in STORAGES:
+                raise DumpError(f"its counts are a {tensor.storage.kind}, not integers")
             order = z.read(prefix + "byteorder").decode().strip() if prefix + "byteorder" in names else "little"
             info = z.getinfo(f"{prefix}data/{tensor.storage.key}")
             if info.file_size > MAX_BYTES:
@@ -103,6 +109,10 @@ def read_dump(path: str) -> ExpertDump:
         raise DumpError(f"its storage is cut short: {exc}") from None
     if order != sys.byteorder:
         values.byteswap()
+    if dims == 2:  # lmdeploy's: one sum, its passes counted beside it
+        step = data.get("step")
+        summed = _summed(values, _Tensor(tensor.storage, tensor.offset, (1, *tensor.size), (0, *tensor.stride)), None)
+        return ExpertDump(summed.counts, step if isinstance(step, int) and step >= 0 else summed.passes, None, None)
     util = data.get("average_utilization_rate_over_window")
     return _summed(values, tensor, util if isinstance(util, (int, float)) else None)
 
@@ -112,7 +122,7 @@ def _summed(values: array, t: _Tensor, utilization: float | None) -> ExpertDump:
     s0, s1, s2 = t.stride
     last = t.offset + (passes - 1) * s0 + (layers - 1) * s1 + (experts - 1) * s2
     if min(t.size) <= 0 or t.offset < 0 or last >= len(values):
-        raise DumpError(f"logical_count {list(t.size)} does not fit its storage of {len(values)}")
+        raise DumpError(f"the counts {list(t.size)} do not fit their storage of {len(values)}")
     totals = [0] * (layers * experts)
     used, last_row = 0, None
     for p in range(passes):

@@ -140,10 +140,29 @@ DYNAMO = EngineTable(
     {"stream_options": {"include_usage": True}},
     kv_note="Dynamo's frontend reports no KV cache figure (its workers do)",
 )
+LMDEPLOY = EngineTable(
+    "lmdeploy",
+    "lmdeploy:",
+    {  # lmdeploy/metrics/loggers.py's names (lmdeploy's main, 2026-08-21)
+        "kv_usage": Figure("gauge", ("lmdeploy:gpu_cache_usage_perc",), mean=True),
+        "running": Figure("gauge", ("lmdeploy:num_requests_running",)),
+        "waiting": Figure("gauge", ("lmdeploy:num_requests_waiting",)),
+        "ttft": Figure("quantiles", ("lmdeploy:time_to_first_token_seconds",)),
+        "itl": Figure("quantiles", ("lmdeploy:iter_token_latency", "lmdeploy:time_per_output_token_seconds")),
+        "e2e": Figure("quantiles", ("lmdeploy:e2e_request_latency_seconds",)),
+        "prompt_tps": Figure("rate", ("lmdeploy:prompt_tokens_total",)),
+        "gen_tps": Figure("rate", ("lmdeploy:generation_tokens_total",)),
+        "prefix_hit": Figure("gauge", ("lmdeploy:prefix_cache_hit_rate",), mean=True),
+        "spec_accept": Figure("ratio", ("lmdeploy:spec_decode_num_accepted_tokens_total", "lmdeploy:spec_decode_num_draft_tokens_total")),
+    },
+    "lmdeploy serves /metrics unless started with --disable-metrics; check the URL (--metrics URL)",
+    {"stream_options": {"include_usage": True}},
+    think_switch="chat_template_kwargs",
+)
 OPENAI = EngineTable("OpenAI-compatible", "", {}, "this server answers no Prometheus /metrics", {"stream_options": {"include_usage": True}})
 
 # A vLLM worker run by Dynamo exports both prefixes: vLLM's own figures come first.
-ENGINES = (VLLM, SGLANG, LLAMACPP, TGI, DYNAMO, OLLAMA)
+ENGINES = (VLLM, SGLANG, LMDEPLOY, LLAMACPP, TGI, DYNAMO, OLLAMA)
 BY_NAME = {e.name: e for e in (*ENGINES, OPENAI)}
 
 # Shown beside each figure: what it is, in the panes' words.

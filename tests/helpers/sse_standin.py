@@ -18,11 +18,11 @@ apart, a token each, with no running count:
   `<|channel|>analysis<|message|>` … `<|end|>`, then `<|start|>assistant<|channel|>final<|message|>` …,
   each special token a chunk of its own.
 
-With --sglang-experts DIR it is an SGLang with its expert-distribution recorder on
-(tests/helpers/sglang_recorder.py): /v1/completions' prefill (8 positions) and each later chunk
-are its forward passes, and the recorder dumps into DIR.
+With --experts DIR it is an SGLang (or with --recorder lmdeploy, an lmdeploy) with its
+expert-distribution recorder on (tests/helpers/expert_recorder.py): /v1/completions' prefill (8
+positions) and each later chunk are its forward passes, and the recorder dumps into DIR.
 
-    python -m tests.helpers.sse_standin [--port N] [--gap-ms 1] [--reasoning SHAPE] [--sglang-experts DIR]   # prints its URL; serves until stdin closes
+    python -m tests.helpers.sse_standin [--port N] [--gap-ms 1] [--reasoning SHAPE] [--experts DIR [--recorder KIND]]  # prints its URL; serves till stdin ends
 
 `SseStandIn` starts one in a process of its own, so the generator under test does not share its
 interpreter.
@@ -57,12 +57,12 @@ def reasoning_chunks(shape: str) -> list[tuple[str, dict]]:
     return [("thinking", {"content": w}) for w in [*opens, *think, *closes]] + [("answer", {"content": w}) for w in [*HARMONY_ANSWER, *answer]]
 
 
-def app(gap_s: float, shape: str | None = None, experts_dir: str | None = None):
+def app(gap_s: float, shape: str | None = None, experts_dir: str | None = None, server: str = "sglang"):
     from aiohttp import web
 
-    from tests.helpers.sglang_recorder import PROMPT_POSITIONS, Recorder, routes
+    from tests.helpers.expert_recorder import PROMPT_POSITIONS, Recorder, routes
 
-    recorder = Recorder(experts_dir) if experts_dir else None
+    recorder = Recorder(experts_dir, server) if experts_dir else None
 
     arrivals: list[int] = []
     ttfts: list[int] = []  # a request's arrival to its first chunk's write, ns: the server's own TTFT
@@ -141,11 +141,12 @@ def main() -> None:
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--gap-ms", type=float, default=1.0)
     p.add_argument("--reasoning", choices=("ollama", "deepseek", "harmony"), default=None)
-    p.add_argument("--sglang-experts", default=None, metavar="DIR")
+    p.add_argument("--experts", default=None, metavar="DIR")
+    p.add_argument("--recorder", choices=("sglang", "lmdeploy", "lmdeploy-off"), default="sglang")
     args = p.parse_args()
 
     async def serve() -> None:
-        runner = web.AppRunner(app(args.gap_ms / 1000, args.reasoning, args.sglang_experts), access_log=None)
+        runner = web.AppRunner(app(args.gap_ms / 1000, args.reasoning, args.experts, args.recorder), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", args.port)
         await site.start()
@@ -160,10 +161,10 @@ def main() -> None:
 class SseStandIn:
     """The stand-in in a process of its own on 127.0.0.1."""
 
-    def __init__(self, gap_ms: float = 1.0, reasoning: str | None = None, sglang_experts: str | None = None):
+    def __init__(self, gap_ms: float = 1.0, reasoning: str | None = None, experts: str | None = None, recorder: str = "sglang"):
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         cmd = [sys.executable, "-m", "tests.helpers.sse_standin", "--gap-ms", str(gap_ms), *(["--reasoning", reasoning] if reasoning else [])]
-        cmd += ["--sglang-experts", sglang_experts] if sglang_experts else []
+        cmd += ["--experts", experts, "--recorder", recorder] if experts else []
         self.proc = subprocess.Popen(cmd, cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.url = self.proc.stdout.readline().strip()
         if not self.url.startswith("http://"):

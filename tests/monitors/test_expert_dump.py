@@ -1,6 +1,6 @@
-"""SGLang's expert-load dump read without torch (monitors/expert_dump.py): the files are written
-by torch.save, as SGLang's recorder writes them (tests/helpers/sglang_recorder.py, its layout), and
-each reading is held against torch's own sum of the same tensor."""
+"""SGLang's and lmdeploy's expert-load dumps read without torch (monitors/expert_dump.py): the
+files are written by torch.save, as each server's recorder writes them (tests/helpers/expert_recorder.py,
+their layouts), and each reading is held against torch's own sum of the same tensor."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from monitors.expert_dump import DumpError, read_dump
-from tests.helpers.sglang_recorder import BUFFER, EXPERTS, LAYERS, TOP_K, Recorder
+from tests.helpers.expert_recorder import BUFFER, EXPERTS, LAYERS, TOP_K, Recorder
 
 
 def save(path: Path, logical_count, **extra) -> str:
@@ -35,6 +35,23 @@ def test_a_recorders_dump_reads_as_torchs_own_sum_of_its_passes(tmp_path):
     assert all(sum(layer) == 12 * TOP_K for layer in dump.counts)  # 12 positions, top-k each
     # the last pass: one position, TOP_K experts in each layer
     assert dump.last_hits == LAYERS * TOP_K and dump.utilization is None
+
+
+def test_lmdeploys_dump_reads_as_its_counts_with_its_passes(tmp_path):
+    rec = Recorder(str(tmp_path), "lmdeploy")
+    rec.start()
+    for positions in (8, 1, 1):
+        rec.forward(positions)
+    rec.dump()
+    (pt,) = tmp_path.glob("rank0_step3_expert_counts.pt")
+    (side,) = tmp_path.glob("standin-*.json")
+    dump, truth = read_dump(str(pt)), json.loads(side.read_text())
+    assert dump.counts == truth["counts"] and all(sum(layer) == 10 * TOP_K for layer in dump.counts)
+    assert dump.passes == 3 and dump.last_hits is None  # a sum keeps no pass of its own
+    counts = torch.zeros(2, 2, 2, dtype=torch.long)
+    torch.save({"counts": counts, "step": 1}, tmp_path / "3d.pt")
+    with pytest.raises(DumpError, match=r"counts is not a tensor of \[layers, experts\]"):
+        read_dump(str(tmp_path / "3d.pt"))
 
 
 def test_a_full_circular_buffer_its_every_pass_and_the_counts_summed(tmp_path):
@@ -69,7 +86,7 @@ def test_other_layouts_of_the_same_counts(tmp_path, form):
 def test_what_is_not_a_stat_dump_is_refused_with_one_line(tmp_path):
     per_token = tmp_path / "per_token.pt"
     torch.save({"records": [], "last_physical_to_logical_map": torch.zeros(2, 3, dtype=torch.int32)}, per_token)
-    with pytest.raises(DumpError, match=r"no logical_count .*per_token"):
+    with pytest.raises(DumpError, match=r"no logical_count nor counts .*per_token"):
         read_dump(str(per_token))
     with pytest.raises(DumpError, match="not integers"):
         read_dump(save(tmp_path / "f.pt", torch.zeros(2, 2, 2)))
@@ -90,7 +107,7 @@ def test_a_storage_cut_short_is_refused(tmp_path):
         for name in z.namelist():
             data = z.read(name)
             out.writestr(name, data[:-6] if name.endswith("/data/0") else data)
-    with pytest.raises(DumpError, match=r"cut short|does not fit"):
+    with pytest.raises(DumpError, match=r"cut short|do not fit"):
         read_dump(str(cut))
 
 

@@ -1,4 +1,4 @@
-"""Server metric figures from Prometheus texts. vLLM and SGLang write their /metrics with
+"""Server metric figures from Prometheus texts. vLLM, SGLang and lmdeploy write their /metrics with
 prometheus_client, so their texts are made here the same way, with their metric names; TGI's
 (metrics-exporter-prometheus, Rust) is written out as it serves it. The quantiles are checked
 against values worked out by hand from the bucket counts."""
@@ -10,7 +10,7 @@ import math
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from monitors.servers import LLAMACPP, SGLANG, TGI, VLLM, MetricsParseError, MetricsWindow, engine_from_metrics, histogram_quantile, parse_metrics
+from monitors.servers import LLAMACPP, LMDEPLOY, SGLANG, TGI, VLLM, MetricsParseError, MetricsWindow, engine_from_metrics, histogram_quantile, parse_metrics
 
 
 def vllm_registry():
@@ -38,6 +38,7 @@ def test_engine_is_told_by_its_metric_prefix():
     assert engine_from_metrics({"sglang:token_usage"}) is SGLANG
     assert engine_from_metrics({"llamacpp:requests_processing"}) is LLAMACPP
     assert engine_from_metrics({"tgi_queue_size"}) is TGI
+    assert engine_from_metrics({"lmdeploy:num_requests_running"}) is LMDEPLOY
     assert engine_from_metrics({"process_cpu_seconds_total"}) is None
 
 
@@ -140,6 +141,36 @@ def test_sglang_gauges_and_tgi_without_kv():
     assert (values["running"], values["waiting"]) == (16, 4)
     assert "kv_usage" not in values and TGI.kv_note == "TGI reports no KV cache figure"
     assert values["itl"].p50 == pytest.approx(0.015) and values["itl"].mean == pytest.approx(0.015)
+
+
+def test_lmdeploys_gauges_counters_and_histograms():
+    """Made as lmdeploy/metrics/loggers.py makes them: its names, labels and the ITL's buckets."""
+    reg, labels = CollectorRegistry(), ["model_name", "engine"]
+    kv = Gauge("lmdeploy:gpu_cache_usage_perc", "KV", labels, registry=reg).labels("qwen", "0")
+    hit = Gauge("lmdeploy:prefix_cache_hit_rate", "hits", labels, registry=reg).labels("qwen", "0")
+    running = Gauge("lmdeploy:num_requests_running", "running", labels, registry=reg).labels("qwen", "0")
+    gen = Counter("lmdeploy:generation_tokens", "gen", labels, registry=reg).labels("qwen", "0")
+    drafted = Counter("lmdeploy:spec_decode_num_draft_tokens", "drafts", labels, registry=reg).labels("qwen", "0")
+    accepted = Counter("lmdeploy:spec_decode_num_accepted_tokens", "accepted", labels, registry=reg).labels("qwen", "0")
+    buckets = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1)
+    itl = Histogram("lmdeploy:iter_token_latency", "ITL", labels, buckets=buckets, registry=reg).labels("qwen", "0")
+    w = MetricsWindow(LMDEPLOY)
+    w.add(parse_metrics(generate_latest(reg).decode()), t=0.0)
+    kv.set(0.3)
+    hit.set(0.5)
+    running.set(4)
+    gen.inc(200)
+    drafted.inc(100)
+    accepted.inc(60)
+    for v in (0.02,) * 10:
+        itl.observe(v)
+    text = generate_latest(reg).decode()
+    assert engine_from_metrics(set(parse_metrics(text))) is LMDEPLOY
+    w.add(parse_metrics(text), t=2.0)
+    values, sources = w.figures()
+    assert (values["kv_usage"], values["prefix_hit"], values["running"]) == (0.3, 0.5, 4)
+    assert values["gen_tps"] == pytest.approx(100.0) and values["spec_accept"] == pytest.approx(0.6)
+    assert values["itl"].p50 == pytest.approx(0.0175) and sources["itl"] == "lmdeploy:iter_token_latency"  # the 10–25 ms bucket's middle
 
 
 def test_a_text_that_is_not_prometheus_is_one_clear_error():

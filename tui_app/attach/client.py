@@ -41,9 +41,9 @@ from monitors.events import (
     now_ns,
 )
 from monitors.redact import redact
-from monitors.servers import OPENAI, SGLANG, EngineTable, MetricsWindow, json_safe
+from monitors.servers import OPENAI, EngineTable, MetricsWindow, json_safe
 from tui_app.attach.errors import AttachError, api_base, describe_failure, describe_status, host_port, server_root
-from tui_app.attach.experts import ServerExperts
+from tui_app.attach.experts import RECORDERS, ServerExperts
 from tui_app.attach.metrics import detect, scrape
 from tui_app.attach.pooled import NotAStream, env_proxy, sse_post, token_chunks
 from tui_app.attach.sse import Answers, StreamResult, run_end
@@ -102,7 +102,7 @@ class AttachConfig:
     first_run_id: int = 1  # run numbers go on across a reconnect
     watch: bool = False  # the operator's mode: /metrics only, no request of tokentop's own
     otlp: str | None = None  # HOST:PORT of the OTLP receiver for the servers' spans (tui_app/attach/otlp.py), None: off
-    expert_dir: str | None = None  # where an SGLang server writes its expert load (attach/experts.py), None: off
+    expert_dir: str | None = None  # where an SGLang or lmdeploy server writes its expert load (attach/experts.py), None: off
     otlp_grace_s: float = 15.0  # how long a span may come after its stream's end before "no server span" is said
     max_connections: int | None = max(CONCURRENCY) + 4  # None: as many as are in flight (a bench's open loop must never queue here)
 
@@ -197,10 +197,10 @@ class ServerClient:
         meta = next((m.get("meta") or {} for m in models if m["id"] == self.model), {})
         self.engine = await detect(self.http, self.root, self._headers, (await self._scrape())[0])
         self.window = MetricsWindow(self.engine)
-        if self.cfg.expert_dir and self.engine is SGLANG:
-            self.experts = ServerExperts(self.http, self.root, self._headers, self.cfg.expert_dir, self.emit)
+        if self.cfg.expert_dir and self.engine.name in RECORDERS:
+            self.experts = ServerExperts(self.http, self.root, self._headers, self.engine.name, self.cfg.expert_dir, self.emit)
         elif self.cfg.expert_dir:
-            self.emit(EngineError(message=f"--expert-dir: {self.engine.name} has no expert load tokentop reads (SGLang's recorder); left out"))
+            self.emit(EngineError(message=f"--expert-dir: {self.engine.name} has no expert load tokentop reads (SGLang's or lmdeploy's recorder); left out"))
         self.n_ctx = meta.get("n_ctx") or next((m.get("max_model_len") for m in models if m["id"] == self.model), None)
         from tui_app.attach.discover import local_pid
 

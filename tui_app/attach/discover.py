@@ -9,8 +9,8 @@ from urllib.parse import urlsplit
 
 import psutil
 
-# vLLM 8000, llama.cpp 8080 (newer builds 9931), SGLang 30000, Ollama 11434, TGI 3000 / 8080.
-USUAL_PORTS = (8000, 8080, 9931, 30000, 11434, 3000)
+# vLLM 8000, llama.cpp 8080 (newer builds 9931), SGLang 30000, Ollama 11434, TGI 3000 / 8080, lmdeploy 23333.
+USUAL_PORTS = (8000, 8080, 9931, 30000, 11434, 3000, 23333)
 
 
 def _is_local(host: str) -> bool:

@@ -42,7 +42,7 @@ class Options(PromptOptions, SamplingOptions, UiOptions, FleetOptions):
     runs: int
     demo: bool
     otlp: str | None  # HOST:PORT of the OTLP receiver for the servers' spans (x opens the waterfall)
-    expert_dir: str | None  # an SGLang server's recorder folder: its expert load each run
+    expert_dir: str | None  # an SGLang or lmdeploy server's recorder folder: its expert load each run
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -70,7 +70,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
         "--expert-dir",
         default=None,
         metavar="DIR",
-        help="an SGLang server's SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR, seen from here: its expert load each run (E; docs/models.md)",
+        help="an SGLang server's SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR or lmdeploy's LMDEPLOY_EXPERT_DUMP_DIR, seen from here: its expert load a run (E)",
     )
     from tui_app.attach.otlp import add_otlp_arg
 

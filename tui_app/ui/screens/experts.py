@@ -83,7 +83,11 @@ def render(session, width: int, height: int, window: str, ascii_only: bool = Fal
     if not routing:
         if server:
             engine = server.get("engine") or "the server"
-            how = "attach with --expert-dir DIR (docs/models.md)" if engine == "SGLang" else "an MoE's routing shows for models tokentop runs, and SGLang's"
+            how = (
+                "attach with --expert-dir DIR (docs/models.md)"
+                if engine in ("SGLang", "lmdeploy")
+                else "an MoE's routing shows for models tokentop runs, SGLang's and lmdeploy's"
+            )
             why = f"{engine} exposes no expert load that tokentop reads; {how}"
         else:
             why = (r.routing_note if r is not None else "") or "the model is not a mixture of experts"
