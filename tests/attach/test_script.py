@@ -369,9 +369,9 @@ def test_a_second_listener_on_the_same_socket_is_one_line(tmp_path):
 
 
 def test_an_moe_scripts_routing_is_counted_as_its_routers_chose(tmp_path):
-    """A script's own MoE (a random-weight Qwen3-MoE): each generate()'s expert counts, read once
-    at its end, equal the script's own recount from its routers' logits; the model line names the
-    routing, and the expert pane draws it."""
+    """A script's own MoE (a random-weight Qwen3-MoE): the expert counts of a generate() and of a
+    hand-written loop's run, each read once at its end, equal the script's own recount from its
+    routers' logits; the model line names the routing, and the expert pane draws it."""
     import json
 
     from monitors.events import EngineReady, ExpertLoad
@@ -382,7 +382,7 @@ def test_an_moe_scripts_routing_is_counted_as_its_routers_chose(tmp_path):
 
     save_moe("qwen3moe", tmp_path / "moe")
     rec = tmp_path / "moe.jsonl"
-    done = tokentop("--no-tui", "--record", str(rec), "--", sys.executable, str(SCRIPTS / "moe_generate.py"), str(tmp_path / "moe"), "2")
+    done = tokentop("--no-tui", "--record", str(rec), "--", sys.executable, str(SCRIPTS / "moe_generate.py"), str(tmp_path / "moe"), "generate,loop")
     assert done.returncode == 0, done.stderr[-2000:]
     theirs = [json.loads(x) for x in re.findall(r"^COUNTS (.*)$", done.stdout, re.M)]
     events = read_recording(str(rec)).events

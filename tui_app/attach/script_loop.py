@@ -8,7 +8,9 @@ sequence back each step, the first loop most people write: its run says its cach
 why, and holds no KV). Any other forward begins a run with its input as the prompt: a new prompt,
 a chat's next turn, a cache the loop did not get from the last forward. Each forward that goes on
 is fed the token the one before chose, as its input's last: that token's step, stamped when the
-loop feeds it back. The last forward's token is never fed back, so it is not counted.
+loop feeds it back. The last forward's token is never fed back, so it is not counted. An MoE's
+routing is counted over every forward of the run, read as the run ends (the next run's first
+forward, a generate() or the script's end), as a generate()'s is.
 
 Which way a run goes on is known at its second forward, so its start is sent then (stamped at
 its first), with the cache as it is; a run of one forward sends its start as it ends."""
@@ -27,6 +29,7 @@ class Loop:
         self.cache = None  # what the last forward returned
         self.ids = None  # the last forward's input, where the next may go on without a cache
         self.pending: tuple | None = None  # (t, row 0's ids, rows) of a run's first forward, its start not yet sent
+        self.routed: list = []  # an MoE's count tensors, zeroed as a run begins, read as it ends
 
     def pre(self, model, args, kwargs) -> None:
         if getattr(self.hook.local, "inside", False):
@@ -51,6 +54,7 @@ class Loop:
         if not self.call.cached:  # use_cache=False in the loop's own call
             self.call.cache_note = NO_CACHE
         self.pending = (t, ids[0], ids.shape[0])
+        self.routed = self.hook.counts(model)
         self._keep(ids if cache is None else None)
 
     def post(self, model, args, kwargs, output) -> None:
@@ -65,7 +69,8 @@ class Loop:
     def end(self, t: int) -> None:
         if self.call is not None:
             self._start()
-            self.hook.writer.put(self.call.finished, t, "the loop ended", None)
+            routed = [b.clone() for b in self.routed]  # before the next run's first forward counts
+            self.hook.writer.put(self.call.finished, t, "the loop ended", None, routed)
             self.call = self.cache = self.ids = None
 
     def _goes_on(self, t: int, ids, cached: bool) -> None:
