@@ -31,7 +31,9 @@ from tui_app.ui.app import TokentopApp
 from tui_app.ui.widgets.runs_table import RunsTable
 from tui_app.ui.widgets.token_stream import MAX_CHUNKS
 
-pytestmark = pytest.mark.chaos
+# serial: the 10,000 runs' test holds its own process's RSS trend, which another test's allocations
+# in the same worker process would move.
+pytestmark = [pytest.mark.chaos, pytest.mark.serial]
 MIB = 2**20
 
 

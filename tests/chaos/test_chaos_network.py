@@ -21,7 +21,9 @@ from tui_app.attach.client import AttachConfig, ServerClient
 from tui_app.core.session import Session
 from tui_app.requests import RunRequest
 
-pytestmark = pytest.mark.chaos
+# serial: a delay's effect on TTFT is held to 0.1 s, and a stall's timeout to the time waited: a
+# loaded machine's pace, so these run alone after the rest (the other chaos files run on the workers).
+pytestmark = [pytest.mark.chaos, pytest.mark.serial]
 REQ = RunRequest(prompt="Name three rivers of Europe.", max_new_tokens=16, ignore_eos=True)
 
 

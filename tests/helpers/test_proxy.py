@@ -15,7 +15,8 @@ import pytest
 
 from tests.helpers.proxy import FaultProxy, Faults
 
-pytestmark = pytest.mark.chaos
+# serial: the delays, the jitter and the cap are timed against what was asked.
+pytestmark = [pytest.mark.chaos, pytest.mark.serial]
 PAYLOAD = bytes(range(256)) * 400  # 102,400 bytes
 
 
