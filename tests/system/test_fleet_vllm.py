@@ -6,6 +6,7 @@ must fall in the bucket that holds those requests' own TTFTs; its KV gauge again
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 
 import httpx
@@ -45,14 +46,22 @@ async def quiet(url: str) -> float:
     raise AssertionError(f"vLLM at {url} did not go quiet within 60 s")
 
 
-async def requests(url: str, n: int) -> list[float]:
-    """n requests of one kind, one after another: their TTFTs as tokentop measured them."""
+# Our requests' prompt: some 300 tokens, so that each TTFT is a prefill well above the short
+# requests' sent before the window (a few tokens): those fill every bucket at and above ours.
+LONG = " ".join(["The river runs past the old mill, under the bridge and between the green hills."] * 18)
+
+
+async def requests(url: str, n: int, long: bool = False) -> list[float]:
+    """n requests one after another (`long`: the long prompt, led by a number of its own each, so
+    that vLLM's prefix cache serves none of it): their TTFTs as tokentop measured them."""
     session = Session()
     client = ServerClient(AttachConfig(url=url), session.feed)
+    base = random.SystemRandom().randrange(1_000_000)
     try:
         await client.connect()
-        for _ in range(n):
-            await client.run(RunRequest(prompt="Name a colour.", max_new_tokens=4, ignore_eos=True))
+        for i in range(n):
+            prompt = f"{base + i}. {LONG}" if long else "Name a colour."
+            await client.run(RunRequest(prompt=prompt, max_new_tokens=4, ignore_eos=True))
     finally:
         await client.aclose()
     return [rec.total.ttft_s for rec in session.timer.runs.values()]
@@ -64,11 +73,11 @@ async def test_fleet_ttft_quantiles_hold_our_own_requests_ttfts(prometheus, vllm
     try:
         prometheus.wait_up("vllm", 1)
         bounds = sorted({float(labels["le"]) for labels, _ in parse_metrics(httpx.get(vllm_url + "/metrics").text)["vllm:time_to_first_token_seconds_bucket"]})
-        await requests(vllm_url, 2 * REQUESTS)  # before the window: see the bounds below
+        await requests(vllm_url, 2 * REQUESTS)  # before the window, short: see the bounds below
         before = await quiet(vllm_url)
         await asyncio.sleep(3)  # Prometheus holds the histogram as it was before our requests
         start = time.time()
-        ours = await requests(vllm_url, REQUESTS)
+        ours = await requests(vllm_url, REQUESTS, long=True)
         assert len(ours) == REQUESTS
         assert await quiet(vllm_url) - before == REQUESTS  # ours alone in the window
         await asyncio.sleep(2.5)  # two scrapes
@@ -94,8 +103,11 @@ async def test_fleet_ttft_quantiles_hold_our_own_requests_ttfts(prometheus, vllm
         # requests is scaled less than the buckets above it, and the quantile moves up. Seen: p50
         # 1.0009 s against ours 0.888 s (bound 1.0), 0.0619 s against 0.0585 (bound 0.06). So the
         # figure is held within the buckets our own requests span, up to the bound over our slowest;
-        # and twice as many requests of the same kind, sent before the window, fill those buckets first,
-        # so none starts from zero (without them, once in CI: p99 0.078 s against ours 0.059, bound 0.06).
+        # and twice as many requests, sent before the window, fill those buckets first, so none starts
+        # from zero (without them, once in CI: p99 0.078 s against ours 0.059, bound 0.06). Those were
+        # once of the same kind as ours, and landed above ours' bucket, which then held none of them
+        # (2026-11-30: p99 0.0779 s against ours 0.050-0.060, bound 0.06): they are now short, ours
+        # long, so theirs are the faster by a prefill of some 300 tokens and fall at or below ours.
         hi = min(b for b in bounds if b >= max(ours))
         got = figures["ttft"][name]
         assert lo <= got <= hi, (name, got, mine, lo, hi, sorted(ours))
