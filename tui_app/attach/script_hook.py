@@ -276,9 +276,13 @@ class Hook:
             best = None if streams or out is None else _new_tokens(out, kwargs, args)
             if best is not None and not call.first:  # the last forward's step, with the best sequence's tokens
                 self.writer.put(call.tokens, t, best, call.rows)
-            # copies on each count's own device (a model split over devices), read by the writer's thread
-            routed = [b.clone() for b in counts] if not reason.startswith("error") else []
-            self.writer.put(call.finished, t, reason, None if best is None else len(best), routed)
+            self.finish(call, t, reason, None if best is None else len(best), counts if not reason.startswith("error") else [])
+
+    def finish(self, call, t: int, reason: str, out_tokens: int | None, counts: list) -> None:
+        """The call's end to the writer, with copies of its routing counts, each on its count's own
+        device (a model split over devices): the writer's thread reads them while the next run's first
+        forward counts anew."""
+        self.writer.put(call.finished, t, reason, out_tokens, [b.clone() for b in counts])
 
 
 def _new_tokens(out, kwargs, args) -> list[int] | None:

@@ -69,8 +69,7 @@ class Loop:
     def end(self, t: int) -> None:
         if self.call is not None:
             self._start()
-            routed = [b.clone() for b in self.routed]  # before the next run's first forward counts
-            self.hook.writer.put(self.call.finished, t, "the loop ended", None, routed)
+            self.hook.finish(self.call, t, "the loop ended", None, self.routed)
             self.call = self.cache = self.ids = None
 
     def _goes_on(self, t: int, ids, cached: bool) -> None:

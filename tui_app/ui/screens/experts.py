@@ -15,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from monitors.routing import idle_share, imbalance, step_weight_bytes
+from tui_app.attach.experts import RECORDERS
 from tui_app.core import fmt
 
 RAMP = " ·░▒▓█"  # no load, then fifths of the row's busiest
@@ -85,8 +86,8 @@ def render(session, width: int, height: int, window: str, ascii_only: bool = Fal
             engine = server.get("engine") or "the server"
             how = (
                 "attach with --expert-dir DIR (docs/models.md)"
-                if engine in ("SGLang", "lmdeploy")
-                else "an MoE's routing shows for models tokentop runs, SGLang's and lmdeploy's"
+                if engine in RECORDERS
+                else "an MoE's routing shows for models tokentop runs, " + " and ".join(f"{e}'s" for e in RECORDERS)
             )
             why = f"{engine} exposes no expert load that tokentop reads; {how}"
         else:
