@@ -169,7 +169,9 @@ async def test_profile_steps_profiles_the_first_run_and_keeps_its_verdict_in_its
 
 
 async def test_engine_killed_mid_run_is_shown_and_restart_recovers(tmp_path):
-    app = live_app(tmp_path, max_new=400)
+    # Long enough that the kill, at the fourth token, lands mid-run even at a loaded machine's few
+    # tokens a second; the run after the restart has the same length (400 took 30 s of CPU there).
+    app = live_app(tmp_path, max_new=64)
     async with app.run_test(size=APP_SIZE) as pilot:
         await until(pilot, lambda: app.session.token_count > 3, what="tokens")
         os.kill(app.source.pid, signal.SIGKILL)
