@@ -9,7 +9,8 @@ from benchmarks.common.heap import heap_parts
 from benchmarks.terminal.soak import replay_growth, soak
 
 
-@pytest.mark.serial
+# Not serial: it holds memory and what was recorded, not time. Beside the parallel tier's other
+# two workers (the Zen 4, 2026-11-30) it made 23 runs where 5 are asked, its RSS within 5 %.
 @pytest.mark.slow
 async def test_one_minute_of_random_keys(tmp_path):
     r = await soak(80, 500, seed=7, out_dir=str(tmp_path), history=100)
