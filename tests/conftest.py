@@ -1,6 +1,8 @@
 import contextlib
 import os
+import shutil
 import signal
+import subprocess
 import tempfile
 import time
 
@@ -45,6 +47,14 @@ def pytest_configure(config):
 
         with contextlib.suppress(ModelError):  # no default model here: the tests that need it skip, saying why
             converted_default()
+
+
+def pytest_unconfigure(config):
+    """The process's tmux folder goes with it: each pytest process makes one, and a CI machine
+    that kept them held 683 in /tmp after a day's runs. A tmux server a failed test left behind ends first."""
+    if shutil.which("tmux"):
+        subprocess.run(["tmux", "kill-server"], capture_output=True)
+    shutil.rmtree(os.environ["TMUX_TMPDIR"], ignore_errors=True)
 
 
 def pytest_terminal_summary(terminalreporter):

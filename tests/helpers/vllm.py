@@ -41,8 +41,13 @@ def vllm_server(log: Path, *flags: str, env: dict | None = None, port: int | Non
     from tui_app.engine.models import converted_default
 
     port = port or free_port()
+    # Its IPC sockets and rendezvous files in a folder of its own, beside its log, removed with the
+    # test's: in the shared temporary folder each start left a dozen behind (637 on a CI machine).
+    own_tmp = log.parent / "tmp"
+    own_tmp.mkdir(exist_ok=True)
     environ = {
         **os.environ,
+        "TMPDIR": str(own_tmp),
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",
         "VLLM_NO_USAGE_STATS": "1",
