@@ -165,11 +165,13 @@ def test_processes_generating_together_show_one_run_at_a_time(folder, tmp_path):
 
 
 @pytest.mark.serial
-def test_torchruns_ranks_are_watched_each_call_a_rank_s_own(folder):
+def test_torchruns_ranks_are_watched_each_call_a_rank_s_own(folder, tmp_path):
     """`tokentop -- torchrun --nproc_per_node=2 script.py`: the ranks are torchrun's children, each
     watched; every row shown is one rank's call, its ITL p50 that rank's own within 5 %."""
     torchrun = Path(sys.executable).with_name("torchrun")
-    done = tokentop("--no-tui", "--no-record", "--", str(torchrun), "--nproc_per_node=2", str(SCRIPTS / "pipeline_script.py"), folder, "1")
+    # torchrun's logs go beside the test's files: by default a torchelastic_* folder in /tmp, kept.
+    launch = [str(torchrun), f"--log-dir={tmp_path}", "--nproc_per_node=2"]
+    done = tokentop("--no-tui", "--no-record", "--", *launch, str(SCRIPTS / "pipeline_script.py"), folder, "1")
     assert done.returncode == 0, done.stderr[-2000:]
     theirs = [float(x) for x in re.findall(r"^ITL_MS ([\d.]+)$", done.stdout, re.M)]
     rows = ROW.findall(done.stderr)
