@@ -55,6 +55,17 @@ def main(opts: Options) -> int:
     return leakcheck(opts)
 
 
+def _device(asked: str) -> str | None:
+    """The device the engine will run on, as its load resolves it; None (after saying why) where none can."""
+    from tui_app.engine.models import ModelError, resolve_device
+
+    try:
+        return resolve_device(asked)
+    except ModelError as exc:
+        print(f"tokentop: {exc}", file=sys.stderr)
+        return None
+
+
 def leakcheck(args: Options) -> int:
     """Repeated runs; exit 1 when the baseline trend says the engine leaks (for CI)."""
     session = Session()
@@ -66,13 +77,15 @@ def leakcheck(args: Options) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    if args.cuda_snapshot:
-        require_writable(args.cuda_snapshot, "--cuda-snapshot")  # before the model loads: no check without its file
+    if args.cuda_snapshot:  # refused before the model loads: no check without its file or off CUDA
+        require_writable(args.cuda_snapshot, "--cuda-snapshot")
+        device = _device(args.device)
+        if device is None or not device.startswith("cuda"):
+            if device is not None:
+                print(f"tokentop: --cuda-snapshot records CUDA's allocator; this engine runs on {device}", file=sys.stderr)
+            return EXIT_USAGE
     engine = load_engine(args, session)
     if engine is None:
-        return EXIT_USAGE
-    if args.cuda_snapshot and not engine.device.startswith("cuda"):
-        print(f"tokentop: --cuda-snapshot records CUDA's allocator; this engine runs on {engine.device}", file=sys.stderr)
         return EXIT_USAGE
     req = run_request(args)
     said: list[str] = []  # the engine's reason, where a run fails
