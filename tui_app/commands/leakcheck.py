@@ -55,15 +55,15 @@ def main(opts: Options) -> int:
     return leakcheck(opts)
 
 
-def _device(asked: str) -> str | None:
-    """The device the engine will run on, as its load resolves it; None (after saying why) where none can."""
+def _snapshot_refusal(asked: str) -> str | None:
+    """Why --cuda-snapshot cannot record on the device the engine's load will resolve, or None."""
     from tui_app.engine.models import ModelError, resolve_device
 
     try:
-        return resolve_device(asked)
+        device = resolve_device(asked)
     except ModelError as exc:
-        print(f"tokentop: {exc}", file=sys.stderr)
-        return None
+        return str(exc)
+    return None if device.startswith("cuda") else f"--cuda-snapshot records CUDA's allocator; this engine runs on {device}"
 
 
 def leakcheck(args: Options) -> int:
@@ -79,10 +79,8 @@ def leakcheck(args: Options) -> int:
         return EXIT_USAGE
     if args.cuda_snapshot:  # refused before the model loads: no check without its file or off CUDA
         require_writable(args.cuda_snapshot, "--cuda-snapshot")
-        device = _device(args.device)
-        if device is None or not device.startswith("cuda"):
-            if device is not None:
-                print(f"tokentop: --cuda-snapshot records CUDA's allocator; this engine runs on {device}", file=sys.stderr)
+        if why := _snapshot_refusal(args.device):
+            print(f"tokentop: {why}", file=sys.stderr)
             return EXIT_USAGE
     engine = load_engine(args, session)
     if engine is None:
