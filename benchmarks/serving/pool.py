@@ -26,6 +26,9 @@ class Cell:
     concurrency: int | None  # closed loop
     rate: float | None  # evenly spaced arrivals
     requests: int
+    # Fewer rounds than the comparison's where a cell holds less: a cell held only to complete needs
+    # one, and a figure set by the arrivals' schedule does not wander as a pace does.
+    rounds: int | None = None
 
 
 @dataclass

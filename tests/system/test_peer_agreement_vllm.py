@@ -87,7 +87,10 @@ def test_tokentop_and_vllm_bench_serve_agree_within_5_percent():
     if split is None:
         pytest.skip("one CPU: the server and the tools cannot be kept apart")
     server = LlamaServer(*AGREEMENT_SERVER)
-    cells = [Cell("c1", 1, None, 16), Cell("c8", 8, None, 16), Cell("r2/s", None, 2.0, 12)]
+    # c8 holds only that every request completes: one round. The 2/s tok/s is set by the schedule:
+    # its rounds' ratios stayed within 1.002-1.041 where c1's moved 0.95-1.12 (docs/performance.md), so
+    # a median of three holds it.
+    cells = [Cell("c1", 1, None, 16), Cell("c8", 8, None, 16, rounds=1), Cell("r2/s", None, 2.0, 12, rounds=3)]
     try:
         pin(server.proc.pid, split[0])
         # Five rounds: with three, 4 of 8 runs on 2026-11-25 had a held figure 5-8 % off (a c1 TPOT
