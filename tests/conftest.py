@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers import durations
 from tests.helpers.llama_server import LlamaServer
-from tests.helpers.vllm import vllm_fixture
+from tests.helpers.vllm import AHEAD, SKIP, VLLM_PYTHON, Spec, VllmError, VllmServer, ahead, served
 
 # Library chatter (torchao's optional kernels, transformers' progress bars) is not what tests check.
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -76,11 +76,17 @@ def pytest_report_header(config):
 def pytest_collection_modifyitems(config, items):
     """The longest files first (tests/helpers/durations.py: on workers, no file starts after a
     longer one), and browser tests last: they start a server and a browser, and a failure there
-    should not hide the rest. GPU tests skip, saying why, where torch sees no CUDA device. Off the
-    CPU, only the tests that take the device run: the rest would test here what a CPU run tests (and need the servers and
-    the default model, which the lent GPU machine lacks: 8 % of the suite in 200 s there, 2026-11-28)."""
+    should not hide the rest. The agreement tests before all others: they keep a CPU each for a
+    server and the tools, and no vLLM of the tier (vllm_ahead) is up beside them yet. GPU tests
+    skip, saying why, where torch sees no CUDA device. Off the CPU, only the tests that take the
+    device run: the rest would test here what a CPU run tests (and need the servers and the default
+    model, which the lent GPU machine lacks: 8 % of the suite in 200 s there, 2026-11-28)."""
     seconds = durations.load()
-    items.sort(key=lambda item: (item.get_closest_marker("browser") is not None, -seconds.get(durations.file_of(item.nodeid), 0.0)))
+
+    def marked(item, name):
+        return item.get_closest_marker(name) is not None
+
+    items.sort(key=lambda item: (not marked(item, "agreement"), marked(item, "browser"), -seconds.get(durations.file_of(item.nodeid), 0.0)))
     if config.getoption("--device") != "cpu":
         keep = [item for item in items if "device" in getattr(item, "fixturenames", ())]
         config.hook.pytest_deselected(items=[item for item in items if item not in keep])
@@ -150,11 +156,41 @@ def plain(engine):
     apply_levers(engine, {})
 
 
+@ahead("vllm_url")
+def default_vllm(folder):
+    return Spec()
+
+
 @pytest.fixture(scope="session")
-def vllm_url(tmp_path_factory):
+def vllm_ahead(request, tmp_path_factory):
+    """{fixture name: (VllmServer or the VllmError of its start, Spec)} for every server of AHEAD
+    that the session's tests ask for, started together when the first of them is needed: a start
+    is half a minute of one core importing (30 s of wall, 35 of CPU), and three at once answered
+    within 64 s where one after another took 91 (the Zen 4 EPYC, 2026-11-30). Taken with `served`."""
+    asked = {name for item in request.session.items for name in item.fixturenames}
+    servers: dict = {}
+    try:
+        for name in sorted(AHEAD.keys() & asked):
+            if not VLLM_PYTHON:
+                servers[name] = (VllmError(SKIP), Spec())
+                continue
+            folder = tmp_path_factory.mktemp(name)
+            spec = AHEAD[name](folder)
+            try:
+                servers[name] = (VllmServer(folder / "vllm.log", *spec.flags, env=spec.env, model=spec.model), spec)
+            except VllmError as exc:
+                servers[name] = (exc, spec)
+        yield servers
+    finally:
+        for server, _ in servers.values():
+            if isinstance(server, VllmServer):
+                server.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_url(vllm_ahead):
     """The real vLLM (its CPU build) on the default model's safetensors copy, shared by the vLLM tier."""
-    with vllm_fixture(tmp_path_factory.mktemp("vllm") / "vllm.log") as url:
-        yield url
+    return served(vllm_ahead, "vllm_url")[0]
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ import pytest
 from monitors.events import EngineError, LeverChanged, Step
 from tests.helpers.proxy import as_raw, tapped_run
 from tests.helpers.tiny_models import distinct_words, save_scripted_thinker
-from tests.helpers.vllm import vllm_fixture
+from tests.helpers.vllm import Spec, ahead, served
 from tui_app.attach.client import AttachConfig, ServerClient
 from tui_app.core.session import Session
 from tui_app.requests import RunRequest
@@ -23,13 +23,17 @@ pytestmark = pytest.mark.vllm
 ANSWER = " Rayleigh scattering makes it blue"
 
 
-@pytest.fixture(scope="module")
-def scripted_vllm(tmp_path_factory):
-    """(the server's port, the script's token ids, the index of `</think>` among them)."""
-    folder = tmp_path_factory.mktemp("scripted")
+@ahead("scripted_vllm")
+def scripted_thinker_vllm(folder) -> Spec:
     script, closer = save_scripted_thinker(folder, distinct_words(80), ANSWER)
-    with vllm_fixture(folder / "vllm.log", "--reasoning-parser", "deepseek_r1", model=folder) as url:
-        yield int(url.rsplit(":", 1)[1]), script, script.index(closer)
+    return Spec(("--reasoning-parser", "deepseek_r1"), model=folder, extra=(script, script.index(closer)))
+
+
+@pytest.fixture(scope="module")
+def scripted_vllm(vllm_ahead):
+    """(the server's port, the script's token ids, the index of `</think>` among them)."""
+    url, (script, closer) = served(vllm_ahead, "scripted_vllm")
+    return int(url.rsplit(":", 1)[1]), script, closer
 
 
 async def test_the_split_is_the_servers_own_and_ttfa_that_of_the_raw_stream(scripted_vllm):

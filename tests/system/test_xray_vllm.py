@@ -10,7 +10,7 @@ import pytest
 
 from monitors.events import OtlpStatus
 from monitors.xray import SPAN_PHASES
-from tests.helpers.vllm import free_port, vllm_fixture
+from tests.helpers.vllm import Spec, ahead, free_port, served
 from tui_app.attach.client import AttachConfig
 from tui_app.attach.loop import Servers
 from tui_app.core.session import Session
@@ -32,13 +32,16 @@ QUEUE_TOL_S = 0.15
 TAIL_TOL_S = 0.05
 
 
+@ahead("traced")
+def traced_vllm(folder) -> Spec:
+    address = f"127.0.0.1:{free_port()}"
+    return Spec((*FLAGS, "--otlp-traces-endpoint", f"http://{address}/v1/traces"), ENV, extra=address)
+
+
 @pytest.fixture(scope="module")
-def traced(tmp_path_factory):
+def traced(vllm_ahead):
     """(vLLM's URL, the OTLP receiver's address it posts to)."""
-    port = free_port()
-    address = f"127.0.0.1:{port}"
-    with vllm_fixture(tmp_path_factory.mktemp("vllm-otlp") / "vllm.log", *FLAGS, "--otlp-traces-endpoint", f"http://{address}/v1/traces", env=ENV) as url:
-        yield url, address
+    return served(vllm_ahead, "traced")
 
 
 async def run_traced(url: str, address: str, concurrency: int, tokens: int, prompt: str = "Describe a forest in detail.") -> tuple[Session, int]:
