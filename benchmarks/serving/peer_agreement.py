@@ -133,7 +133,8 @@ def compare(
                 if own_ttfts is not None:
                     own_ttfts()  # what came before this cell
                 clock = server_clock.read(url)  # a turn's reading after is the next one's before
-                for k in range(cell.rounds or rounds):
+                n = cell.rounds or rounds
+                for k in range(n):
                     seed = base + 1000 * len(out) + k
                     warm = 1 if k == 0 else 0
                     order = (peer, "tokentop") if k % 2 == 0 else ("tokentop", peer)
@@ -152,7 +153,7 @@ def compare(
                         if pace is not None:
                             paced[tool].absorb(clocked := turn.on_server_clock(pace, cell.concurrency == 1))
                             per_round[tool][-1]["server_clock"] = clocked.figures()
-                    log(f"{cell.name}: round {k + 1}/{cell.rounds or rounds} done")
+                    log(f"{cell.name}: round {k + 1}/{n} done")
                     server_ttfts += own_ttfts() if own_ttfts is not None else []
                 out[cell.name] = {
                     tool: {**p.figures(), "failed": p.failed, "errors": p.errors, "requests": len(p.ttft), "rounds": per_round[tool]}
