@@ -12,7 +12,7 @@ from monitors.kvcache import kv_formula_bytes
 from monitors.timing import RunTimer
 from tui_app.commands.bench import apply_levers
 from tui_app.engine import batching
-from tui_app.engine.lever_control import DISTINCT_COMPILE
+from tui_app.engine.lever_rules import DISTINCT_COMPILE
 from tui_app.requests import Profile, RunRequest, SetLever
 
 N = 32

@@ -70,6 +70,14 @@ def load_engine(args: EngineOptions, session: Session):
     """An in-process engine feeding `session`; None (after printing why) when the model cannot load
     or refuses a lever the command line asked for: numbers labelled without the lever asked for
     would answer another question than the one put."""
+    from tui_app.engine.lever_rules import refused_at_start
+
+    cfg = engine_config(args)
+    # What the levers refuse among themselves needs no model: said before a load of seconds.
+    if early := refused_at_start(cfg.levers, cfg.temperature, cfg.batch_prompts):
+        for lever, value, why in early:
+            print(f"tokentop: {lever_option(lever, value)} refused: {why}", file=sys.stderr)
+        return None
     from tui_app.engine.generation import Engine
     from tui_app.engine.models import ModelError
 
@@ -82,7 +90,7 @@ def load_engine(args: EngineOptions, session: Session):
     session.listeners.append(listen)
     # Appending to an earlier recording, runs are numbered on from its last.
     first = session.recorder.first_run_id if session.recorder is not None else 1
-    engine = Engine(replace(engine_config(args), first_run_id=first), session.feed)
+    engine = Engine(replace(cfg, first_run_id=first), session.feed)
     try:
         engine.load()
     except ModelError as exc:

@@ -28,7 +28,7 @@ from monitors.kvcache import model_shape
 from monitors.phases import StepPhases, marker_spans, think_span
 from monitors.system import rss_bytes, trim_heap
 from monitors.text import IncrementalDecoder
-from tui_app.engine import bandwidth, devices
+from tui_app.engine import bandwidth, devices, lever_rules
 from tui_app.engine import levers as lv
 from tui_app.engine.anatomy import StepAnatomy, anatomy_refusal
 from tui_app.engine.batching import SHARES, ContinuousBatch, Sequence, batch_prompts
@@ -130,7 +130,7 @@ class Engine:
         if cfg.levers.quant == "off":  # the weights a first run reads: measured before the engine says it is ready (and idle)
             self.control.probe_if_due()
         self.emit(self.ready)
-        for name in ("quant", "compile", "cache", "spec", "batch", "think"):
+        for name in lever_rules.ORDER:
             if getattr(cfg.levers, name) != getattr(self.levers, name):
                 self.set_lever(name, getattr(cfg.levers, name))
         return self.ready

@@ -15,9 +15,9 @@ from dataclasses import replace
 
 import torch
 
-from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES, THINK_BUDGETS, Bandwidth, LeverChanged, LeverRefused, Levers, Phase
+from monitors.events import Bandwidth, LeverChanged, LeverRefused, Levers, Phase
 from monitors.text import plural
-from tui_app.engine import bandwidth, devices, pages
+from tui_app.engine import bandwidth, devices, lever_rules, pages
 from tui_app.engine import levers as lv
 from tui_app.engine.lean import use_own_attention
 from tui_app.engine.models import ModelError, cache_kwarg, load_model, on_device, to_device
@@ -29,10 +29,6 @@ CACHE_BYTES = 32 * MB  # a last-level cache (this CPU's L3): weights beyond it s
 SPLIT = "the model is placed over several devices (--device-map)"
 SLIDING_BATCH = (
     "this model's sliding-window cache layers drop old tokens, so distinct prompts cannot share one padded cache; start with --batch-prompts replicated"
-)
-BUDGET_SPEC = "a speculative step makes several tokens at once and could pass the thinking budget; turn one of them off first"
-DISTINCT_COMPILE = (
-    "the compiled step has no attention mask, which distinct prompts' padding needs; batch 1 to compile, or start with --batch-prompts replicated"
 )
 
 
@@ -116,64 +112,17 @@ class LeverControl:
             return f"{SPLIT}; this lever needs the whole model on one device"
         if why := devices.refusal(self.device, name, value, torch):
             return f"{value if name == 'quant' else name} on {self.device}: {why}"
-        if name == "quant":
-            if value not in QUANT_LEVELS:
-                return f"quantization must be one of {', '.join(QUANT_LEVELS)}"
-            if value != "off":
-                impl = lv.quant_impl(self.device, self.dtype)[value]
-                if impl.startswith("refused"):
-                    return f"{value} on {self.device}: {impl.removeprefix('refused: ')}"
-                if why := lv.quant_refusal(self.model, value, self.device):
-                    return why
-        elif name == "spec":
-            if value not in SPEC_MODES:
-                return f"speculative mode must be one of {', '.join(SPEC_MODES)}"
-            if value != "off":
-                if self.cfg.temperature > 0:
-                    return "speculative decoding here verifies greedily; it needs --temperature 0"
-                if lev.batch != 1:
-                    return "speculative decoding verifies one sequence; set batch size 1 first"
-                if not lev.cache:
-                    return "speculative verification needs the KV cache; turn the cache on first"
-                if lev.compile:
-                    return "verify steps are multi-token and the compiled graph is single-token; turn compile off first"
-                if lev.think:
-                    return BUDGET_SPEC
-        elif name == "cache":
-            if not value and lev.spec != "off":
-                return "speculative decoding needs the KV cache; turn speculation off first"
-            if not value and lev.compile:
-                return "compile runs on a static KV cache; turn compile off first"
-        elif name == "compile":
-            if value and not lev.cache:
-                return "compile needs the (static) KV cache; turn the cache on first"
-            if value and lev.batch != 1 and self.cfg.batch_prompts == "distinct":
-                return DISTINCT_COMPILE
-            if value and lev.spec != "off":
-                return "verify steps are multi-token and the compiled graph is single-token; turn speculation off first"
-        elif name == "think":
-            if value not in THINK_BUDGETS:
-                return f"the thinking budget must be one of {', '.join(map(str, THINK_BUDGETS))} (0: off, -1: no thinking)"
-            if value and not self.thinks:
-                return "this model has no think span: its tokenizer has no <think> and </think> tokens"
-            if value and lev.spec != "off":
-                return BUDGET_SPEC
-            if value and lev.batch != 1 and self.cfg.batch_prompts == "distinct":
-                return "the budget closes the run's own think span, and a batch of distinct prompts holds others; set batch 1 first"
-        elif name == "batch":
-            if value not in BATCH_SIZES:
-                return f"batch size must be one of {', '.join(map(str, BATCH_SIZES))}"
-            if value != 1 and lev.spec != "off":
-                return "speculative decoding verifies one sequence; turn speculation off first"
-            if value != 1 and self.cfg.batch_prompts == "distinct":
-                if lev.think:
-                    return "the thinking budget closes the run's own think span, and distinct prompts would be others; turn the budget off first"
-                if lev.compile:
-                    return DISTINCT_COMPILE
-                if self.sliding_window():
-                    return SLIDING_BATCH
-        else:
-            return f"unknown lever {name!r}"
+        if why := lever_rules.refusal(name, value, lev, self.cfg.temperature, self.cfg.batch_prompts):
+            return why
+        if name == "quant" and value != "off":
+            impl = lv.quant_impl(self.device, self.dtype)[value]
+            if impl.startswith("refused"):
+                return f"{value} on {self.device}: {impl.removeprefix('refused: ')}"
+            return lv.quant_refusal(self.model, value, self.device) or None
+        if name == "think" and value and not self.thinks:
+            return "this model has no think span: its tokenizer has no <think> and </think> tokens"
+        if name == "batch" and value != 1 and self.cfg.batch_prompts == "distinct" and self.sliding_window():
+            return SLIDING_BATCH
         return None
 
     def set_lever(self, name: str, value, run_id: int | None = None, segment: int = 0) -> bool:
