@@ -57,4 +57,5 @@ def test_the_command_line_refuses_before_any_model_loads():
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "--spec lookup refused: verify steps are multi-token" in r.stderr
-    assert "torch" not in subprocess.run([sys.executable, "-c", "import sys, tui_app.engine.lever_rules; print(*sys.modules)"], capture_output=True, text=True).stdout.split()
+    code = "import sys, tui_app.engine.lever_rules; print(*sys.modules)"
+    assert "torch" not in subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout.split()
