@@ -84,6 +84,19 @@ def test_the_command_line_is_parsed_without_torch_or_textual():
     assert r.returncode == 0 and r.stdout.strip() == "", r.stdout + r.stderr
 
 
+def test_a_command_line_loads_only_the_command_it_names():
+    """`tokentop probe` imports probe's module, not the ten others (half a second of CPU at every
+    start, the fleet's HTTP clients most of it); serve's takes attach's, whose options it checks."""
+    code = (
+        "import sys, tui_app.cli as c; c.parse(sys.argv[1:]);"
+        "print(*sorted(m.rsplit('.', 1)[1] for m in sys.modules if m.count('.') == 2 and m.startswith('tui_app.commands.')"
+        " and m.rsplit('.', 1)[1] in c.COMMANDS), 'aiohttp' in sys.modules)"
+    )
+    for argv, loaded in ((["probe"], "probe False"), (["serve", "--port", "8000"], "attach serve True"), (["replay", "x.jsonl"], "replay False")):
+        r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert r.returncode == 0 and r.stdout.strip() == loaded, (argv, r.stdout + r.stderr)
+
+
 def test_the_architecture_page_names_every_module_and_only_those_that_exist():
     """docs/architecture.md is the newcomer's map: every file of the packages and the benchmarks is
     on it, and every module it names is one that exists."""
