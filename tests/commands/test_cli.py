@@ -51,6 +51,15 @@ def test_unknown_model_without_network(tmp_path):
     assert r.returncode == 2 and "not in the local Hugging Face cache" in r.stderr and "hf download" in r.stderr
 
 
+def test_a_load_leaves_the_collector_on_even_when_it_fails():
+    """A headless command loads with Python's collector off, as the engine's process does (1.7 s
+    less of a start, docs/performance.md); the runs after it, and a failed load's caller, have it on."""
+    code = "import gc, sys; from tui_app.cli import main; print(main(sys.argv[1:]), gc.isenabled())"
+    args = ["run", "--no-tui", "--no-record", "--model", "someone/unknown-model"]
+    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    assert r.stdout.split() == ["2", "True"], r.stdout + r.stderr
+
+
 def test_binary_prompt_file_and_unwritable_record_path(tmp_path):
     binary = tmp_path / "blob.bin"
     binary.write_bytes(b"\x00\x01\x02abc")

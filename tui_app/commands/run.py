@@ -78,6 +78,12 @@ def load_engine(args: EngineOptions, session: Session):
         for lever, value, why in early:
             print(f"tokentop: {lever_option(lever, value)} refused: {why}", file=sys.stderr)
         return None
+    import gc
+
+    # As in the engine's own process (engine/main.py): torch's and transformers' imports and the
+    # load make millions of objects that live as long as the engine, which collections while they
+    # are made walk again and again; load() ends with a collection and gc.freeze().
+    gc.disable()
     from tui_app.engine.generation import Engine
     from tui_app.engine.models import ModelError
 
@@ -98,6 +104,7 @@ def load_engine(args: EngineOptions, session: Session):
         return None
     finally:
         session.listeners.remove(listen)
+        gc.enable()
     for ev in refused:
         print(f"tokentop: {lever_option(ev.lever, ev.value)} refused: {ev.reason}", file=sys.stderr)
     return None if refused else engine
