@@ -84,6 +84,13 @@ def load_engine(args: EngineOptions, session: Session):
     # load make millions of objects that live as long as the engine, which collections while they
     # are made walk again and again; load() ends with a collection and gc.freeze().
     gc.disable()
+    try:
+        return _loaded(cfg, session)
+    finally:
+        gc.enable()
+
+
+def _loaded(cfg, session: Session):
     from tui_app.engine.generation import Engine
     from tui_app.engine.models import ModelError
 
@@ -104,7 +111,6 @@ def load_engine(args: EngineOptions, session: Session):
         return None
     finally:
         session.listeners.remove(listen)
-        gc.enable()
     for ev in refused:
         print(f"tokentop: {lever_option(ev.lever, ev.value)} refused: {ev.reason}", file=sys.stderr)
     return None if refused else engine
