@@ -82,12 +82,15 @@ def load_engine(args: EngineOptions, session: Session):
 
     # As in the engine's own process (engine/main.py): torch's and transformers' imports and the
     # load make millions of objects that live as long as the engine, which collections while they
-    # are made walk again and again; load() ends with a collection and gc.freeze().
+    # are made walk again and again; load() ends with a collection and gc.freeze(). An in-process
+    # caller that had it off keeps it off.
+    was_on = gc.isenabled()
     gc.disable()
     try:
         return _loaded(cfg, session)
     finally:
-        gc.enable()
+        if was_on:
+            gc.enable()
 
 
 def _loaded(cfg, session: Session):
