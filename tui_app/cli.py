@@ -13,6 +13,7 @@ import importlib
 import os
 import sys
 
+from tui_app import stacks
 from tui_app.core.options import EXIT_USAGE, UsageError, from_namespace, quiet_libraries
 
 # The default command's options are run's: without this a user met --present in the README and
@@ -93,6 +94,7 @@ def normalized(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    stacks.on_request()
     module, opts = parse(normalized(sys.argv[1:] if argv is None else argv))
     if module is None:
         return EXIT_USAGE

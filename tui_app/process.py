@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from monitors.codec import Event
 from monitors.events import EngineError
+from tui_app import stacks
 from tui_app.requests import Shutdown, Stop
 
 UI_NICE = 5  # how far the UI steps back from the processes it measures (yield_to_children)
@@ -97,6 +98,7 @@ def quiet_process(log_path: str | None, events) -> bool:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
+    stacks.on_request()
     return True
 
 

@@ -77,6 +77,37 @@ def test_ending_the_app_at_any_phase(tmp_path, phase, how):
         app.close()
 
 
+def test_sigusr1_says_where_every_thread_of_the_app_and_its_engine_is():
+    """TOKENTOP_STACKS (tui_app/stacks.py): what a wait on a screen that stopped changing prints
+    (TmuxApp.where). The UI's threads and the engine's, each process in a file of its own, and the
+    app goes on as before."""
+    app = TmuxApp("tt-sig-usr1", ["--no-record", "--max-new-tokens", "400", "--ignore-eos"])
+    try:
+        app.wait_for(lambda s: re.search(r"TTFT \d+ ms", s), timeout=120)
+        ui = app.pid()
+        [engine] = [p.pid for p in _engine_of(ui) if "spawn_main" in " ".join(p.cmdline())]  # not the resource tracker
+        where = app.where()
+        parts = dict(re.findall(r"--- every thread of pid (\d+) ---\n(.*?)(?=\n--- every thread|\Z)", where, re.S))
+        assert {str(ui), str(engine)} <= parts.keys(), where
+        assert "textual" in parts[str(ui)] and "monitors/sampler.py" in parts[str(ui)], parts[str(ui)]  # the loop, and the sampler's thread
+        assert "tui_app/engine" in parts[str(engine)], parts[str(engine)]
+        tokens = app.wait_for(lambda s: "TOKENTOP-EXIT=" in s or re.search(r"ITL p50", s), timeout=10)
+        assert tokens and "TOKENTOP-EXIT=" not in app.pane()  # still running
+    finally:
+        app.close()
+    assert not os.path.exists(app.stacks)
+
+
+def test_an_unwritable_stacks_folder_is_one_line_and_the_command_goes_on(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    env = dict(os.environ, TOKENTOP_STACKS=str(blocker))
+    r = subprocess.run([sys.executable, "-m", "tui_app", "probe"], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    [line] = r.stderr.strip().splitlines()
+    assert line.startswith(f"tokentop: TOKENTOP_STACKS: cannot write {blocker}/") and line.endswith("(Not a directory); stacks on SIGUSR1 are off"), r.stderr
+
+
 def test_a_terminal_that_closes_while_the_app_quits_leaves_no_process_behind():
     """q, then the terminal gone before the quit is through (an SSH drop, a closed tab): the app
     must still end; Textual's input thread, spinning on the closed terminal, kept it alive at 30-45 % CPU."""
