@@ -6,13 +6,18 @@ import contextlib
 import os
 import re
 import shlex
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 from benchmarks.common import ROOT
+from tui_app import stacks
 
 TOKENTOP = [sys.executable, "-m", "tui_app"]
+GAP_S = 2.0  # a look (capture-pane, then a 0.05-s sleep): 0.058 s median, 0.069 s at most in 600, beside the parallel tier (load 3.3)
 
 
 class TmuxApp:
@@ -20,9 +25,10 @@ class TmuxApp:
         """python: the interpreter to run tokentop with (another install's); wrap: turns the command
         line into the one the terminal runs (an `ssh -t host '...'` around it)."""
         self.name = name
+        self.stacks = tempfile.mkdtemp(prefix="tokentop-stacks-")  # where a wait that fails asks the app where it is
         # tmux starts the command with its server's environment, not this process's: tokentop's own
         # folders (a test's TOKENTOP_DATA above all) are passed on, or a test would write the user's.
-        env = {**{k: v for k, v in os.environ.items() if k.startswith("TOKENTOP_")}, **(env or {})}
+        env = {**{k: v for k, v in os.environ.items() if k.startswith("TOKENTOP_")}, stacks.ENV: self.stacks, **(env or {})}
         envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
         # The pane outlives the app, so its exit status and the restored terminal can be read.
         # Another install's interpreter starts away from the checkout, so it imports only what it installed.
@@ -53,12 +59,48 @@ class TmuxApp:
         raise LookupError(f"tmux {self.name}: the app is not running; screen:\n{self.pane()}")
 
     def wait_for(self, predicate, timeout: float, poll: float = 0.05) -> float:
-        end = time.perf_counter() + timeout
-        while time.perf_counter() < end:
+        """Seconds since the start when the screen met the condition. `timeout` counts the time this
+        process looked: a gap between two looks counts at most GAP_S, as a VM that was paused, then
+        resumed (this machine kind's kernel log says "crng reseeded due to virtual machine fork"),
+        had the app paused too. Otherwise a resume past the deadline failed the wait on the screen
+        from before the pause, the app given no moment to draw."""
+        left, last, longest = timeout, time.perf_counter(), 0.0
+        while True:
             if predicate(self.pane()):
                 return time.perf_counter() - self.t0
+            if left <= 0:
+                break
             time.sleep(poll)
-        raise TimeoutError(f"tmux {self.name}: condition not met in {timeout} s; screen:\n{self.pane()}")
+            now = time.perf_counter()
+            longest = max(longest, now - last)
+            left -= min(now - last, GAP_S)
+            last = now
+        raise TimeoutError(
+            f"tmux {self.name}: condition not met in {timeout} s (the longest gap between two looks {longest:.1f} s); screen:\n{self.pane()}{self.where()}"
+        )
+
+    def where(self) -> str:
+        """Every thread's stack in the app's processes (tui_app/stacks.py), as they are now: what a
+        screen that stopped changing was waiting on. Only a process that registered for it (its file
+        is there) is asked: SIGUSR1 would end any other (a compiler the engine ran)."""
+        import psutil
+
+        try:
+            app = psutil.Process(self.pid())
+            procs = [app, *app.children(recursive=True)]
+        except (LookupError, psutil.Error):
+            return ""
+        files = {p.pid: os.path.join(self.stacks, f"{p.pid}.txt") for p in procs}
+        asked = [p for p in procs if os.path.exists(files[p.pid])]
+        for p in asked:
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)  # written from the signal handler, at once, unless the process is stopped
+        out = []
+        for p in asked:
+            with open(files[p.pid]) as f:
+                out.append(f"\n--- every thread of pid {p.pid} ---\n{f.read()}")
+        return "".join(out)
 
     def keys(self, *keys: str) -> None:
         subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], capture_output=True)
@@ -71,6 +113,7 @@ class TmuxApp:
             with contextlib.suppress(TimeoutError):  # closing the terminal ends it (SIGHUP)
                 self.wait_for(lambda s: "TOKENTOP-EXIT=" in s, timeout=10)
         subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+        shutil.rmtree(self.stacks, ignore_errors=True)
 
 
 def runs_finished(screen: str) -> int:
