@@ -14,10 +14,10 @@ import tempfile
 import time
 
 from benchmarks.common import ROOT
+from benchmarks.common.deadline import Deadline
 from tui_app import stacks
 
 TOKENTOP = [sys.executable, "-m", "tui_app"]
-GAP_S = 2.0  # a look (capture-pane, then a 0.05-s sleep): 0.058 s median, 0.069 s at most in 600, beside the parallel tier (load 3.3)
 
 
 class TmuxApp:
@@ -59,25 +59,21 @@ class TmuxApp:
         raise LookupError(f"tmux {self.name}: the app is not running; screen:\n{self.pane()}")
 
     def wait_for(self, predicate, timeout: float, poll: float = 0.05) -> float:
-        """Seconds since the start when the screen met the condition. `timeout` counts the time this
-        process looked: a gap between two looks counts at most GAP_S, as a VM that was paused, then
-        resumed (this machine kind's kernel log says "crng reseeded due to virtual machine fork"),
-        had the app paused too. Otherwise a resume past the deadline failed the wait on the screen
-        from before the pause, the app given no moment to draw."""
-        left, last, longest = timeout, time.perf_counter(), 0.0
+        """Seconds since the start when the screen met the condition; `timeout` counts the time this
+        process looked (benchmarks/common/deadline.py): a VM paused past it had the app paused too."""
+        met, deadline = self._look(predicate, timeout, poll)
+        if met is not None:
+            return met
+        raise TimeoutError(f"tmux {self.name}: condition not met in {deadline}; screen:\n{self.pane()}{self.where()}")
+
+    def _look(self, predicate, timeout: float, poll: float) -> tuple[float | None, Deadline]:
+        deadline = Deadline(timeout)
         while True:
             if predicate(self.pane()):
-                return time.perf_counter() - self.t0
-            if left <= 0:
-                break
+                return time.perf_counter() - self.t0, deadline
+            if deadline.passed():
+                return None, deadline
             time.sleep(poll)
-            now = time.perf_counter()
-            longest = max(longest, now - last)
-            left -= min(now - last, GAP_S)
-            last = now
-        raise TimeoutError(
-            f"tmux {self.name}: condition not met in {timeout} s (the longest gap between two looks {longest:.1f} s); screen:\n{self.pane()}{self.where()}"
-        )
 
     def where(self) -> str:
         """Every thread's stack in the app's processes (tui_app/stacks.py), as they are now: what a
@@ -110,8 +106,9 @@ class TmuxApp:
         terminal closed; with wait=False the terminal is closed at once, whatever the app is doing."""
         if wait:
             self.keys("q")
-            with contextlib.suppress(TimeoutError):  # closing the terminal ends it (SIGHUP)
-                self.wait_for(lambda s: "TOKENTOP-EXIT=" in s, timeout=10)
+            # An app still running after 10 s is ended by the terminal's closing (SIGHUP): asking it
+            # where it was would cost a second for a message no one reads.
+            self._look(lambda s: "TOKENTOP-EXIT=" in s, timeout=10, poll=0.05)
         subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
         shutil.rmtree(self.stacks, ignore_errors=True)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+from benchmarks.common.deadline import Deadline
 from monitors.events import RunFinished, RunStarted, Step
 
 
@@ -44,8 +45,8 @@ def test_a_loop_goes_on_by_its_cache_or_by_its_input_and_anything_else_starts_a_
     finally:
         hook.close()
     events = []
-    deadline = time.monotonic() + 30
-    while sum(isinstance(e, RunFinished) for e in events) < 3 + (device == "cpu") and time.monotonic() < deadline:
+    deadline = Deadline(30)
+    while sum(isinstance(e, RunFinished) for e in events) < 3 + (device == "cpu") and not deadline.passed():
         events += listener.drain()
         time.sleep(0.05)
     listener.close()

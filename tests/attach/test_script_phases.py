@@ -9,6 +9,7 @@ import functools
 import time
 import weakref
 
+from benchmarks.common.deadline import Deadline
 from monitors.events import RunFinished, Step
 from tests.helpers.tiny_models import save_thinker
 
@@ -46,8 +47,8 @@ def test_a_watched_generate_reads_the_think_span_from_the_tokenizer(tmp_path):
     finally:
         hook.close()
     events: list = []
-    deadline = time.monotonic() + 30
-    while not any(isinstance(e, RunFinished) for e in events) and time.monotonic() < deadline:
+    deadline = Deadline(30)
+    while not any(isinstance(e, RunFinished) for e in events) and not deadline.passed():
         events += listener.drain()
         time.sleep(0.05)
     listener.close()

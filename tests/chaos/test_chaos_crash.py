@@ -16,6 +16,7 @@ import time
 import psutil
 import pytest
 
+from benchmarks.common.deadline import Deadline
 from benchmarks.common.tmux import TmuxApp
 from monitors.events import RunFinished, RunStarted
 from monitors.record import Recorder, read_recording
@@ -41,13 +42,13 @@ def finished_in(path) -> list[int]:
 
 
 def wait_for_runs(path, n: int, timeout: float = 120) -> list[int]:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
+    deadline = Deadline(timeout)
+    while not deadline.passed():
         runs = finished_in(path)
         if len(runs) >= n:
             return runs
         time.sleep(0.1)
-    raise AssertionError(f"{path}: fewer than {n} runs recorded in {timeout} s")
+    raise AssertionError(f"{path}: fewer than {n} runs recorded in {deadline}")
 
 
 def reads_back(path, runs: list[int]) -> None:

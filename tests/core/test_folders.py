@@ -5,10 +5,10 @@ A folder "below a regular file" is unwritable for every user, root included (per
 
 import os
 import tempfile
-import time
 
 import pytest
 
+from benchmarks.common.deadline import Deadline
 from monitors.events import EngineError
 from tui_app import folders
 from tui_app.engine.generation import EngineConfig
@@ -48,9 +48,8 @@ def test_unwritable_inductor_folder_falls_back_into_the_cache_or_fails_when_set(
 def test_unwritable_engine_log_is_an_engine_error_not_a_traceback(blocked):
     proc = EngineProcess(EngineConfig(), str(blocked / "engine.log"), target=engine_main).start()
     try:
-        end = time.time() + 60
-        ev = None
-        while time.time() < end and not isinstance(ev, EngineError):
+        deadline, ev = Deadline(60), None
+        while not isinstance(ev, EngineError) and not deadline.passed():
             ev = proc.get(timeout=0.5)
         assert isinstance(ev, EngineError) and ev.fatal
         assert str(blocked / "engine.log") in ev.message and "TOKENTOP_CACHE" in ev.message

@@ -2,10 +2,10 @@
 
 import os
 import signal
-import time
 
 import pytest
 
+from benchmarks.common.deadline import Deadline
 from monitors.events import EngineError, EngineReady, LeverChanged, RunFinished, Step
 from monitors.sampler import Sampler
 from tests.monitors.test_system import PAGE, statm_rss, walked_rss
@@ -17,8 +17,8 @@ from tui_app.requests import Run, RunRequest, SetLever, Stop
 
 def wait_for(proc, kind, timeout=120, seen=None):
     seen = [] if seen is None else seen
-    end = time.time() + timeout
-    while time.time() < end:
+    deadline = Deadline(timeout)
+    while not deadline.passed():
         ev = proc.get(timeout=0.5)
         if ev is not None:
             seen.append(ev)

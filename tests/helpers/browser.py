@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.common.deadline import Deadline
+
 CHROMIUM_FLAGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -131,13 +133,13 @@ def serving(log_path: str, *app_args: str, timeout: float = 60.0):
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "tui_app", "serve", "--port", str(port), *app_args], stdout=log, stderr=subprocess.STDOUT)
         try:
-            deadline = time.monotonic() + timeout
+            deadline = Deadline(timeout)
             while True:
                 try:
                     socket.create_connection(("127.0.0.1", port), timeout=1).close()
                     break
                 except OSError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
+                    if proc.poll() is not None or deadline.passed():
                         raise RuntimeError(f"tokentop serve did not start: {Path(log_path).read_text()[-500:]}") from None
                     time.sleep(0.2)
             yield f"http://127.0.0.1:{port}/"

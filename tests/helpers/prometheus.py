@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 
+from benchmarks.common.deadline import Deadline
 from tests.helpers.vllm import free_port
 
 PROMETHEUS = shutil.which("prometheus")
@@ -74,8 +75,8 @@ class PrometheusServer:
             self.wait_ready()
 
     def wait_ready(self, timeout: float = 30.0) -> None:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
+        deadline = Deadline(timeout)
+        while not deadline.passed():
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"prometheus exited with {self.proc.returncode}: see {self.log.name}")
             try:
@@ -85,7 +86,7 @@ class PrometheusServer:
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
-        raise RuntimeError(f"prometheus did not get ready in {timeout:g} s: see {self.log.name}")
+        raise RuntimeError(f"prometheus did not get ready in {deadline}: see {self.log.name}")
 
     def set_targets(self, name: str, groups: list[dict], wait: bool = True) -> None:
         """Write one file of target groups ([{"targets": [...], "labels": {...}}]); an empty list
@@ -98,8 +99,8 @@ class PrometheusServer:
                 with open(path) as f:
                     jobs = {g["labels"]["job"] for g in json.load(f)}
                 os.remove(path)
-                end = time.monotonic() + 30
-                while wait and any(self.up(job) for job in jobs) and time.monotonic() < end:
+                deadline = Deadline(30)
+                while wait and any(self.up(job) for job in jobs) and not deadline.passed():
                     time.sleep(0.2)
             return
         tmp = path + ".tmp"
@@ -114,8 +115,8 @@ class PrometheusServer:
 
     def wait_up(self, job: str, n: int, timeout: float = 30.0, headers: dict | None = None) -> None:
         """Until n targets of `job` are up and each has been scraped twice (a rate needs two samples)."""
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
+        deadline = Deadline(timeout)
+        while not deadline.passed():
             try:
                 if sum(v == 1.0 for v in self.up(job, headers).values()) >= n:
                     time.sleep(2.5)
@@ -124,7 +125,7 @@ class PrometheusServer:
                 pass
             time.sleep(0.2)
         up = self.up(job, headers)
-        raise RuntimeError(f"{n} targets of job {job} were not up within {timeout:g} s: {sum(v == 1.0 for v in up.values())} of {len(up)} are")
+        raise RuntimeError(f"{n} targets of job {job} were not up within {deadline}: {sum(v == 1.0 for v in up.values())} of {len(up)} are")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -20,6 +20,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from benchmarks.common.deadline import Deadline
+
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
 
@@ -85,8 +87,8 @@ class Sshd:
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # its privilege separation folder
         log = open(f / "sshd.log", "ab")  # noqa: SIM115  # kept open for the server's life
         self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(f / "sshd_config")], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-        end = time.monotonic() + 10
-        while time.monotonic() < end:
+        deadline = Deadline(10)
+        while not deadline.passed():
             if self.proc.poll() is not None:
                 raise RuntimeError(f"sshd exited with {self.proc.returncode}: {(f / 'sshd.log').read_text()[-2000:]}")
             try:
@@ -95,7 +97,7 @@ class Sshd:
                         return self
             except OSError:
                 time.sleep(0.05)
-        raise RuntimeError(f"sshd did not listen on {self.port} in 10 s")
+        raise RuntimeError(f"sshd did not listen on {self.port} in {deadline}")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

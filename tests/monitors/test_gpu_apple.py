@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.common.deadline import Deadline
 from monitors.gpu_apple import IOREG_EVERY_S, STALE_LINES, AppleReader
 
 APPLE = Path(__file__).resolve().parents[1] / "fixtures" / "apple"
@@ -36,8 +37,8 @@ def macmon(lines: int, then: str = "exit") -> list[str]:
 
 
 def settled(reader: AppleReader, until, timeout: float = 20.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
+    deadline = Deadline(timeout)
+    while not deadline.passed():
         g = reader.read().gpus[0]
         if until(g):
             return g

@@ -12,6 +12,7 @@ import time
 import httpx
 import pytest
 
+from benchmarks.common.deadline import Deadline
 from monitors.fleet import Fleet, Selector
 from monitors.prometheus import Prometheus
 from monitors.servers import parse_metrics
@@ -34,8 +35,8 @@ async def quiet(url: str) -> float:
     """The server's count of first tokens once nothing runs or waits and it has stood still for two
     seconds: a request of an earlier test still going (the tier shares one vLLM) would otherwise land
     in the window (a p99 of 0.24 s beside our 0.08-0.10, once)."""
-    last, deadline = None, time.monotonic() + 60
-    while time.monotonic() < deadline:
+    last, deadline = None, Deadline(60)
+    while not deadline.passed():
         m = parse_metrics(httpx.get(url + "/metrics").text)
         busy = sum(v for name in ("vllm:num_requests_running", "vllm:num_requests_waiting") for _, v in m[name])
         count = sum(v for _, v in m["vllm:time_to_first_token_seconds_count"])

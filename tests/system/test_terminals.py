@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from benchmarks.common import ROOT
+from benchmarks.common.deadline import Deadline
 from benchmarks.common.tmux import TmuxApp
 from monitors.record import Recorder
 from tests.helpers.synthetic import session_events
@@ -63,10 +64,10 @@ def _mouse(app: TmuxApp, button: int, x: int, y: int) -> None:
 
 def _left_behind(marker: str, timeout: float = 10.0) -> list[str]:
     """The processes whose command line names `marker` still running after `timeout` (killed then)."""
-    end = time.monotonic() + timeout
+    deadline = Deadline(timeout)
     while True:
         procs = [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or ())]
-        if not procs or time.monotonic() > end:
+        if not procs or deadline.passed():
             break
         time.sleep(0.2)
     for p in procs:

@@ -4,10 +4,10 @@ receiver, with a scheduler of two sequences: four concurrent streams, so two of 
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
+from benchmarks.common.deadline import Deadline
 from monitors.events import OtlpStatus
 from monitors.xray import SPAN_PHASES
 from tests.helpers.vllm import Spec, ahead, free_port, served
@@ -51,8 +51,8 @@ async def run_traced(url: str, address: str, concurrency: int, tokens: int, prom
     try:
         await servers.connect()
         fin = await servers.run(RunRequest(prompt=prompt, max_new_tokens=tokens, ignore_eos=True))
-        end = time.monotonic() + 20
-        while time.monotonic() < end and not all(r.server is not None and r.server.source == "otlp" for r in session.xray.requests(fin.run_id)):
+        deadline = Deadline(20)
+        while not all(r.server is not None and r.server.source == "otlp" for r in session.xray.requests(fin.run_id)) and not deadline.passed():
             await asyncio.sleep(0.1)
     finally:
         await servers.aclose()
@@ -112,9 +112,9 @@ async def test_spans_of_other_clients_are_counted_not_joined(traced):
         async with httpx.AsyncClient() as http:
             r = await http.post(url + "/v1/completions", json={"model": "smollm2", "prompt": "Hello", "max_tokens": 4})
             assert r.status_code == 200
-        end = time.monotonic() + 60
+        deadline = Deadline(60)
         # vLLM's start-up spans (Load model, …) come too, retried until a receiver listened.
-        while time.monotonic() < end and not (session.xray.status and session.xray.status.others_summary.get("names", {}).get("llm_request")):
+        while not (session.xray.status and session.xray.status.others_summary.get("names", {}).get("llm_request")) and not deadline.passed():
             await asyncio.sleep(0.2)
     finally:
         await servers.aclose()

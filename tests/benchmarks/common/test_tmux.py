@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from benchmarks.common.tmux import GAP_S, TmuxApp, runs_finished
+from benchmarks.common.deadline import GAP_S
+from benchmarks.common.tmux import TmuxApp, runs_finished
 
 
 def test_finished_runs_are_counted_by_their_number_not_by_one_status():
