@@ -5,6 +5,7 @@ tests/engine/test_quant.py's, test_attention.py's and test_decode_step.py's."""
 import os
 import platform
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -86,3 +87,33 @@ def test_an_unknown_kernel_choice_is_refused_with_the_reason(monkeypatch):
     assert native.load("int8_linear") == "TOKENTOP_CPU_KERNELS=fastest is not one of best, portable, generic"
     model = int8_weights(torch.nn.Sequential(torch.nn.Linear(64, 10)))
     assert quant_note("int8", "cpu", model).startswith("int8 without its C++ kernel, every weight widened (slower): TOKENTOP_CPU_KERNELS=fastest")
+
+
+# One graph compiled by a process of its own: its cache folder shared, the vector ISA inductor picks
+# (ATEN_CPU_CAPABILITY) not. Without the CPU in the key, the second read the first's graph: NaNs
+# where AVX2 was picked after AVX-512, a C++ error where no vector ISA was (2026-12-01).
+COMPILED = """
+import sys, torch
+from tui_app.engine import native
+print(native.key_compiles_to_this_cpu())
+x = torch.linspace(-3, 3, 1000)
+f = lambda x: torch.sin(x) * 3 + x
+print((torch.compile(f, dynamic=False)(x) - f(x)).abs().max().item())
+"""
+
+
+@pytest.mark.slow
+def test_a_compile_cached_for_another_cpu_is_not_reused(tmp_path):
+    """inductor's cache, warmed where it picks this CPU's best vectors, then read where it picks
+    none ("default": every CPU has a best that differs from it but the rare one without vectors)."""
+    outs = []
+    for capability in (None, "default"):
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path), "OMP_NUM_THREADS": "1"}
+        env.pop("ATEN_CPU_CAPABILITY", None)
+        env.update({"ATEN_CPU_CAPABILITY": capability} if capability else {})
+        r = subprocess.run([sys.executable, "-c", COMPILED], capture_output=True, text=True, env=env, timeout=300, check=False)
+        assert r.returncode == 0, r.stderr[-3000:]
+        tag, diff = r.stdout.split()[-2:]
+        outs.append(tag)
+        assert float(diff) < 1e-5, f"ATEN_CPU_CAPABILITY={capability}: compiled ≠ eager by {diff}"
+    assert outs[0] != outs[1] and all(t.startswith("tokentop-cpu-") for t in outs)

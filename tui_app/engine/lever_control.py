@@ -17,7 +17,7 @@ import torch
 
 from monitors.events import Bandwidth, LeverChanged, LeverRefused, Levers, Phase
 from monitors.text import plural
-from tui_app.engine import bandwidth, devices, lever_rules, pages
+from tui_app.engine import bandwidth, devices, lever_rules, native, pages
 from tui_app.engine import levers as lv
 from tui_app.engine.lean import use_own_attention
 from tui_app.engine.models import ModelError, cache_kwarg, load_model, on_device, to_device
@@ -200,6 +200,8 @@ class LeverControl:
         mode = devices.compile_mode(self.device)
         if self.device == "cpu":
             import torch._inductor.config as inductor
+
+            native.key_compiles_to_this_cpu()  # a cache made on another CPU gave wrong tokens
 
             # On CPU the per-step cost left is the generated wrapper calling each kernel from
             # Python; a C++ wrapper cuts it by a fifth (framework_overhead.py).

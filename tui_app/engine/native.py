@@ -77,6 +77,26 @@ def _cpu_flags() -> str:
         return f"{platform.machine()} {platform.processor()}"
 
 
+def key_compiles_to_this_cpu() -> str:
+    """Put this CPU into the key of inductor's caches (torch.compile's graphs); returns the tag.
+
+    torch 2.13 keys a CPU graph in its FX graph cache by neither the CPU nor the vector ISA it was
+    generated for, while the C++ it holds is built again for the ISA picked at load: a graph cached
+    on an AVX-512 CPU, loaded where AVX2 is picked, ran 16-lane loops over 8-lane vectors and gave
+    wrong numbers, silently (2026-12-01, the Intel Xeon, ATEN_CPU_CAPABILITY=avx2: every compiled
+    lever's tokens). A cache meets another CPU wherever it travels: a VM restored on another host
+    (this project's machines move between AVX-512 and AVX2 hosts), an image, a shared home. The
+    tag is what picks the code, as our kernels' own key: the CPU's flags and ATEN_CPU_CAPABILITY."""
+    import torch.compiler.config as compiler_config
+
+    cpu = hashlib.sha256(f"{_cpu_flags()}\0{os.environ.get('ATEN_CPU_CAPABILITY', '')}".encode()).hexdigest()[:12]
+    tag = f"tokentop-cpu-{cpu}"
+    # The user's own tag stays; one of ours from another CPU cannot be there (a process's CPU is one).
+    if tag not in compiler_config.cache_key_tag.split(","):
+        compiler_config.cache_key_tag = ",".join(t for t in (compiler_config.cache_key_tag, tag) if t)
+    return tag
+
+
 def command(name: str, out: Path, compiler: str, includes: list[str], libs: list[str], abi: int, machine: str | None = None) -> list[str]:
     """The compile and link of kernel `name` into `out`, against a torch's headers and libraries."""
     source = [*(f"-I{p}" for p in includes), str(SOURCES / f"{name}.cpp"), "-o", str(out)]
