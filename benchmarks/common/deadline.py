@@ -4,16 +4,17 @@ This machine kind's VM is paused and resumed (its kernel log says "crng reseeded
 machine fork"), and everything in it is paused alike: a wall-clock deadline that passed during a
 pause failed the wait on what it saw before the pause, the awaited process given no moment to go on
 (CI's red run of ec4aab5, docs/testing.md). Here a gap between two checks counts at most GAP_S, so
-a wait looks again after a pause, and a real stall is still caught within its time.
+a wait looks again after a pause, and a stall of what it waits on is still caught.
 """
 
 from __future__ import annotations
 
 import time
 
-# A check's own time: a tmux capture and a 0.05-s sleep took 0.058 s median, 0.069 at most in 600
-# beside the parallel tier (load 3.3); the slowest check here is an HTTP request with a 1-s timeout
-# and a 0.2-s sleep.
+# A tmux capture and a 0.05-s sleep took 0.058 s median, 0.069 at most in 600 beside the parallel
+# tier (load 3.3). A slower check counts GAP_S too, so its wait lasts longer than its time, never
+# without end: the fleet's quiet wait sleeps 2 s between reads, Prometheus's query may take its
+# 5-s timeout.
 GAP_S = 2.0
 
 
