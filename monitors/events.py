@@ -214,6 +214,7 @@ class TorchMemory:
     reserved: int
     peak: int
     trouble: dict = field(default_factory=dict)  # the allocator's counters that mean trouble, where not 0 (torch_memory.TROUBLE)
+    limit: int | None = None  # Metal's recommended working set on MPS (recommended_max_memory); None elsewhere
     t_ns: int = field(default_factory=now_ns)
 
 

@@ -12,9 +12,11 @@ TROUBLE = {"num_alloc_retries": "alloc retries", "num_ooms": "OOMs", "num_sync_a
 
 def read_torch_memory(device: str, more: tuple[str, ...] = ()) -> TorchMemory | None:
     """The caching allocator's figures on CUDA (ROCm's included) and XPU, whose torch modules share
-    these calls, and on MPS its own two (tensors allocated, and the Metal driver's whole allocation
-    as reserved; MPS keeps no peak, so this reading's allocation stands for it: the engine keeps
-    the highest of a run's readings). None on CPU, where torch has no such allocator beyond RSS.
+    these calls, and on MPS its own three (tensors allocated; the Metal driver's whole allocation
+    as reserved; and Metal's recommended working set as the limit, the budget that unified memory
+    gives the GPU, where the Apple probe has no device total. MPS keeps no peak, so this reading's
+    allocation stands for it: the engine keeps the highest of a run's readings). None on CPU,
+    where torch has no such allocator beyond RSS.
     `more`: the other GPUs of a model placed over several (--device-map), summed in."""
     kind = device.split(":")[0]
     if kind not in ("cuda", "xpu", "mps"):
@@ -23,7 +25,8 @@ def read_torch_memory(device: str, more: tuple[str, ...] = ()) -> TorchMemory | 
 
     if kind == "mps":
         now = int(torch.mps.current_allocated_memory())
-        return TorchMemory(device="mps", allocated=now, reserved=int(torch.mps.driver_allocated_memory()), peak=now)
+        limit = int(torch.mps.recommended_max_memory())
+        return TorchMemory(device="mps", allocated=now, reserved=int(torch.mps.driver_allocated_memory()), peak=now, limit=limit)
 
     backend = getattr(torch, kind)
     devices = (device, *(d for d in more if d != device))
@@ -43,3 +46,16 @@ def trouble_text(mem: TorchMemory | None) -> str:
     if mem is None or not mem.trouble:
         return ""
     return "allocator: " + ", ".join(f"{n} {TROUBLE[key]}" for key, n in mem.trouble.items())
+
+
+def limit_text(mem: TorchMemory | None) -> tuple[str, str] | None:
+    """(the line, its short form) for the driver's allocation against Metal's recommended working
+    set: "MPS 1200 of 10240 MiB Metal recommends". Past it, macOS pages the GPU's memory and torch
+    refuses allocations at 1.7 times it (PYTORCH_MPS_HIGH_WATERMARK_RATIO), so the line says
+    "over". None where the device names no limit (every device but MPS)."""
+    if mem is None or not mem.limit:
+        return None
+    used, limit = mem.reserved / 2**20, mem.limit / 2**20
+    if mem.reserved > mem.limit:
+        return f"MPS {used:.0f} MiB: over the {limit:.0f} Metal recommends", "MPS over Metal's limit"
+    return f"MPS {used:.0f} of {limit:.0f} MiB Metal recommends", f"MPS {used:.0f}/{limit:.0f} MiB"

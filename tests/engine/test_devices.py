@@ -97,18 +97,20 @@ def test_only_cuda_gets_cuda_graphs():
     assert [devices.compile_mode(d) for d in ("cuda:0", "xpu:0", "mps", "cpu")] == ["reduce-overhead", "default", "default", "default"]
 
 
-def test_on_mps_the_allocation_and_the_drivers_are_read_and_the_runs_peak_is_its_highest_reading(monkeypatch):
-    """torch.mps keeps no peak: the run's 4 Hz readings keep the highest (current_allocated_memory
-    and driver_allocated_memory patched, as no Mac runs here)."""
+def test_on_mps_the_allocation_the_drivers_and_metals_limit_are_read_and_the_runs_peak_is_its_highest_reading(monkeypatch):
+    """torch.mps keeps no peak: the run's 4 Hz readings keep the highest (current_allocated_memory,
+    driver_allocated_memory and recommended_max_memory patched, as no Mac runs here)."""
     from tui_app.engine.memory import MemoryWatch
 
     allocated = iter([300, 900, 500, 400])
     monkeypatch.setattr(torch.mps, "current_allocated_memory", lambda: next(allocated) * 2**20)
     monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: 1200 * 2**20)
+    monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: 10240 * 2**20)
     seen: list = []
     watch = MemoryWatch("mps", seen.append)
     for t in (1, 2, 3):
         watch.tick(t * 300_000_000)
     assert [m.allocated // 2**20 for m in seen] == [300, 900, 500] and seen[0].reserved == 1200 * 2**20
+    assert {m.limit for m in seen} == {10240 * 2**20}
     peak, now, reserved, _ = watch.after_run()
     assert (peak // 2**20, now // 2**20, reserved // 2**20) == (900, 400, 1200)

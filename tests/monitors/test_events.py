@@ -50,6 +50,7 @@ SAMPLES = [
     E.LeverChanged(run_id=None, lever="cache", value=False, levers=Levers(cache=False)),
     E.LeverRefused(lever="quant", value="int4", reason="needs bf16"),
     E.TorchMemory(device="cuda:0", allocated=1, reserved=2, peak=3),
+    E.TorchMemory(device="mps", allocated=1, reserved=2, peak=1, limit=4),
     E.AllocatorHistory(path="/tmp/h.pickle", runs=3, left=0, first_run=4, seconds=0.5, error=""),
     E.Anatomy(
         run_id=2,

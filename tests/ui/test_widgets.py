@@ -280,6 +280,33 @@ async def test_the_memory_pane_says_the_allocators_trouble_once_there_is_any():
         assert "allocator: 3 alloc retries, 1 OOMs" in str(chart.border_subtitle)
 
 
+async def test_on_mps_the_memory_pane_sets_the_drivers_allocation_against_metals_recommended_working_set():
+    """Unified memory has no GPU total (the Apple probe says so): Metal's recommended working set,
+    as torch.mps reads it (given here: no Mac runs here), is the line the driver's allocation is
+    held against, and the pane says when it is over it."""
+    from monitors.events import Sampled, TorchMemory
+    from tui_app.ui.widgets.memory_chart import MemoryChart
+
+    session = Session.from_events(session_events(runs=1, tokens=8))
+    session.feed(TorchMemory(device="mps", allocated=900 * 2**20, reserved=1200 * 2**20, peak=900 * 2**20, limit=10240 * 2**20))
+    session.feed(Sampled(t_ns=10**12, engine_rss=900 * 2**20))
+    chart = MemoryChart(session)
+    async with One(chart).run_test(size=(160, 14)) as pilot:
+        await pilot.pause()
+        chart.redraw(force=True)
+        assert "MPS 1200 of 10240 MiB Metal recommends" in str(chart.border_subtitle), chart.border_subtitle
+        session.feed(TorchMemory(device="mps", allocated=11000 * 2**20, reserved=12000 * 2**20, peak=11000 * 2**20, limit=10240 * 2**20))
+        session.feed(Sampled(t_ns=2 * 10**12, engine_rss=900 * 2**20))
+        chart.dirty = True
+        chart.redraw(force=True)
+        assert "MPS 12000 MiB: over the 10240 Metal recommends" in str(chart.border_subtitle), chart.border_subtitle
+        session.feed(TorchMemory(device="cuda:0", allocated=2**30, reserved=2**31, peak=2**31))
+        session.feed(Sampled(t_ns=3 * 10**12, engine_rss=900 * 2**20))
+        chart.dirty = True
+        chart.redraw(force=True)
+        assert "Metal" not in str(chart.border_subtitle)
+
+
 async def test_the_memory_pane_shows_the_allocator_history_recording_then_its_path():
     """The H key's window as the engine reports it (AllocatorHistory events, as on a GPU: this
     machine has none; gpu_check records one): the runs to go while recording, then the file."""

@@ -9,7 +9,7 @@ from bisect import bisect_left
 
 from rich.text import Text
 
-from monitors.torch_memory import trouble_text
+from monitors.torch_memory import limit_text, trouble_text
 from tui_app.core import fmt, leak_view, readings
 from tui_app.core.braille import Canvas, plot
 from tui_app.ui.widgets.chart import Chart, gpu_unread
@@ -73,6 +73,9 @@ class MemoryChart(Chart):
         # The allocator's counters that mean trouble, once any is not 0: they outrank the figures.
         trouble = trouble_text(s.torch_mem[-1] if s.torch_mem else None)
         split += [((trouble,), 0)] if trouble else []
+        # On MPS, the GPU's share of unified memory: the Apple probe has no device total to set it against.
+        metal = limit_text(s.torch_mem[-1] if s.torch_mem else None)
+        split += [(metal, 1)] if metal else []
         split += [(readings.history_text(s.allocator_history), 0)] if s.allocator_history else []  # recording, or where it was saved
         self.set_titles(title, [((f"{watched.split()[0]} {_mib(last.engine_rss)}",), 0), *split, *gpu, ((f"UI {_mib(last.app_rss)}",), 2)])
         return self.compose_text(canvas, lo, hi, lambda v: f"{v:.0f}MiB", [(n, i) for i, (n, _) in enumerate(names)] + [("run end", 5)])
