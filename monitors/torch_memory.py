@@ -10,13 +10,26 @@ from monitors.events import TorchMemory
 TROUBLE = {"num_alloc_retries": "alloc retries", "num_ooms": "OOMs", "num_sync_all_streams": "stream syncs"}
 
 
+def accelerator(device: str, torch):
+    """torch.accelerator where this torch has its allocator calls (2.9 on) and runs this device's
+    kind, CUDA's (ROCm's) or XPU's, as its accelerator; else None, and the backend's own module
+    serves. MPS keeps its own calls: its allocator has no peak, and its figures are torch.mps's."""
+    acc = getattr(torch, "accelerator", None)
+    name = device.split(":")[0]
+    if name not in ("cuda", "xpu") or acc is None or not hasattr(acc, "memory_stats"):
+        return None
+    current = acc.current_accelerator()
+    return acc if current is not None and current.type == name else None
+
+
 def read_torch_memory(device: str, more: tuple[str, ...] = ()) -> TorchMemory | None:
-    """The caching allocator's figures on CUDA (ROCm's included) and XPU, whose torch modules share
-    these calls, and on MPS its own three (tensors allocated; the Metal driver's whole allocation
-    as reserved; and Metal's recommended working set as the limit, the budget that unified memory
-    gives the GPU, where the Apple probe has no device total. MPS keeps no peak, so this reading's
-    allocation stands for it: the engine keeps the highest of a run's readings). None on CPU,
-    where torch has no such allocator beyond RSS.
+    """The caching allocator's figures on CUDA (ROCm's included) and XPU, through torch.accelerator
+    where this torch has it, else through torch.cuda or torch.xpu, which share these calls; and on
+    MPS its own three (tensors allocated; the Metal driver's whole allocation as reserved; Metal's
+    recommended working set as the limit, the budget that unified memory gives the GPU, where the
+    Apple probe has no device total. MPS keeps no peak, so this reading's allocation stands for
+    it: the engine keeps the highest of a run's readings). None on CPU, where torch has no such
+    allocator beyond RSS.
     `more`: the other GPUs of a model placed over several (--device-map), summed in."""
     kind = device.split(":")[0]
     if kind not in ("cuda", "xpu", "mps"):
@@ -28,7 +41,7 @@ def read_torch_memory(device: str, more: tuple[str, ...] = ()) -> TorchMemory | 
         limit = int(torch.mps.recommended_max_memory())
         return TorchMemory(device="mps", allocated=now, reserved=int(torch.mps.driver_allocated_memory()), peak=now, limit=limit)
 
-    backend = getattr(torch, kind)
+    backend = accelerator(device, torch) or getattr(torch, kind)
     devices = (device, *(d for d in more if d != device))
     stats = [backend.memory_stats(d) for d in devices]
     trouble = {key: n for key in TROUBLE if (n := sum(int(s.get(key, 0)) for s in stats))}

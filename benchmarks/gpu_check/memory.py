@@ -39,6 +39,34 @@ def check_torch_memory(device: str) -> tuple[str, str]:
     return figure, "torch.cuda.memory_stats, the tensor's size"
 
 
+def check_device_calls(device: str) -> tuple[str, str]:
+    """The engine's sync and allocator calls through torch.accelerator where this torch has its
+    memory calls, and a step's GPU clock from torch.Event (engine/devices.py): 20 matmuls timed by
+    it, against torch.cuda.Event's around the same work."""
+    import torch
+
+    from monitors.torch_memory import accelerator
+    from tui_app.engine.decoding import GpuClock
+
+    via = "torch.accelerator" if accelerator(device, torch) is not None else "torch.cuda"
+    if hasattr(torch, "accelerator") and hasattr(torch.accelerator, "memory_stats") and via != "torch.accelerator":
+        raise Failed("this torch has torch.accelerator's memory calls, and the engine does not take them", via, "torch.accelerator")
+    clock = GpuClock.on(device)
+    if clock is None:
+        raise Failed("GpuClock.on gave None on CUDA: a step's time would be the host's launches", "None", "torch.Event's timing")
+    a = torch.randn(4096, 4096, device=device)
+    ref = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+    clock.start.record()
+    ref[0].record()
+    for _ in range(20):
+        a = a @ a / 64
+    ref[1].record()
+    clock.end.record()
+    torch.cuda.synchronize()
+    ours, theirs = agree(clock.ns() / 1e6, ref[0].elapsed_time(ref[1]), 0.05, 0.05, " ms", "20 matmuls' GPU time")
+    return f"calls through {via}; GPU clock {ours}", f"torch.cuda.Event: {theirs}"
+
+
 def check_cuda_snapshot(folder: Path, device: str) -> tuple[str, str]:
     """`leakcheck --demo-leak 1 --cuda-snapshot FILE` on CUDA (the engine's History command, as the
     app's H key sends it): exit 1 (suspected), the path said, and the file is

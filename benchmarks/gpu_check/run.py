@@ -29,7 +29,7 @@ from benchmarks.gpu_check.checks import (
 )
 from benchmarks.gpu_check.counters import check_gpm_and_clock_events
 from benchmarks.gpu_check.experts import check_moe_routing
-from benchmarks.gpu_check.memory import check_cuda_snapshot, check_torch_memory
+from benchmarks.gpu_check.memory import check_cuda_snapshot, check_device_calls, check_torch_memory
 from benchmarks.gpu_check.models import Bench, check_device_leak, lever_check, tokenizer_dir
 from benchmarks.gpu_check.report import Report, Skip, lever_cases, one_line
 from benchmarks.gpu_check.steps import check_syncs, check_timing
@@ -59,6 +59,7 @@ def run_all(report: Report, device: str, tok: Path, work: Path, small_overrides:
 
     report.check("pytest -m gpu --device cuda", lambda: check_pytest(report, "pytest -m gpu", ["-m", "gpu", "--device", "cuda"], min(180, report.left_s())))
     report.check("torch allocated/reserved vs memory_stats", lambda: check_torch_memory(device))
+    report.check("device calls via torch.accelerator, the step's GPU clock vs CUDA events", lambda: check_device_calls(device))
     report.check("NVML process memory vs nvidia-smi --query-compute-apps", lambda: check_nvml_process(device))
     report.check("NVML device memory vs nvidia-smi --query-gpu", lambda: check_nvml_device(device))
     report.check("NVML util/power/clock under load vs nvidia-smi", lambda: check_nvml_load(device))

@@ -5,6 +5,7 @@ line's backend, and the one table of levers a device cannot do, as the lever con
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 import torch
@@ -114,3 +115,88 @@ def test_on_mps_the_allocation_the_drivers_and_metals_limit_are_read_and_the_run
     assert {m.limit for m in seen} == {10240 * 2**20}
     peak, now, reserved, _ = watch.after_run()
     assert (peak // 2**20, now // 2**20, reserved // 2**20) == (900, 400, 1200)
+
+
+class Calls:
+    """A backend's calls, each recording its name and arguments and giving `answer`."""
+
+    def __init__(self, log: list, who: str, answer=0):
+        self.log, self.who, self.answer = log, who, answer
+
+    def __getattr__(self, name):
+        def call(*args):
+            self.log.append((self.who, name, *args))
+            return {"num_ooms": 0} if name == "memory_stats" else self.answer
+
+        return call
+
+
+NAMES = ("synchronize", "reset_peak_memory_stats", "empty_cache", "memory_stats", "memory_allocated", "memory_reserved", "max_memory_allocated")
+
+
+def test_sync_caches_and_the_allocators_figures_go_through_torch_accelerator_where_torch_has_it(monkeypatch):
+    """torch.accelerator (2.9 on) for CUDA's and XPU's calls where it runs that kind; torch.xpu's
+    own where this torch has no accelerator memory calls; torch.mps's own always (its allocator
+    keeps no peak). The backends are patched: no XPU or Mac runs here."""
+    from monitors.torch_memory import read_torch_memory
+
+    log: list = []
+    acc, xpu, mps = Calls(log, "accelerator", 7), Calls(log, "xpu", 5), Calls(log, "mps", 3)
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: torch.device("xpu"))
+    for name in NAMES:
+        monkeypatch.setattr(torch.accelerator, name, getattr(acc, name))
+        monkeypatch.setattr(torch.xpu, name, getattr(xpu, name))
+    for name in ("synchronize", "empty_cache", "current_allocated_memory", "driver_allocated_memory", "recommended_max_memory"):
+        monkeypatch.setattr(torch.mps, name, getattr(mps, name))
+
+    def used(device: str) -> set:
+        log.clear()
+        devices.synchronize(device, torch)
+        devices.reset_peak(device, torch)
+        devices.empty_cache(device, torch)
+        mem = read_torch_memory(device)
+        assert mem is not None and mem.allocated == {"accelerator": 7, "xpu": 5, "mps": 3}[log[0][0]]
+        return {who for who, *_ in log}
+
+    assert used("xpu:0") == {"accelerator"}
+    assert ("accelerator", "synchronize", "xpu:0") in log
+    assert used("mps") == {"mps"}
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: torch.device("cuda"))
+    assert used("xpu:0") == {"xpu"}  # another kind is this torch's accelerator
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: torch.device("xpu"))
+    monkeypatch.delattr(torch.accelerator, "memory_stats")  # a torch before the accelerator's memory calls
+    assert used("xpu:0") == {"xpu"}
+
+
+class Event:
+    """torch.Event's calls; `elapsed` what elapsed_time gives, or the error it raises."""
+
+    elapsed: float | Exception = 2.5
+    made: ClassVar[list] = []
+
+    def __init__(self, device=None, enable_timing=False):
+        self.made.append((device, enable_timing))
+
+    def record(self, stream=None):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end):
+        if isinstance(self.elapsed, Exception):
+            raise self.elapsed
+        return self.elapsed
+
+
+def test_a_steps_device_time_comes_from_the_accelerators_events_where_they_time_else_the_hosts_clock(monkeypatch):
+    """On any accelerator the forward's time is its events' (torch.Event, patched here: no XPU or Mac
+    runs here); a backend whose events do not time leaves the host's clock, as the CPU has."""
+    from tui_app.engine.decoding import GpuClock
+
+    monkeypatch.setattr(torch, "Event", Event)
+    assert GpuClock.on("cpu") is None
+    clock = GpuClock.on("xpu:0")
+    assert clock is not None and clock.ns() == 2_500_000 and Event.made[-2:] == [("xpu", True)] * 2
+    monkeypatch.setattr(Event, "elapsed", RuntimeError("event timing is not supported on this backend"))
+    assert GpuClock.on("mps") is None

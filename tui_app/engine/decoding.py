@@ -14,6 +14,7 @@ import time
 import torch
 
 from monitors.text import plural
+from tui_app.engine import devices
 from tui_app.engine.anatomy import no_mark
 from tui_app.engine.lean import LeanDecode
 from tui_app.engine.models import cache_kwarg, to_device
@@ -60,13 +61,18 @@ def prompt_tokens(tok, req: RunRequest, context_len: int) -> tuple[list[int], st
 
 
 class GpuClock:
-    """Two CUDA events around a step's forward and pick, read after the step's own host read (which
-    waits for them): the GPU's time for them, with no sync of its own. On the host, launching is
-    all a CUDA forward's clock would see."""
+    """Two device events around a step's forward and pick, read after the step's own host read
+    (which waits for them): the GPU's time for them, with no sync of its own. On the host,
+    launching is all a GPU forward's clock would see. devices.timing_events makes them (None
+    where the device's events do not time: then the host's clock is the step's)."""
 
-    def __init__(self):
-        self.start = torch.cuda.Event(enable_timing=True)
-        self.end = torch.cuda.Event(enable_timing=True)
+    def __init__(self, events):
+        self.start, self.end = events
+
+    @classmethod
+    def on(cls, device: str) -> GpuClock | None:
+        events = devices.timing_events(device, torch)
+        return cls(events) if events is not None else None
 
     def ns(self) -> int:
         return round(self.start.elapsed_time(self.end) * 1e6)
@@ -87,7 +93,7 @@ class Decoder:
         # A profiler range per part of a decode step while its anatomy is taken (anatomy.py);
         # else a shared null context: four of them cost a step about 0.6 µs (docs/performance.md).
         self.mark = no_mark
-        self.gpu_clock = GpuClock() if device.startswith("cuda") else None
+        self.gpu_clock = GpuClock.on(device)
         self.confidence = False  # measure the chosen tokens' probabilities (the Confidence command)
         self.last_p: list[float] = []  # row 0's, of the last step's new tokens, when measured
         self.rejected: list[int] = []  # the last verify step's rejected proposals

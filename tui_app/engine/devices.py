@@ -2,13 +2,16 @@
 choice (cuda, ROCm's included, then xpu, then mps, then cpu), the model line's backend, the sync and
 the memory calls per backend, and the table of levers a device cannot do, with the reason.
 
-ROCm's torch runs AMD GPUs as `cuda` (torch.version.hip tells them apart); Intel GPUs are `xpu`
+Sync, timing events and allocator figures go through torch.accelerator where this torch has
+it, else per backend. ROCm's torch runs AMD GPUs as `cuda` (torch.version.hip tells them apart); Intel GPUs are `xpu`
 (torch ≥ 2.5), Apple's `mps`. Only CPU and (on a lent machine) CUDA run here: the others are held
 by tests with torch's backends patched (tests/engine/test_devices.py), and said so in docs/gpu.md."""
 
 from __future__ import annotations
 
 from types import ModuleType
+
+from monitors.torch_memory import accelerator
 
 KINDS = ("cuda", "xpu", "mps", "cpu")  # --device auto's order
 MPS_COMPILE = (2, 8)  # torch.compile on MPS before this fails on most models (inductor's Metal backend)
@@ -64,13 +67,19 @@ def backend(device: str, torch: ModuleType) -> str:
 
 
 def module(device: str, torch: ModuleType):
-    """torch.cuda, torch.xpu or torch.mps: each backend's own calls (sync, memory, caches)."""
-    return getattr(torch, kind(device))
+    """The device's sync, memory and cache calls: torch.accelerator where this torch has them for
+    this device (torch_memory.accelerator), else torch.cuda, torch.xpu or torch.mps."""
+    return accelerator(device, torch) or getattr(torch, kind(device))
 
 
 def synchronize(device: str, torch: ModuleType) -> None:
-    if kind(device) != "cpu":
-        module(device, torch).synchronize()
+    if kind(device) == "cpu":
+        return
+    acc = accelerator(device, torch)
+    if acc is not None:
+        acc.synchronize(device)
+    else:
+        getattr(torch, kind(device)).synchronize()  # torch.mps's takes no device
 
 
 def reset_peak(device: str, torch: ModuleType) -> None:
@@ -82,6 +91,30 @@ def reset_peak(device: str, torch: ModuleType) -> None:
 def empty_cache(device: str, torch: ModuleType) -> None:
     if kind(device) != "cpu":
         module(device, torch).empty_cache()
+
+
+def timing_events(device: str, torch: ModuleType):
+    """Two events that time the device's own work between them (a forward's, where the host sees
+    only its launches): torch.Event, the accelerator's, where this torch has it, else torch.cuda's.
+    Tried once on the device: a backend whose events do not time gives None, and the step's time
+    is the host's. None on the CPU, whose work the host's clock sees whole."""
+    if kind(device) == "cpu":
+        return None
+    make = getattr(torch, "Event", None)
+    if make is not None:
+        start, end = (make(device=kind(device), enable_timing=True) for _ in range(2))
+    elif kind(device) == "cuda":
+        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+    else:
+        return None
+    try:
+        start.record()
+        end.record()
+        end.synchronize()
+        start.elapsed_time(end)
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return None
+    return start, end
 
 
 def compile_mode(device: str) -> str:
