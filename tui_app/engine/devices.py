@@ -2,9 +2,10 @@
 choice (cuda, ROCm's included, then xpu, then mps, then cpu), the model line's backend, the sync and
 the memory calls per backend, and the table of levers a device cannot do, with the reason.
 
-Sync, timing events and allocator figures go through torch.accelerator where this torch has
-it, else per backend. ROCm's torch runs AMD GPUs as `cuda` (torch.version.hip tells them apart); Intel GPUs are `xpu`
-(torch ≥ 2.5), Apple's `mps`. Only CPU and (on a lent machine) CUDA run here: the others are held
+Sync, caches and allocator figures go through torch.accelerator where this torch has its memory
+calls, a step's device time through torch.Event, else each backend's own. ROCm's torch runs AMD
+GPUs as `cuda` (torch.version.hip tells them apart); Intel GPUs are `xpu` (torch ≥ 2.5), Apple's
+`mps`. Only CPU and (on a lent machine) CUDA run here: the others are held
 by tests with torch's backends patched (tests/engine/test_devices.py), and said so in docs/gpu.md."""
 
 from __future__ import annotations
