@@ -110,6 +110,21 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def compiles_as_in_a_new_process():
+    """dynamo keeps, for each function it compiles, which of its Python ints it has seen change,
+    and compiles those as symbols from then on: the engine's step over a sliding-window cache,
+    compiled in one test file, made the next file's first graph another one (Gemma's int4 +
+    compile after Mistral's in the same worker: a miss in inductor's cache and a minute more of
+    compiling, by which files the worker ran before it). Each file starts from what a new
+    process knows; compiled code is kept (the shared engine's compiled steps)."""
+    import sys
+
+    pgo = sys.modules.get("torch._dynamo.pgo")
+    if pgo is not None:
+        pgo.reset_code_state()
+
+
 @pytest.fixture(scope="session")
 def device(request) -> str:
     return request.config.getoption("--device")
