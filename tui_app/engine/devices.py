@@ -1,12 +1,13 @@
 """The torch devices the engine runs on, and what each can do, in one place: `--device auto`'s
-choice (cuda, ROCm's included, then xpu, then mps, then cpu), the model line's backend, the sync and
-the memory calls per backend, and the table of levers a device cannot do, with the reason.
+choice (cuda, ROCm's included, then xpu, then mps, then cpu), the model line's backend, the sync,
+cache and memory calls, a step's timing events, and the table of levers a device cannot do, with
+the reason.
 
 Sync, caches and allocator figures go through torch.accelerator where this torch has its memory
-calls, a step's device time through torch.Event, else each backend's own. ROCm's torch runs AMD
+calls, else each backend's own; a step's device time through torch.Event. ROCm's torch runs AMD
 GPUs as `cuda` (torch.version.hip tells them apart); Intel GPUs are `xpu` (torch ≥ 2.5), Apple's
-`mps`. Only CPU and (on a lent machine) CUDA run here: the others are held
-by tests with torch's backends patched (tests/engine/test_devices.py), and said so in docs/gpu.md."""
+`mps`. Only CPU and (on a lent machine) CUDA run here: the others are held by tests with torch's
+backends patched (tests/engine/test_devices.py), and said so in docs/gpu.md."""
 
 from __future__ import annotations
 
@@ -96,18 +97,13 @@ def empty_cache(device: str, torch: ModuleType) -> None:
 
 def timing_events(device: str, torch: ModuleType):
     """Two events that time the device's own work between them (a forward's, where the host sees
-    only its launches): torch.Event, the accelerator's, where this torch has it, else torch.cuda's.
-    Tried once on the device: a backend whose events do not time gives None, and the step's time
-    is the host's. None on the CPU, whose work the host's clock sees whole."""
+    only its launches): torch.Event, the accelerator's (every torch this runs on has it: 2.13 here,
+    2.11 on the lent GPU machine). Tried once on the device: a backend whose events do not time
+    gives None, and the step's time is the host's. None on the CPU, whose work the host's clock
+    sees whole."""
     if kind(device) == "cpu":
         return None
-    make = getattr(torch, "Event", None)
-    if make is not None:
-        start, end = (make(device=kind(device), enable_timing=True) for _ in range(2))
-    elif kind(device) == "cuda":
-        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-    else:
-        return None
+    start, end = (torch.Event(device=kind(device), enable_timing=True) for _ in range(2))
     try:
         start.record()
         end.record()
