@@ -168,6 +168,23 @@ def test_sync_caches_and_the_allocators_figures_go_through_torch_accelerator_whe
     assert used("xpu:0") == {"xpu"}
 
 
+def test_the_engines_gpu_is_made_the_current_one_where_its_streams_events_and_graphs_go(monkeypatch):
+    """`--device cuda:1`'s events, CUDA graphs and compiled kernels take the current device, not the
+    tensors': the engine makes its own current, through torch.accelerator where this torch has it
+    for that kind, else the backend's set_device (patched: one GPU at most runs here)."""
+    log: list = []
+    acc, xpu = Calls(log, "accelerator"), Calls(log, "xpu")
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: torch.device("xpu"))
+    monkeypatch.setattr(torch.accelerator, "set_device_index", acc.set_device_index)
+    monkeypatch.setattr(torch.xpu, "set_device", xpu.set_device)
+    for device in ("cpu", "mps", "xpu:1"):
+        devices.make_current(device, torch)
+    assert log == [("accelerator", "set_device_index", 1)]
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: torch.device("cuda"))
+    devices.make_current("xpu:2", torch)  # another kind is this torch's accelerator
+    assert log[-1] == ("xpu", "set_device", 2)
+
+
 class Event:
     """torch.Event's calls; `elapsed` what elapsed_time gives, or the error it raises."""
 

@@ -84,6 +84,21 @@ def synchronize(device: str, torch: ModuleType) -> None:
         getattr(torch, kind(device)).synchronize()  # torch.mps's takes no device
 
 
+def make_current(device: str, torch: ModuleType) -> None:
+    """The engine's GPU made this thread's current one: a stream, an event's record, CUDA graphs'
+    capture and torch.compile's kernels take the current device, not the tensors', so on
+    `--device cuda:1` a step's events would time device 0's stream, where nothing of it runs."""
+    if kind(device) not in ("cuda", "xpu"):
+        return
+    index = int(device.partition(":")[2] or 0)
+    acc = getattr(torch, "accelerator", None)
+    current = acc.current_accelerator() if acc is not None and hasattr(acc, "set_device_index") else None
+    if current is not None and current.type == kind(device):
+        acc.set_device_index(index)
+    else:
+        getattr(torch, kind(device)).set_device(index)
+
+
 def reset_peak(device: str, torch: ModuleType) -> None:
     """The allocator's peak restarted for a run (MPS keeps none: its figures are current ones)."""
     if kind(device) in ("cuda", "xpu"):
