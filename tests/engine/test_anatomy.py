@@ -241,6 +241,9 @@ def test_the_gpus_idle_gaps_between_a_steps_kernels():
     # Step 1: busy 10-40 and 60-70 (40 µs), idle 40-60 (20 µs); step 2: busy 80, idle 0; the kernel after the last step is no step's.
     assert (busy, idle) == (pytest.approx((40 + 80) / 2), pytest.approx(20 / 2))
     assert kernel_gaps([e for e in window if e.device_type == DeviceType.CPU]) == (0.0, 0.0)  # the CPU: no kernels
+    assert kernel_gaps(window, DeviceType.XPU) == kernel_gaps(window, None) == (0.0, 0.0)  # another device's, the CPU's: none
+    xpu = [event(e.name, e.time_range.start, e.time_range.end, DeviceType.XPU, e.is_user_annotation) if e.device_type == DeviceType.CUDA else e for e in window]
+    assert kernel_gaps(xpu, DeviceType.XPU) == (busy, idle)  # an Intel GPU's kernels, read as CUDA's are
     assert read_anatomy(window)[:2] == (2, 100.0)  # two steps of 100 µs: the annotations are not steps
     text = readings.gpu_gaps_text(Anatomy(run_id=1, steps=2, step_ms=0.1, parts={}, gpu_ms={}, trace="", levers=Levers(), gpu_busy_ms=0.04, gpu_idle_ms=0.02))
     assert "idle 0.020 ms" in text and "33% of their span" in text and "CUDA graphs" in text

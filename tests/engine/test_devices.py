@@ -10,6 +10,7 @@ from typing import ClassVar
 import pytest
 import torch
 
+from monitors.events import Levers
 from tui_app.engine import devices
 from tui_app.engine import levers as lv
 from tui_app.engine.config import EngineConfig
@@ -183,6 +184,26 @@ def test_the_engines_gpu_is_made_the_current_one_where_its_streams_events_and_gr
     monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: torch.device("cuda"))
     devices.make_current("xpu:2", torch)  # another kind is this torch's accelerator
     assert log[-1] == ("xpu", "set_device", 2)
+
+
+def test_the_anatomy_profiles_each_gpus_kernels_and_is_refused_where_the_profiler_sees_none(monkeypatch):
+    """CUDA's (ROCm's as CUDA) and XPU's kernels under torch.profiler; on MPS, and on an XPU torch
+    without Kineto's PTI, a step's ops would be its launches: the anatomy is refused, saying why."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity
+
+    from tui_app.engine.anatomy import anatomy_refusal
+
+    monkeypatch.setattr(torch.profiler, "supported_activities", lambda: {ProfilerActivity.CPU, ProfilerActivity.XPU})
+    assert devices.profiler_kernels("cuda:0", torch) == (ProfilerActivity.CUDA, DeviceType.CUDA)
+    assert devices.profiler_kernels("xpu:0", torch) == (ProfilerActivity.XPU, DeviceType.XPU)
+    assert devices.profiler_kernels("cpu", torch) is None and devices.profiler_kernels("mps", torch) is None
+    lev = Levers()
+    assert anatomy_refusal(lev, busy=False, device="xpu:0") is None and anatomy_refusal(lev, busy=False, device="cpu") is None
+    assert "no MPS kernels" in anatomy_refusal(lev, busy=False, device="mps") and "Instruments" in anatomy_refusal(lev, busy=False, device="mps")
+    monkeypatch.setattr(torch.profiler, "supported_activities", lambda: {ProfilerActivity.CPU})
+    assert devices.profiler_kernels("xpu:0", torch) is None
+    assert "without Kineto's XPU (PTI)" in anatomy_refusal(lev, busy=False, device="xpu:0")
 
 
 class Event:

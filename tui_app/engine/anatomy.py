@@ -1,9 +1,10 @@
 """The anatomy of a decode step: where its time goes, by part of the model, from torch.profiler.
 
-For a window of decode steps the profiler runs (CPU activity, and CUDA's kernels on a GPU) and
-every module of the model whose name says its part (embedding, attention, MLP, norms, LM head) is
-wrapped in a profiler range by a forward hook, registered for the window only: nothing is hooked
-and no range is opened outside it. The decoder's own ranges (`Decoder.mark`) name the step, its
+For a window of decode steps the profiler runs (CPU activity, and the GPU's kernels: CUDA's,
+ROCm's, XPU's; where it sees none, on MPS, the anatomy is refused with the reason) and every module
+of the model whose name says its part (embedding, attention, MLP, norms, LM head) is wrapped in a
+profiler range by a forward hook, registered for the window only: nothing is hooked and no range
+is opened outside it. The decoder's own ranges (`Decoder.mark`) name the step, its
 forward, the pick of the next token and the host read. A part's time is its ranges' time; what the
 step spends outside every part is "framework" (Python between the modules, building inputs). Ops
 that run outside any module but are attention's (the attention function a quantized Llama step
@@ -28,6 +29,7 @@ import torch
 from torch.autograd import DeviceType
 
 from monitors.events import Anatomy
+from tui_app.engine import devices
 
 _NULL = contextlib.nullcontext()
 # Which part a module is, by a component of its qualified name (Llama, Qwen, Mistral, Phi, Gemma,
@@ -73,8 +75,10 @@ def part_of(name: str) -> str | None:
     return None
 
 
-def anatomy_refusal(lev, busy: bool) -> str | None:
+def anatomy_refusal(lev, busy: bool, device: str) -> str | None:
     """Why the next decode steps cannot be profiled now, or None."""
+    if why := devices.refusal(device, "anatomy", True, torch):
+        return why
     if not lev.cache:
         return "without the KV cache every step is a prefill; turn the cache on first"
     if lev.spec != "off":
@@ -96,6 +100,7 @@ class StepAnatomy:
         self._open: list = []
         self.graph = ""
         self.prof: torch.profiler.profile | None = None
+        self.kernel_type: DeviceType | None = None  # the device's kernels' type in the events; None on the CPU
         phases.start("profile", f"the anatomy of the next {steps} decode steps, under torch.profiler")
 
     def before_step(self, run_id: int, levers, model) -> bool:
@@ -107,8 +112,10 @@ class StepAnatomy:
         self.graph = "compiled graph (torch.compile)" if levers.compile else ""
         if not self.graph:  # a hook on a compiled module would recompile it
             self._hook(model, lean)
-        cuda = self.decoder.device.startswith("cuda")
-        activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if kernels := devices.profiler_kernels(self.decoder.device, torch):
+            activities.append(kernels[0])
+            self.kernel_type = kernels[1]
         self.prof = torch.profiler.profile(activities=activities)
         with _kineto_quiet():
             self.prof.__enter__()
@@ -164,7 +171,7 @@ class StepAnatomy:
             prof.__exit__(None, None, None)
         events = prof.events()
         steps, step_us, parts, gpu, (ops_us, n_ops) = read_anatomy(events, self.graph)
-        busy_us, idle_us = kernel_gaps(events)
+        busy_us, idle_us = kernel_gaps(events, self.kernel_type)
         trace_error = ""
         try:  # a full disk or a folder gone loses the trace, not the anatomy or the run
             os.makedirs(os.path.dirname(os.path.abspath(self.trace_path)), exist_ok=True)
@@ -222,14 +229,15 @@ def host_steps(events) -> list:
     return [e for e in events if e.name == "tt.step" and e.device_type == DeviceType.CPU]
 
 
-def kernel_gaps(events) -> tuple[float, float]:
+def kernel_gaps(events, kernel_type: DeviceType | None = DeviceType.CUDA) -> tuple[float, float]:
     """(µs a step the GPU ran a kernel, µs a step it sat idle between the step's first kernel and
     its last), means over the window's steps: a step's kernels are those that start inside its
     range, since it ends on the host read that waits for them. Idle gaps are the GPU waiting on the
-    host to launch the next kernel: a launch-bound step, which CUDA graphs help. (0, 0) off CUDA."""
+    host to launch the next kernel: a launch-bound step, which CUDA graphs help. Kernels are the
+    events of `kernel_type` (CUDA's, ROCm's as CUDA, XPU's); (0, 0) where it is None: the CPU."""
     # A range recorded on the host also comes back as a GPU annotation of the same name, spanning
     # its kernels on the GPU's timeline: neither a kernel nor a step (seen on an H200).
-    kernels = sorted((k.time_range.start, k.time_range.end) for k in events if k.device_type == DeviceType.CUDA and not k.is_user_annotation)
+    kernels = sorted((k.time_range.start, k.time_range.end) for k in events if k.device_type == kernel_type and not k.is_user_annotation)
     steps = host_steps(events)
     if not kernels or not steps:
         return 0.0, 0.0

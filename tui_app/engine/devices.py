@@ -1,7 +1,7 @@
 """The torch devices the engine runs on, and what each can do, in one place: `--device auto`'s
 choice (cuda, ROCm's included, then xpu, then mps, then cpu), the model line's backend, the sync,
-cache and memory calls, a step's timing events, and the table of levers a device cannot do, with
-the reason.
+cache and memory calls, a step's timing events and the profiler's view of its kernels, and the
+table of levers (and the anatomy) a device cannot do, with the reason.
 
 Sync, caches and allocator figures go through torch.accelerator where this torch has its memory
 calls, else each backend's own; a step's device time through torch.Event. ROCm's torch runs AMD
@@ -129,6 +129,21 @@ def timing_events(device: str, torch: ModuleType):
     return start, end
 
 
+def profiler_kernels(device: str, torch: ModuleType):
+    """(torch.profiler's activity for this device's kernels, the DeviceType they come back as), or
+    None where the profiler sees none: the CPU (its ops are its work), MPS (torch.profiler has no
+    Metal activity), an XPU torch built without Kineto's PTI. ROCm's kernels come back as CUDA's."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity
+
+    name = kind(device)
+    if name == "cuda":
+        return ProfilerActivity.CUDA, DeviceType.CUDA
+    if name == "xpu" and ProfilerActivity.XPU in torch.profiler.supported_activities():
+        return ProfilerActivity.XPU, DeviceType.XPU
+    return None
+
+
 def compile_mode(device: str) -> str:
     """CUDA graphs (one launch a step) where they exist: CUDA and ROCm's HIP graphs, as `cuda`."""
     return "reduce-overhead" if kind(device) == "cuda" else "default"
@@ -142,6 +157,9 @@ def refusal(device: str, lever: str, value, torch: ModuleType) -> str | None:
         have = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
         if have < MPS_COMPILE:
             return f"needs torch {'.'.join(map(str, MPS_COMPILE))} or later (inductor's Metal backend); this torch is {torch.__version__}"
+    if lever == "anatomy" and name in ("xpu", "mps") and profiler_kernels(device, torch) is None:
+        where = "Instruments' Metal trace has them (torch.mps.profiler)" if name == "mps" else "this torch was built without Kineto's XPU (PTI) support"
+        return f"torch.profiler sees no {name.upper()} kernels here, so a step's parts would be its launches: {where}"
     if lever == "quant" and value == "int4" and name in ("xpu", "mps"):
         return f"no int4 weight-only kernel for {name} in torch or torchao; int8 runs (torchao's)"
     return None

@@ -379,7 +379,7 @@ class Engine:
         return "decode", rows, forward_ns, 0, 0
 
     def _request_anatomy(self, path: str, steps: int) -> None:
-        reason = anatomy_refusal(self.levers, busy=self.anatomy is not None)
+        reason = anatomy_refusal(self.levers, busy=self.anatomy is not None, device=self.device)
         if reason:
             self.emit(LeverRefused(lever="profile", value=f"{steps} steps", reason=reason))
             return
