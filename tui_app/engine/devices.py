@@ -86,8 +86,9 @@ def synchronize(device: str, torch: ModuleType) -> None:
 
 def make_current(device: str, torch: ModuleType) -> None:
     """The engine's GPU made this thread's current one: a stream, an event's record, CUDA graphs'
-    capture and torch.compile's kernels take the current device, not the tensors', so on
-    `--device cuda:1` a step's events would time device 0's stream, where nothing of it runs."""
+    capture, torch.compile's kernels and `--dtype auto`'s bf16 check take the current device, not
+    the tensors', so on `--device cuda:1` a step's events would time device 0's stream, where
+    nothing of it runs."""
     if kind(device) not in ("cuda", "xpu"):
         return
     index = int(device.partition(":")[2] or 0)

@@ -68,6 +68,7 @@ class Engine:
     def load(self) -> EngineReady:
         cfg = self.cfg
         self.device = resolve_device(cfg.device)
+        devices.make_current(self.device, torch)  # bf16's support is read of the current device
         self.dtype = resolve_dtype(cfg.dtype, self.device)
         self.threads = cfg.threads or max(1, (os.cpu_count() or 1) - 1)
         if self.device == "cpu":
@@ -83,7 +84,7 @@ class Engine:
         if cfg.device_map:  # inputs, sampling and timing go where accelerate put the embeddings
             embed = self.model.get_input_embeddings().weight
             self.device = "cpu" if embed.is_meta else str(embed.device)
-        devices.make_current(self.device, torch)
+            devices.make_current(self.device, torch)
         self.model.generation_config.pad_token_id = self.tok.pad_token_id or self.tok.eos_token_id
         self.phases.done("load", f"{loaded.name} from {loaded.source}", loaded.load_s)
         self.n_layers, self.kv_heads, self.head_dim, self.context_len = model_shape(self.model)
