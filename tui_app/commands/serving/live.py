@@ -21,6 +21,7 @@ from tui_app.core.sources import AttachSource
 from tui_app.requests import Shutdown
 
 NO_TUI = "`tokentop bench --endpoint URL` without --live"
+DONE = "done: the tables follow when the TUI closes"
 
 
 @dataclass
@@ -33,12 +34,10 @@ class Job:
     status: str  # its exit status, as JSON
 
 
-def progress_text(st: dict) -> str:
+def progress_text(st: dict, done: bool = False) -> str:
     filled = WIDTH * st["done"] // max(st["total"], 1)
-    return (
-        f"[{'█' * filled}{'·' * (WIDTH - filled)}] cell {st['cell']}/{st['cells']} {st['label']} "
-        f"{st['cell_done']}/{st['cell_total']}, ~{eta_text(st['left_s'])} left"
-    )
+    then = DONE if done else f"~{eta_text(st['left_s'])} left"
+    return f"[{'█' * filled}{'·' * (WIDTH - filled)}] cell {st['cell']}/{st['cells']} {st['label']} {st['cell_done']}/{st['cell_total']}, {then}"
 
 
 class BenchSource(AttachSource):
@@ -92,7 +91,10 @@ async def _run(job: Job, commands, events, run: Callable) -> None:
     with open(job.out, "w", encoding="utf-8") as tables:
         sys.stderr = tables  # what the bench says (a server it cannot reach, a file it cannot write) follows its tables
 
+        last: dict = {}
+
         def progress(st: dict) -> None:
+            last.update(st)
             out(Phase(name="bench", detail=progress_text(st), done=False))
 
         bench = asyncio.create_task(run(job.opts, [tuple(x) for x in job.lengths], emit=out, out=tables, progress_sink=progress))
@@ -108,7 +110,10 @@ async def _run(job: Job, commands, events, run: Callable) -> None:
                 code = bench.result()
                 tables.flush()
                 _status(job, code)
-                out(Phase(name="bench", detail="done: the tables follow when the TUI closes", done=True))
+                # The bar stays, full: a bench shorter than the UI's frames (or a UI held up) may
+                # show no other picture of it before the app closes.
+                done = progress_text(last, done=True) if last else DONE
+                out(Phase(name="bench", detail=done, done=True))
             else:
                 bench.cancel()
                 await asyncio.gather(bench, return_exceptions=True)
