@@ -42,18 +42,19 @@ def measure_cache(cache, seq_len: int | None = None) -> KVMeasure:
     """
     if cache is None:
         return KVMeasure(0, 0, 0)
-    layers = []  # (bytes, tokens it has room for or holds)
+    tensors = []  # (bytes, tokens it has room for or holds)
     for layer in getattr(cache, "layers", ()):
         keys = getattr(layer, "keys", None)
         values = getattr(layer, "values", None)
         if keys is None or values is None or not hasattr(keys, "nbytes"):
             continue
-        layers.append((keys.nbytes + values.nbytes, keys.shape[-2]))
+        tensors += [(keys.nbytes, keys.shape[-2]), (values.nbytes, values.shape[-2])]
     if seq_len is None:
         seq_len = int(cache.get_seq_length())
-    if not any(length for _, length in layers):
+    if not any(length for _, length in tensors):
         return KVMeasure(0, 0, seq_len)
-    # Layer by layer: a dynamic cache read while a forward appends to it holds a token more in the
-    # layers it has passed than in the rest, and a sliding-window layer holds its window at most.
-    used = sum(n if seq_len >= length else n * seq_len // length for n, length in layers)
-    return KVMeasure(used, sum(n for n, _ in layers), seq_len)
+    # Tensor by tensor: a dynamic cache read while a forward appends to it holds a token more in the
+    # layers it has passed than in the rest, and in the layer it is in, a token more in its keys than
+    # in its values (cat one, then the other); a sliding-window layer holds its window at most.
+    used = sum(n if seq_len >= length else n * seq_len // length for n, length in tensors)
+    return KVMeasure(used, sum(n for n, _ in tensors), seq_len)
