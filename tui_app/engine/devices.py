@@ -92,9 +92,8 @@ def make_current(device: str, torch: ModuleType) -> None:
     if kind(device) not in ("cuda", "xpu"):
         return
     index = int(device.partition(":")[2] or 0)
-    acc = getattr(torch, "accelerator", None)
-    current = acc.current_accelerator() if acc is not None and hasattr(acc, "set_device_index") else None
-    if current is not None and current.type == kind(device):
+    acc = accelerator(device, torch)
+    if acc is not None:
         acc.set_device_index(index)
     else:
         getattr(torch, kind(device)).set_device(index)
