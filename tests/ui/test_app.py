@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from monitors.events import RunFinished
 from monitors.sampler import Sampler
 from tests.helpers.synthetic import session_events
 from tui_app.commands.run import engine_source
@@ -94,7 +95,11 @@ async def test_every_key_on_the_live_engine(tmp_path):
         assert app.session.current.started.preset == "long" and app.session.current.started.prompt_tokens > 300
 
         await pilot.press("space")
-        await until(pilot, lambda: app.state == "paused", what="paused")
+        # The engine's own word that it holds: the status says "paused" at the key, while steps made
+        # before the engine read it may still be on their way (a batch-2 step is two tokens).
+        held = lambda: app.session.phase is not None and app.session.phase.name == "pause" and not app.session.phase.done  # noqa: E731
+        await until(pilot, held, what="paused")
+        assert app.state == "paused"
         tokens_then = app.session.token_count
         await pilot.pause(1.0)
         assert app.session.token_count - tokens_then <= 1
@@ -218,6 +223,47 @@ async def test_replay_shows_the_recorded_runs_and_refuses_levers():
         assert any("the anatomy is tokentop's own engine's" in n for n in notes(app))
         # the recording's own measurement still draws the figure: the int8 run's last decode steps
         assert app.session.bandwidth.quant == "int8" and readings.read_rate(app.session) is not None
+
+
+class EndsAfterADrain:
+    """A process that sends its run's last events and ends just after a frame's drain found nothing:
+    the interleaving a real one leaves to chance (a drain, then the process ends, then the check of
+    its death), held here at every frame."""
+
+    live, kind, pid, server_pid, can_pause, restartable, step_mode, done = True, "engine", None, None, False, False, False, False
+
+    def __init__(self):
+        events = session_events(runs=1)
+        self.last = [ev for ev in events if isinstance(ev, RunFinished)]
+        self.queued = [ev for ev in events if not isinstance(ev, RunFinished)]
+        self.state = "running"
+
+    def drain(self) -> list:
+        out, self.queued = self.queued, []
+        if not out and self.state == "running":
+            self.state = "ending"  # sent the rest now, and ended
+        return out
+
+    def death(self) -> str | None:
+        if self.state != "ending":
+            return None
+        self.state, self.queued = "ended", self.last
+        return "engine process exited with code 1"
+
+    def start(self) -> None: ...
+    def send(self, *cmd) -> None: ...
+    def close(self) -> None: ...
+
+
+async def test_a_process_that_ends_after_its_last_run_leaves_that_run_finished_and_its_end_said():
+    """Whatever a process sent before it ended is read before its run is called cut off: the run it
+    finished stays finished, and the status line keeps saying how it ended."""
+    app = TokentopApp(EndsAfterADrain(), None)
+    async with app.run_test(size=APP_SIZE) as pilot:
+        await until(pilot, lambda: app.session.fatal is not None, timeout=10, what="the end noticed")
+        await pilot.pause(0.3)  # frames after it: nothing more to come
+        assert finished(app) == 1 and app.session.died == {}
+        assert app.state.startswith("engine process exited with code 1"), app.state
 
 
 @pytest.mark.serial

@@ -120,6 +120,10 @@ class TokentopApp(LeverKeys, ViewKeys):
 
     def feed(self) -> list:
         self._apply_size()  # cheap when the size class is unchanged; resize events do not always reach the App
+        # The death is read before the drain: what a process sent before it ended is then all read
+        # (a script's death waits for its last events) before its run is called cut off, where a
+        # process ending between the two would have had its last run, finished, marked died.
+        death = self.source.death()
         events = self.source.drain()
         sampled = self.sampler.fresh() if self.sampler is not None else None
         events += [sampled] if sampled is not None else []
@@ -127,7 +131,6 @@ class TokentopApp(LeverKeys, ViewKeys):
             self.session.feed(ev)
             self._on_event(ev)
         self.monitor.flush_text()
-        death = self.source.death()
         if death:
             self._engine_died(death)
         if not self.source.live and self.source.done and self.state != "replay finished":
