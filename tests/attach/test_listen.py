@@ -1,11 +1,16 @@
 """attach/listen.py's Merge: several processes' events (a script's subprocesses, a torchrun's ranks,
 notebooks) as the one run at a time the panes take."""
 
+import socket
+import threading
+import time
 from collections import deque
 
+from monitors.codec import to_json
 from monitors.events import EngineError, EngineReady, Levers, RunFinished, RunStarted, Step
 from tests.helpers.synthetic import session_events, timed_run
-from tui_app.attach.listen import Merge
+from tui_app.attach import listen
+from tui_app.attach.listen import Listener, Merge
 
 READY = next(ev for ev in session_events(1) if isinstance(ev, EngineReady))
 
@@ -61,3 +66,31 @@ def test_a_process_gone_mid_run_frees_the_panes():
     assert shown(out) == [("RunStarted", 1), ("RunStarted", 2), ("RunFinished", 2)]
     # Nothing of the gone process is kept: a listener outlives any number of them.
     assert not [key for key in merge.ids if key[0] == 1] and 1 not in merge.ready
+
+
+def test_a_connection_accepted_but_not_yet_read_counts_as_reading(tmp_path, monkeypatch):
+    """A script's quiet time ends when no process is connected or waiting to be: a connection the
+    listener has taken off the backlog but whose reader has not started is neither, unless the two
+    are one step. The accepting thread is held there (its peer's pid read slowly), as a loaded
+    machine may hold it; the process's event, sent before it closed, is read."""
+    inside, real = threading.Event(), listen._peer_pid
+
+    def slow_peer_pid(conn):
+        inside.set()
+        time.sleep(0.5)
+        return real(conn)
+
+    monkeypatch.setattr(listen, "_peer_pid", slow_peer_pid)
+    listener = Listener(tmp_path / "events.sock")
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as process:
+            process.connect(str(listener.path))
+            process.sendall((to_json(READY) + "\n").encode())
+        assert inside.wait(10)
+        # No longer reading only once the reader has read the line and the end of the connection
+        end = time.monotonic() + 10
+        while listener.reading() and time.monotonic() < end:
+            time.sleep(0.01)
+        assert [type(ev) for ev in listener.drain()] == [EngineReady]
+    finally:
+        listener.close()

@@ -28,6 +28,8 @@ from monitors.codec import Event, EventDecodeError, UnknownEventType, from_json
 from monitors.events import EngineError, EngineReady, LeverRefused, RunFinished, RunStarted
 from tui_app.requests import Confidence, Pause, Probe, Profile, Resume, SetLever, Shutdown, Stop
 
+ACCEPT_POLL_S = 0.5  # how soon the accepting thread sees its socket closed
+
 REFUSED = "{who} sets its own {what}: change it there"
 
 
@@ -125,21 +127,31 @@ class Listener:
         finally:
             os.umask(old)
         self.server.listen(8)
+        self.server.setblocking(False)
+        # Held from a connection's accept to its reader's start, and by `reading()`: a connection
+        # is then always in the backlog or read, never between the two unseen (a niced thread could
+        # be held there past the script's quiet time, and that process's events were lost).
+        self._accepting = threading.Lock()
         threading.Thread(target=self._accept, name="tokentop-listen", daemon=True).start()
 
     def _accept(self) -> None:
         while True:
             try:
-                conn, _ = self.server.accept()
-            except OSError:  # closed
+                select.select([self.server], [], [], ACCEPT_POLL_S)  # a timeout: a closed socket never wakes a select
+                with self._accepting:
+                    conn, _ = self.server.accept()
+                    conn.setblocking(True)
+                    self.connections += 1
+                    n = self.connections
+                    self.merge.pid[n] = _peer_pid(conn)
+                    self.merge.peer_pid = self.merge.peer_pid or self.merge.pid[n]
+                    reader = threading.Thread(target=self._read, args=(conn, n), name="tokentop-listen-conn", daemon=True)
+                    self.readers = [r for r in self.readers if r.is_alive()] + [reader]
+                    reader.start()
+            except BlockingIOError:  # nothing waiting yet
+                continue
+            except (OSError, ValueError):  # closed
                 return
-            self.connections += 1
-            n = self.connections
-            self.merge.pid[n] = _peer_pid(conn)
-            self.merge.peer_pid = self.merge.peer_pid or self.merge.pid[n]
-            reader = threading.Thread(target=self._read, args=(conn, n), name="tokentop-listen-conn", daemon=True)
-            self.readers = [r for r in self.readers if r.is_alive()] + [reader]
-            reader.start()
 
     def _read(self, conn: socket.socket, n: int) -> None:
         with conn, conn.makefile("r", encoding="utf-8", errors="replace") as lines:
@@ -156,8 +168,9 @@ class Listener:
 
     def reading(self) -> bool:
         """Whether a process is still connected, or waits to be."""
-        waiting = self.server.fileno() >= 0 and select.select([self.server], [], [], 0)[0]
-        return bool(waiting) or any(r.is_alive() for r in self.readers)
+        with self._accepting:
+            waiting = self.server.fileno() >= 0 and select.select([self.server], [], [], 0)[0]
+            return bool(waiting) or any(r.is_alive() for r in self.readers)
 
     def drain(self) -> list[Event]:
         out = []

@@ -53,13 +53,18 @@ def headless(opts: Options, source) -> int:
     session = Session(recorder=recorder)
     source.start()
     print(f"tokentop: listening on {source.path}; {HOW}", file=sys.stderr, flush=True)
+
+    def show() -> None:
+        for ev in source.drain():
+            session.feed(ev)
+            say(session, ev, out=sys.stdout)
+
     try:
         while True:
-            for ev in source.drain():
-                session.feed(ev)
-                say(session, ev, out=sys.stdout)
+            show()
             time.sleep(POLL_S)
-    except KeyboardInterrupt:  # how a listener is ended
+    except KeyboardInterrupt:  # how a listener is ended: what came before it is shown too
+        show()
         return 0
     finally:
         source.close()
