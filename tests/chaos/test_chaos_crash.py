@@ -78,7 +78,10 @@ def test_kill_9_of_the_ui_mid_run(llama_server, tmp_path):
     app = TmuxApp("tt-chaos-kill-ui", ["attach", llama_server.url, "--record", str(rec), "--auto", "--max-new-tokens", "48", "--ignore-eos"])
     try:
         runs = wait_for_runs(rec, 2)
-        app.wait_for(lambda s: f"run {runs[-1] + 1}: generating" in s, timeout=30, poll=0.02)
+        # Any later run: the recording is a frame behind the screen, and a run of 48 tokens (0.4 s)
+        # can end, or never be drawn generating, before the test reads the screen again.
+        later = lambda s: any(int(n) > runs[-1] for n in re.findall(r"run (\d+): generating", s))  # noqa: E731
+        app.wait_for(later, timeout=30, poll=0.02)
         ui = psutil.Process(app.pid())
         beside = ui.children(recursive=True)  # the server client, multiprocessing's resource tracker
         ui.kill()
@@ -96,7 +99,10 @@ def test_kill_9_of_the_ui_mid_run(llama_server, tmp_path):
 async def test_kill_9_of_the_server_client_beside_the_ui(llama_server, tmp_path):
     rec = tmp_path / "s.jsonl"
     source = AttachSource([AttachConfig(url=llama_server.url)])
-    app = TokentopApp(source, RunRequest(max_new_tokens=48, ignore_eos=True), recorder=Recorder(rec), fps=8, auto=True, out_dir=str(tmp_path))
+    # Long enough that the kill lands mid-run in the client's own time, not only on the UI's screen:
+    # the UI draws what the client sent a frame or more before (seconds on a loaded machine), and
+    # llama.cpp makes 48 tokens in 0.4 s: at 48 the client could have ended the run the UI saw streaming.
+    app = TokentopApp(source, RunRequest(max_new_tokens=384, ignore_eos=True), recorder=Recorder(rec), fps=8, auto=True, out_dir=str(tmp_path))
     async with app.run_test(size=APP_SIZE) as pilot:
         streaming = lambda: finished(app) >= 1 and app.session.current.finished is None and app.session.current.total.n_tokens > 2  # noqa: E731
         await until(pilot, streaming, timeout=60, what="run 2 streaming")

@@ -8,6 +8,7 @@ import time
 import psutil
 import pytest
 
+from benchmarks.common.deadline import Deadline
 from monitors.sampler import Sampler
 
 
@@ -15,10 +16,18 @@ def test_sampler_readings_against_psutil_and_bounded_history():
     s = Sampler(hz=50, history=5)
     s.watch("engine", os.getpid())
     s.start()
-    time.sleep(0.4)
+    # Until the first sample has gone: more than 5 taken however slowly (20 in 0.4 s when nothing
+    # holds the thread back; a loaded machine's may take a second)
+    deadline = Deadline(10)
+    while not s.snapshot() and not deadline.passed():
+        time.sleep(0.02)
+    assert s.snapshot(), f"no sample in {deadline}"
+    first = s.snapshot()[0].t_ns
+    while s.snapshot()[0].t_ns == first and not deadline.passed():
+        time.sleep(0.02)
     s.stop()
     snap = s.snapshot()
-    assert len(snap) == 5  # a ring buffer: 20 samples taken, 5 kept
+    assert len(snap) == 5 and snap[0].t_ns != first  # a ring buffer: more taken, 5 kept
     last = snap[-1]
     rss = psutil.Process().memory_info().rss
     assert last.processes["engine"].rss == pytest.approx(rss, rel=0.05)
