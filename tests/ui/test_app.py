@@ -174,16 +174,20 @@ async def test_profile_steps_profiles_the_first_run_and_keeps_its_verdict_in_its
 
 
 async def test_engine_killed_mid_run_is_shown_and_restart_recovers(tmp_path):
-    # Long enough that the kill, at the fourth token, lands mid-run even at a loaded machine's few
-    # tokens a second; the run after the restart has the same length (400 took 30 s of CPU there).
+    """Killed while paused mid-run, where the engine's pause phase says it is (the UI's screen can
+    lag the engine by seconds on a loaded machine, and a run it drew begun could be over); the new
+    engine starts unpaused, and its run finishes."""
     app = live_app(tmp_path, max_new=64)
     async with app.run_test(size=APP_SIZE) as pilot:
         await until(pilot, lambda: app.session.token_count > 3, what="tokens")
+        await pilot.press("space")
+        await until(pilot, lambda: app.session.phase is not None and app.session.phase.name == "pause" and not app.session.phase.done, what="the engine paused")
         os.kill(app.source.pid, signal.SIGKILL)
         await until(pilot, lambda: app.session.fatal is not None, what="death noticed")
         assert "SIGKILL" in app.state and "R" in app.state
         assert app.session.rows()[-1].note == "engine died"
         await pilot.press("R")
+        assert not app.paused
         await until(pilot, lambda: finished(app) >= 1, timeout=120, what="run after restart")
 
 

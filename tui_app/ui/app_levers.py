@@ -144,7 +144,7 @@ class LeverKeys(AppState):
         """A new engine process, its runs numbered on: ids stay unique in the table, export and recording."""
         self.state = "restarting engine…"
         self.session.engine_died("restarting", why="stopped by the engine restart")
-        self.running = False
+        self.running = self.paused = False  # a new engine starts unpaused: the next space pauses it
         self.source.restart(self.session.levers, first_run_id=self.session.next_run_id)
         self.session.fatal = None
         self._follow()
