@@ -112,8 +112,11 @@ async def test_watching_one_server_reads_its_metrics_only(llama_server, tmp_path
         taken: list[int] = []
         add = app.session.leak.add
         app.session.leak.add = lambda b: (taken.append(b), add(b))[1]
-        for k in range(3):  # another client's requests, one at a time, idle between
-            for t in generate(llama_server.url, 48):
+        # Another client's requests, one at a time, idle between; each long enough (1.3 s alone,
+        # more beside the tier's other workers) that the client's 8-Hz poll finds it busy even when
+        # held back a while: the baseline is taken where busy turns idle.
+        for k in range(3):
+            for t in generate(llama_server.url, 160):
                 while t.is_alive():
                     await pilot.pause(0.05)
             await until(pilot, lambda k=k: app.session.leak.seen >= k + 1, timeout=10, what=f"idle baseline {k + 1}")
