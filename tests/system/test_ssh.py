@@ -102,8 +102,10 @@ def over_ssh(tmp_path_factory, tmux_server) -> Watched:
             local = TmuxApp("tt-local", [*ARGS, "--record", str(session.local)])
             try:
                 local.wait_for(lambda s: TTFT.search(s) is not None, timeout=180)
-                local.keys("w")  # both on int8, as the remote has been since its w
-                local.wait_for(lambda s: "w:int8" in s.splitlines()[0], timeout=10)
+                # Both on int8, as the remote has been since its w: the engine's word ("w:int8"
+                # without the key's "…"), so that its quantize, a core for a second, is behind them
+                local.keys("w")
+                local.wait_for(lambda s: re.search(r"w:int8(?!…)", s.splitlines()[0]) is not None, timeout=30)
                 session.side_by_side_ns = time.perf_counter_ns()
                 # At 0.5 fps or less a screen shows a run being generated in few captures (19 of 87
                 # at one capture in 0.4 s, 9 on a loaded CI machine): captures twice as often place
