@@ -5,6 +5,7 @@ the MLP's row, the trace read back, and the refusals."""
 from __future__ import annotations
 
 import json
+import statistics
 import time
 
 import pytest
@@ -44,8 +45,14 @@ def test_the_parts_account_for_the_step_and_a_delay_in_one_mlp_lands_in_the_mlp_
     assert sum(ev.parts.values()) == pytest.approx(ev.step_ms, rel=1e-6)
     # The profiler's step against the engine's own clock for the same steps (Step.compute_ns:
     # perf_counter from the step's start to its tokens in hand): the anatomy accounts for the step.
-    engine_ms = sum(s.compute_ns for s in steps) / len(steps) / 1e6
-    assert ev.step_ms == pytest.approx(engine_ms, rel=0.05), (ev.step_ms, engine_ms)
+    # Step by step from the trace, the median of each: one step held up outside the profiler's
+    # range (a fresh clone, 2026-12-02: means of 69.8 against 78.0 ms, a step's worth of 65 ms)
+    # moves one mean and not the other, and no step's figure is what the test is about.
+    trace = json.loads((tmp_path / "a.json").read_text())
+    traced = [e["dur"] / 1000 for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("name") == "tt.step" and e.get("cat") == "user_annotation"]
+    assert len(traced) == STEPS and ev.step_ms == pytest.approx(statistics.mean(traced), rel=1e-3)
+    engine_ms = [s.compute_ns / 1e6 for s in steps]
+    assert statistics.median(traced) == pytest.approx(statistics.median(engine_ms), rel=0.05), (traced, engine_ms)
     assert ev.parts["attention"] > 0 and ev.parts["mlp"] > 0 and ev.parts["framework"] < 0.25 * ev.step_ms, ev.parts
 
     hook = plain.model.model.layers[3].mlp.register_forward_hook(_spin(SPIN_MS))
