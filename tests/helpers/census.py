@@ -64,12 +64,11 @@ class Census:
             try:
                 t = p.cpu_times()
                 cpu = t.user + t.system
-                rec = self.seen.get((p.info["pid"], p.info["create_time"]))
-                if rec is None:
-                    before = p.info["create_time"] < self.began - 1  # its start is known to a second (boot time's)
-                    rec = {"kind": kind(p.info["cmdline"] or [], p.info["name"] or ""), "from": cpu if before else 0.0}
-                    self.seen[(p.info["pid"], p.info["create_time"])] = rec
-                rec["cpu"] = cpu
+                key = (p.info["pid"], p.info["create_time"])  # a pid alone can be reused within a tier
+                if key not in self.seen:
+                    before = key[1] < self.began - 1  # its start is known to a second (boot time's)
+                    self.seen[key] = {"kind": kind(p.info["cmdline"] or [], p.info["name"] or ""), "from": cpu if before else 0.0}
+                self.seen[key]["cpu"] = cpu
             except psutil.Error:  # ended between the listing and the look
                 pass
 
