@@ -346,13 +346,24 @@ def test_serve_beyond_this_machine_needs_public_and_says_who_can_connect():
     assert "--public" not in err.split("command:")[-1]  # not passed on to `run`, which has no such option
 
 
-def test_model_errors_name_the_option_and_the_kind_of_path(tmp_path):
+def test_model_errors_name_the_option_and_the_kind_of_path_before_torch_is_imported(tmp_path):
+    """What a path alone says is said at once: in the TUI's command and the headless ones alike, a
+    draft's typo before the main model loads, and no command imports torch to say it."""
     notes = tmp_path / "notes.txt"
     notes.write_text("not a model")
-    r = tokentop("run", "--no-tui", "--no-record", "--model", str(notes))
-    assert r.returncode == 2 and f"--model {notes}: a file that is not a .gguf" in r.stderr and "folder" not in r.stderr.split(":")[1]
-    r = tokentop("run", "--no-tui", "--no-record", "--max-new-tokens", "1", "--draft-model", str(tmp_path / "missing.gguf"))
-    assert r.returncode == 2 and "--draft-model " in r.stderr and "--model " not in r.stderr.replace("--draft-model", ""), r.stderr
+    cases = {
+        f"run --no-tui --no-record --model {notes}": f"--model {notes}: a file that is not a .gguf; give a model folder",
+        f"run --no-record --model {tmp_path}": f"--model {tmp_path}: this folder is not a model (no config.json)",
+        f"run --no-tui --no-record --draft-model {tmp_path}/missing.gguf": f"--draft-model {tmp_path}/missing.gguf: no such file",
+        f"bench --draft-model {tmp_path}/missing.gguf": f"--draft-model {tmp_path}/missing.gguf: no such file",
+        f"leakcheck --model {tmp_path}/nope": f"--model {tmp_path}/nope: no such file or folder",
+        f"demo --no-tui --model {notes}": f"--model {notes}: a file that is not a .gguf",
+    }
+    code = "import sys; from tui_app.cli import main; [print(main(a.split()), 'torch' in sys.modules, flush=True) for a in sys.argv[1:]]"
+    r = subprocess.run([sys.executable, "-c", code, *cases], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert r.stdout.split("\n")[:-1] == ["2 False"] * len(cases), r.stdout + r.stderr
+    lines = r.stderr.splitlines()  # one line each
+    assert len(lines) == len(cases) and all(line.startswith(f"tokentop: {m}") for line, m in zip(lines, cases.values(), strict=True)), r.stderr
 
 
 def test_headless_output_has_no_library_noise_unless_verbose():

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from monitors.events import EngineError, LeverRefused
 from tui_app.commands.bench import apply_levers
-from tui_app.commands.options import add_demo_leak, add_model, add_ui, check_engine
+from tui_app.commands.options import add_demo_leak, add_model, add_ui, check_engine, check_models
 from tui_app.commands.run import load_engine
 from tui_app.core.options import EXIT_USAGE, EngineOptions, UiOptions, UsageError, bounded, default_record_path, open_recording, require_writable
 from tui_app.core.session import Session
@@ -88,6 +88,7 @@ def tour_steps(args) -> list[TourStep]:
 
 def demo_main(args: Options) -> int:
     steps = tour_steps(args)  # a bad script is refused before any model loads
+    check_models(args)
     if args.no_tui:
         return run_headless_tour(args, steps)
     from tui_app.commands.run import live_source

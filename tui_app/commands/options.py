@@ -8,7 +8,7 @@ import os
 import sys
 
 from monitors.events import BATCH_SIZES, QUANT_LEVELS, SPEC_MODES, THINK_BUDGETS
-from tui_app.core.options import bounded, demo_leak, require_extra
+from tui_app.core.options import UsageError, bounded, demo_leak, require_extra
 from tui_app.engine.config import BATCH_PROMPTS, DEVICE_MAPS
 from tui_app.prompts import PRESETS
 
@@ -156,6 +156,19 @@ def check_engine(threads: int | None = None) -> None:
     cores = os.cpu_count() or 1
     if threads > cores:
         print(f"tokentop: warning: --threads {threads} is more than this machine's {cores} cores; threads beyond them only wait", file=sys.stderr)
+
+
+def check_models(args) -> None:
+    """--model and --draft-model as their paths say, before any import of torch or load (UsageError):
+    a typo is one line at once, not after seconds of imports or, for a draft, the main model's load."""
+    from tui_app.engine.models import ModelError, locate
+
+    try:
+        for spec, option in ((args.model, "--model"), (args.draft_model, "--draft-model")):
+            if spec is not None:
+                locate(spec, option)
+    except ModelError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def max_memory(text: str) -> dict:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from monitors.events import EngineError, LeverRefused
 from monitors.routing import load_text
 from monitors.text import plural
-from tui_app.commands.options import COUNT, add_engine, add_ui, check_engine
+from tui_app.commands.options import COUNT, add_engine, add_ui, check_engine, check_models
 from tui_app.core import batch_view, fmt, readings
 from tui_app.core.export import run_json
 from tui_app.core.options import EXIT_USAGE, EngineOptions, PromptOptions, UiOptions, engine_config, open_recording, run_request
@@ -50,6 +50,7 @@ def main(opts: Options) -> int:
     check_engine(opts.threads)
     run_request(opts)  # validate before any model loads
     engine_config(opts)
+    check_models(opts)
     if opts.no_tui:
         return run_headless(opts)
     from tui_app.ui.launch import run_tui
@@ -72,6 +73,7 @@ def load_engine(args: EngineOptions, session: Session):
     would answer another question than the one put."""
     from tui_app.engine.lever_rules import refused_at_start
 
+    check_models(args)
     cfg = engine_config(args)
     # What the levers refuse among themselves needs no model: said before a load of seconds.
     if early := refused_at_start(cfg.levers, cfg.temperature, cfg.batch_prompts):

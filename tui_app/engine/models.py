@@ -199,6 +199,39 @@ def converted_default() -> Path:
     return folder
 
 
+@dataclass(frozen=True)
+class Located:
+    """Where a model spec points, from its path alone: a GGUF to read (or its converted copy), or
+    what transformers loads (a folder, or a Hugging Face id looked up in the local cache)."""
+
+    name: str
+    gguf: Path | None = None
+    path: str = ""
+    source: str = "gguf"  # as Loaded.source, before the load knows whether a converted copy exists
+
+
+def locate(spec: str | None, option: str = "--model") -> Located:
+    """What a model spec's path says without torch: a typo in --model or --draft-model is one line
+    at once, not after seconds of imports and, for a draft, the main model's load. Raises ModelError."""
+    if spec in (DEFAULT_MODEL, "", None):
+        return Located("SmolLM2-135M-Instruct", gguf=find_default_gguf())
+    if spec.endswith(".gguf"):
+        gguf = Path(spec).expanduser()
+        if not gguf.is_file():
+            raise ModelError(f"{option} {spec}: no such file")
+        return Located(gguf.stem, gguf=gguf)
+    path = Path(spec).expanduser()
+    if path.is_file():
+        raise ModelError(f"{option} {spec}: a file that is not a .gguf; give a model folder (with config.json) or a .gguf file")
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise ModelError(f"{option} {spec}: this folder is not a model (no config.json)")
+        return Located(path.name, path=str(path), source="folder")
+    if spec.startswith((".", "/", "~")):
+        raise ModelError(f"{option} {spec}: no such file or folder")
+    return Located(spec, path=spec, source="hf-cache")
+
+
 def load_model(spec: str, device: str, dtype, progress=lambda msg: None, option: str = "--model", device_map: str | None = None, max_memory=None) -> Loaded:
     """Load model + tokenizer on `device` in `dtype`, or placed by accelerate's `device_map` over
     the GPUs, CPU and disk; raises ModelError with an actionable message naming `option`, the
@@ -206,15 +239,8 @@ def load_model(spec: str, device: str, dtype, progress=lambda msg: None, option:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     t0 = time.perf_counter()
-    gguf: Path | None = None
-    if spec in (DEFAULT_MODEL, "", None):
-        gguf = find_default_gguf()
-        name = "SmolLM2-135M-Instruct"
-    elif spec.endswith(".gguf"):
-        gguf = Path(spec).expanduser()
-        if not gguf.is_file():
-            raise ModelError(f"{option} {spec}: no such file")
-        name = gguf.stem
+    where = locate(spec, option)
+    name, gguf, spec_path, source = where.name, where.gguf, where.path, where.source
     if gguf is not None:
         folder = _gguf_cache_dir(gguf)
         if _is_complete_copy(folder):
@@ -225,19 +251,6 @@ def load_model(spec: str, device: str, dtype, progress=lambda msg: None, option:
                 return Loaded(model.to(device=device, dtype=dtype).eval(), tok, name, "gguf", time.perf_counter() - t0)
             del model
             spec_path, source = str(folder), "gguf"
-    else:
-        path = Path(spec).expanduser()
-        name = path.name if path.exists() else spec
-        if path.is_file():
-            raise ModelError(f"{option} {spec}: a file that is not a .gguf; give a model folder (with config.json) or a .gguf file")
-        if path.exists():
-            if not (path / "config.json").is_file():
-                raise ModelError(f"{option} {spec}: this folder is not a model (no config.json)")
-            spec_path, source = str(path), "folder"
-        elif spec.startswith((".", "/", "~")):
-            raise ModelError(f"{option} {spec}: no such file or folder")
-        else:
-            spec_path, source = spec, "hf-cache"
     progress(f"loading {name} from {source}" + (f", placed by device_map={device_map}" if device_map else ""))
     # A copy of max_memory: transformers rewrites the sizes in the dict it is given.
     offload = str(cache_root() / "offload")
