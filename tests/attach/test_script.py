@@ -324,8 +324,8 @@ def _listener(env: dict) -> subprocess.Popen:
 @pytest.mark.serial
 def test_a_notebook_sends_to_a_listener_that_dies_and_comes_back(folder, tmp_path):
     """`tokentop.watch(model, tok)` in a notebook-like process, `tokentop listen` killed (-9) after its
-    first row and started again two seconds later: generation never stalls (no call slower than
-    twice the median), the new listener replaces the dead one's socket and shows the later calls,
+    first row and started again two seconds later: generation never stalls (no call waits off
+    the CPU for half a median call), the new listener replaces the dead one's socket and shows the later calls,
     numbered on as the notebook numbers them; killing it never reaches the notebook."""
     env = {**os.environ, "TOKENTOP_CACHE": str(tmp_path)}
     first = _listener(env)
@@ -348,8 +348,12 @@ def test_a_notebook_sends_to_a_listener_that_dies_and_comes_back(folder, tmp_pat
             if proc is not None and proc.poll() is None:
                 proc.kill()
     assert notebook.returncode == 0
-    seconds = [float(x) for x in re.findall(r"^CALL \d+ ([\d.]+)$", out, re.M)]
-    assert len(seconds) == 8 and max(seconds[1:]) < 2 * statistics.median(seconds), seconds
+    # A stall is time a call waits off the CPU: its wall time less its CPU time. The wall time
+    # alone moved 1.9-5.5 s a call from one call to the next on a machine whose memory bandwidth
+    # swung 14-23 GB/s every few seconds (the Zen 4, 2026-12-02), CPU time with it.
+    calls = [(float(wall), float(cpu)) for wall, cpu in re.findall(r"^CALL \d+ ([\d.]+) ([\d.]+)$", out, re.M)]
+    waits = [wall - cpu for wall, cpu in calls[1:]]
+    assert len(calls) == 8 and max(waits) < 0.5 * statistics.median(wall for wall, _ in calls), calls
     seen = [int(n) for n in re.findall(r"^run (\d+) ", rows, re.M)]
     assert again.returncode == 0 and seen and seen[-1] == 8 and seen[0] > 1, rows
     # The first may be a call the listener joined mid-way (sent the run in progress on connecting:

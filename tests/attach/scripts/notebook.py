@@ -1,5 +1,6 @@
 """A notebook's cells as a script: a model and its tokenizer loaded, `tokentop.watch(model, tok)`,
-then generate() calls one after another, each call's own wall time printed as it ends."""
+then generate() calls one after another, each call's wall time and this process's CPU time in it
+printed as it ends: what the call waited, off the CPU, is their difference."""
 
 import os
 import sys
@@ -21,6 +22,6 @@ model = AutoModelForCausalLM.from_pretrained(folder)
 tokentop.watch(model, tok)
 print("WATCHING", flush=True)
 for i in range(calls):
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     model.generate(**tok("The capital of France is", return_tensors="pt"), max_new_tokens=24, do_sample=False)
-    print(f"CALL {i + 1} {time.perf_counter() - t0:.3f}", flush=True)
+    print(f"CALL {i + 1} {time.perf_counter() - t0:.3f} {time.process_time() - c0:.3f}", flush=True)
