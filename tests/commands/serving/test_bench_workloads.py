@@ -255,7 +255,10 @@ def test_the_sweep_finds_the_headroom_a_direct_run_confirms(one_slot, tmp_path):
     _, alone = run(tmp_path, "--endpoint", one_slot.url, "--lengths", "16:8", "--requests", "3", "--repeats", "1", "--warmup", "1")
     ttft, e2e = alone["results"][0]["ttft_p50_s"], alone["results"][0]["e2e_p50_s"]
     capacity = 1 / e2e
-    slo = f"ttft={(ttft + e2e) * 1000:.0f}ms"
+    # A TTFT a request alone meets with room for the machine's swings (its pace moved 2-4x within
+    # seconds, 2026-12-02: at ttft + e2e, 3 of 12 requests at the headroom missed it, queueing
+    # none), and that the queue at twice the capacity outgrows from its sixth request on.
+    slo = f"ttft={(ttft + 2 * e2e) * 1000:.0f}ms"
     # Steps at 0.4 and 2.0 of the capacity: evenly spaced arrivals never queue at the first, pile up at the second.
     lo, step = round(0.4 * capacity, 3), round(1.6 * capacity, 3)
     spec = f"{lo:g}:{lo + 2 * step:g}:{step:g}"
