@@ -128,10 +128,12 @@ def test_before_a_server_of_fixed_pace_the_tools_agree_within_3_percent_and_toke
     server = SseStandIn(gap_ms=16)
     try:
         pin(server.proc.pid, split[0])
-        # c1 one round: before a fixed pace its figures are the same in either order (within 0.3 % of
-        # the peer's, its TTFT 0.7-1 ms nearer the server's own, in each of five runs), and it was
-        # two thirds of the test's time; c8's TTFT p50 is the one figure near its bound, read over three.
-        cells = [Cell("c1", 1, None, 12, rounds=1), Cell("c8", 8, None, 32), Cell("r20/s", None, 20.0, 32)]
+        # c1's twelve requests in three rounds of four, not one of twelve: the TTFT is the tool's path,
+        # about a millisecond of its CPU, which this machine's pace can double from one turn to the
+        # next (CI, 2026-12-02: one round, tokentop 1.96 ms over the server's own where 0.8-1.0, the
+        # peer 1.85). Three turns each, in alternating order, give the wander its bound allows, at
+        # the cost of one round of twelve (22.8 s where 21.5; three of six each, 30-37 s).
+        cells = [Cell("c1", 1, None, 4), Cell("c8", 8, None, 32), Cell("r20/s", None, 20.0, 32)]
         results = compare(server.url, str(converted_default()), cells, 64, 32, 3, VLLM_PYTHON, cpus=split[1], keep_alive=True, own_ttfts=server.take_ttfts)
     finally:
         server.close()
