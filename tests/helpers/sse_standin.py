@@ -4,7 +4,8 @@ would measure): /v1/completions streams `max_tokens` one-word chunks, --gap-ms a
 chunk and [DONE]; /v1/models names one model. It notes when each request arrived (CLOCK_MONOTONIC,
 which every process on the host shares), so a generator's send times can be checked from outside
 it: GET /arrivals lists them (ns), GET /ttfts each request's arrival to its first chunk's write (ns,
-its own TTFT, to check a generator's against), POST /reset forgets both.
+its own TTFT, to check a generator's against), POST /reset forgets both. With --slots N it streams N
+requests at a time, the rest waiting in arrival order (a server's queue, at a pace no CPU's moves).
 
 With --reasoning SHAPE, /v1/chat/completions streams a reasoning model's answer as an engine that
 does not run here sends it (each shape from its engine's documentation of its chunks): FIRST_S
@@ -22,7 +23,8 @@ With --experts DIR it is an SGLang (or with --recorder lmdeploy, an lmdeploy) wi
 expert-distribution recorder on (tests/helpers/expert_recorder.py): /v1/completions' prefill (8
 positions) and each later chunk are its forward passes, and the recorder dumps into DIR.
 
-    python -m tests.helpers.sse_standin [--port N] [--gap-ms 1] [--reasoning SHAPE] [--experts DIR [--recorder KIND]]  # prints its URL; serves till stdin ends
+    # prints its URL; serves till stdin ends
+    python -m tests.helpers.sse_standin [--port N] [--gap-ms 1] [--slots N] [--reasoning SHAPE] [--experts DIR [--recorder KIND]]
 
 `SseStandIn` starts one in a process of its own, so the generator under test does not share its
 interpreter.
@@ -57,7 +59,9 @@ def reasoning_chunks(shape: str) -> list[tuple[str, dict]]:
     return [("thinking", {"content": w}) for w in [*opens, *think, *closes]] + [("answer", {"content": w}) for w in [*HARMONY_ANSWER, *answer]]
 
 
-def app(gap_s: float, shape: str | None = None, experts_dir: str | None = None, server: str = "sglang"):
+def app(gap_s: float, shape: str | None = None, experts_dir: str | None = None, server: str = "sglang", slots: int = 0):
+    import contextlib
+
     from aiohttp import web
 
     from tests.helpers.expert_recorder import PROMPT_POSITIONS, Recorder, routes
@@ -66,10 +70,15 @@ def app(gap_s: float, shape: str | None = None, experts_dir: str | None = None, 
 
     arrivals: list[int] = []
     ttfts: list[int] = []  # a request's arrival to its first chunk's write, ns: the server's own TTFT
+    slot = asyncio.Semaphore(slots) if slots else None  # asyncio's wakes its waiters first come, first served
 
     async def completions(request: web.Request) -> web.StreamResponse:
         arrived = time.monotonic_ns()
         arrivals.append(arrived)
+        async with slot or contextlib.nullcontext():
+            return await stream(request, arrived)
+
+    async def stream(request: web.Request, arrived: int) -> web.StreamResponse:
         body = await request.json()
         n = int(body.get("max_tokens") or 16)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
@@ -140,13 +149,14 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--gap-ms", type=float, default=1.0)
+    p.add_argument("--slots", type=int, default=0, help="requests streamed at a time (0: all)")
     p.add_argument("--reasoning", choices=("ollama", "deepseek", "harmony"), default=None)
     p.add_argument("--experts", default=None, metavar="DIR")
     p.add_argument("--recorder", choices=("sglang", "lmdeploy", "lmdeploy-off"), default="sglang")
     args = p.parse_args()
 
     async def serve() -> None:
-        runner = web.AppRunner(app(args.gap_ms / 1000, args.reasoning, args.experts, args.recorder), access_log=None)
+        runner = web.AppRunner(app(args.gap_ms / 1000, args.reasoning, args.experts, args.recorder, args.slots), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", args.port)
         await site.start()
@@ -161,9 +171,10 @@ def main() -> None:
 class SseStandIn:
     """The stand-in in a process of its own on 127.0.0.1."""
 
-    def __init__(self, gap_ms: float = 1.0, reasoning: str | None = None, experts: str | None = None, recorder: str = "sglang"):
+    def __init__(self, gap_ms: float = 1.0, reasoning: str | None = None, experts: str | None = None, recorder: str = "sglang", slots: int = 0):
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        cmd = [sys.executable, "-m", "tests.helpers.sse_standin", "--gap-ms", str(gap_ms), *(["--reasoning", reasoning] if reasoning else [])]
+        cmd = [sys.executable, "-m", "tests.helpers.sse_standin", "--gap-ms", str(gap_ms), "--slots", str(slots)]
+        cmd += ["--reasoning", reasoning] if reasoning else []
         cmd += ["--experts", experts, "--recorder", recorder] if experts else []
         self.proc = subprocess.Popen(cmd, cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.url = self.proc.stdout.readline().strip()

@@ -1,6 +1,7 @@
 """`tokentop bench --endpoint` with workloads like production (ShareGPT conversations, a Mooncake
-trace), rounds with their intervals, two servers' ratios, and the headroom sweep, on real
-llama.cpp servers; the file readers' refusals and the statistics against scipy's."""
+trace), rounds with their intervals, two servers' ratios and the SLO's refusals, on real llama.cpp
+servers; the headroom sweep before a one-slot server of fixed pace; the file readers' refusals and
+the statistics against scipy's."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import sys
 import pytest
 
 from tests.helpers.llama_server import LlamaServer
+from tests.helpers.sse_standin import SseStandIn
 from tui_app.commands.serving import sweep, workloads
 from tui_app.core import stats
 from tui_app.core.options import UsageError
@@ -250,31 +252,38 @@ def test_two_servers_rounds_give_intervals_and_the_ratio_with_its_interval(llama
 
 
 @pytest.mark.serial
-def test_the_sweep_finds_the_headroom_a_direct_run_confirms(one_slot, tmp_path):
-    # The server's pace now (a shared machine's varies): a request alone, and the SLO it gives.
-    _, alone = run(tmp_path, "--endpoint", one_slot.url, "--lengths", "16:8", "--requests", "3", "--repeats", "1", "--warmup", "1")
-    ttft, e2e = alone["results"][0]["ttft_p50_s"], alone["results"][0]["e2e_p50_s"]
-    capacity = 1 / e2e
-    # A TTFT a request alone meets with room for the machine's swings (its pace moved 2-4x within
-    # seconds, 2026-12-02: at ttft + e2e, 3 of 12 requests at the headroom missed it, queueing
-    # none), and that the queue at twice the capacity outgrows from its sixth request on.
-    slo = f"ttft={(ttft + 2 * e2e) * 1000:.0f}ms"
+def test_the_sweep_finds_the_headroom_a_direct_run_confirms(tmp_path):
+    """Before a server of one slot and fixed pace (the stand-in: a chunk every GAP_MS, one request
+    streamed at a time, the rest queued in arrival order), so that a queue grows by the load alone.
+    On llama.cpp the capacity was a request alone's, taken before the sweep: this machine's pace
+    moved 2-4x within seconds (2026-12-02), and a slow spell at the headroom, or a calibration in
+    one, decided the test where the sweep did nothing wrong."""
+    gap_s, new = 0.02, 8
+    service = new * gap_s  # a request alone, first chunk to last: 0.16 s, so 6.25 requests a second
+    capacity = 1 / service
+    # A TTFT a request alone meets with room (its own is one gap), and that the queue at twice the
+    # capacity outgrows from its fifth request on (each waits 0.08 s more than the one before).
+    slo = f"ttft={(gap_s + 2 * service) * 1000:.0f}ms"
     # Steps at 0.4 and 2.0 of the capacity: evenly spaced arrivals never queue at the first, pile up at the second.
     lo, step = round(0.4 * capacity, 3), round(1.6 * capacity, 3)
     spec = f"{lo:g}:{lo + 2 * step:g}:{step:g}"
     common = ("--lengths", "16:8", "--burstiness", "inf", "--requests", "12", "--repeats", "1", "--warmup", "0", "--slo", slo)
-    out, data = run(tmp_path, "--endpoint", one_slot.url, "--sweep", spec, *common)
-    (verdict,) = data["sweep"]
-    steps = verdict["steps"]
-    assert verdict["verdict"] == "found" and verdict["headroom_rate"] == pytest.approx(lo)
-    assert [s["passed"] for s in steps] == [True, False]  # the sweep stops at the first step that fails
-    assert f"headroom {lo:g} req/s" in out.stdout
-    # The step that failed stopped once it could not pass, or once it saw the queue grow.
-    assert steps[1]["stopped"] and steps[1]["good"] < 0.9 * steps[1]["planned"]
-    page = report(tmp_path)
-    assert 'id="headroom-0"' in page and f"The headroom, {lo:g} req/s, is the highest rate that met it" in page
-    _, at = run(tmp_path, "--endpoint", one_slot.url, "--rate", f"{lo:g}", *common)
-    _, above = run(tmp_path, "--endpoint", one_slot.url, "--rate", f"{lo + step:g}", *common)
+    server = SseStandIn(gap_ms=gap_s * 1000, slots=1)
+    try:
+        out, data = run(tmp_path, "--endpoint", server.url, "--sweep", spec, *common)
+        (verdict,) = data["sweep"]
+        steps = verdict["steps"]
+        assert verdict["verdict"] == "found" and verdict["headroom_rate"] == pytest.approx(lo)
+        assert [s["passed"] for s in steps] == [True, False]  # the sweep stops at the first step that fails
+        assert f"headroom {lo:g} req/s" in out.stdout
+        # The step that failed stopped once it could not pass, or once it saw the queue grow.
+        assert steps[1]["stopped"] and steps[1]["good"] < 0.9 * steps[1]["planned"]
+        page = report(tmp_path)
+        assert 'id="headroom-0"' in page and f"The headroom, {lo:g} req/s, is the highest rate that met it" in page
+        _, at = run(tmp_path, "--endpoint", server.url, "--rate", f"{lo:g}", *common)
+        _, above = run(tmp_path, "--endpoint", server.url, "--rate", f"{lo + step:g}", *common)
+    finally:
+        server.close()
     assert at["results"][0]["good_fraction"] >= 0.9
     assert above["results"][0]["good_fraction"] < 0.9
 
