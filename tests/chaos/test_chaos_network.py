@@ -65,11 +65,14 @@ async def test_latency_raises_ttft_by_the_delay_and_nothing_else(llama_server, p
         assert ea == eb == []
         assert (fb.text, fb.n_tokens, fb.server["server_tokens"]) == (fa.text, fa.n_tokens, fa.server["server_tokens"])
         assert sb.ttft_s >= 0.5  # never less than the two delays
-    added = statistics.median(b[1].ttft_s for _, b in pairs) - statistics.median(a[1].ttft_s for a, _ in pairs)
+    # Pair by pair, each pair's two runs back to back: a slow spell of this machine's (2-4x for
+    # seconds) moves the pairs it covers whole, and the median of the pairs' differences is that
+    # of the pairs it did not split.
+    added = statistics.median(b[1].ttft_s - a[1].ttft_s for a, b in pairs)
     assert added == pytest.approx(0.5, abs=0.1)
     itl_direct = statistics.median(a[1].itl.p50 for a, _ in pairs)
-    itl_slow = statistics.median(b[1].itl.p50 for _, b in pairs)
-    assert itl_slow == pytest.approx(itl_direct, abs=0.35 * itl_direct + 0.005)  # a constant delay moves no gap
+    moved = statistics.median(b[1].itl.p50 - a[1].itl.p50 for a, b in pairs)
+    assert abs(moved) <= 0.35 * itl_direct + 0.005  # a constant delay moves no gap
 
 
 async def test_jitter_and_a_bandwidth_cap_change_timings_only(llama_server, proxy):
