@@ -253,7 +253,7 @@ def test_two_servers_rounds_give_intervals_and_the_ratio_with_its_interval(llama
 
 @pytest.mark.serial
 def test_the_sweep_finds_the_headroom_a_direct_run_confirms(tmp_path):
-    """Before a server of one slot and fixed pace (the stand-in: a chunk every GAP_MS, one request
+    """Before a server of one slot and fixed pace (the stand-in: a chunk every 20 ms, one request
     streamed at a time, the rest queued in arrival order), so that a queue grows by the load alone.
     On llama.cpp the capacity was a request alone's, taken before the sweep: this machine's pace
     moved 2-4x within seconds (2026-12-02), and a slow spell at the headroom, or a calibration in
