@@ -67,7 +67,7 @@ async def test_the_replica_whose_memory_climbs_at_a_flat_load_is_flagged(prometh
                 f"RSS +{leaky.mb_per_h:.0f} MB/h, load flat",
                 f"GPU mem +{leaky_gpu.mb_per_h:.0f} MB/h, load flat",
             ]
-        )
+        ), (leaky.text(), leaky_gpu.text())  # the load's change and the points fitted, where it fails
         assert [n for n in notes if n.startswith("leak sentinel")] == [
             f"leak sentinel: leaky (sentinel) {leaky.text()} (process_resident_memory_bytes fitted against time, beside generated tokens/s)",
             f"leak sentinel: leaky (sentinel) {leaky_gpu.text()} (DCGM_FI_DEV_FB_USED of its pod's GPUs fitted against time, beside generated tokens/s)",
