@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -60,8 +61,6 @@ def reasoning_chunks(shape: str) -> list[tuple[str, dict]]:
 
 
 def app(gap_s: float, shape: str | None = None, experts_dir: str | None = None, server: str = "sglang", slots: int = 0):
-    import contextlib
-
     from aiohttp import web
 
     from tests.helpers.expert_recorder import PROMPT_POSITIONS, Recorder, routes
