@@ -40,7 +40,7 @@ async def test_the_split_and_ttfa_equal_those_read_from_the_raw_stream(thinking_
     session.listeners.append(events.append)
     fin, posted, tapped = await tapped_run(thinking_server.port, session, RunRequest(prompt=PROMPT, max_new_tokens=120))
     recorder.close()
-    chunks = [(t, text) for t, _, text in tapped]
+    chunks = [(t, text) for t, _, text, _ in tapped]
     text = "".join(c for _, c in chunks)
     assert text.startswith("<think>") and "</think>" in text and fin.text == text
     # The test's own split: a chunk a token (this server streams no running count), thinking up to
@@ -101,11 +101,11 @@ async def test_each_reasoning_stream_no_server_here_sends_is_split_and_timed_as_
     finally:
         standin.close()
     sent = reasoning_chunks(shape)
-    assert [text for _, _, text in tapped] == [next(v for k, v in delta.items() if k != "role" and v) for _, delta in sent]
+    assert [text for _, _, text, _ in tapped] == [next(v for k, v in delta.items() if k != "role" and v) for _, delta in sent]
     thought = sum(1 for phase, _ in sent if phase == "thinking")  # a chunk a token: no running count
     st = session.timer.runs[fin.run_id].total
     assert st.phase_tokens == {"thinking": thought, "answer": len(sent) - thought}
-    assert fin.text == "".join(text for _, _, text in tapped)
+    assert fin.text == "".join(text for _, _, text, _ in tapped)
     raw_ttft, raw_ttfa = (tapped[0][0] - posted) / 1e9, (tapped[thought][0] - posted) / 1e9
     assert as_raw(st.ttft_s, raw_ttft) and as_raw(st.ttfa_s, raw_ttfa), (st.ttft_s, raw_ttft, st.ttfa_s, raw_ttfa)
     assert fin.server.get("server_reasoning_tokens") == (thought if shape == "deepseek" else None)

@@ -311,10 +311,11 @@ def _buffer(d: Direction) -> float:
     return max(READ, (d.rate or 4 * 2**20) * (d.latency_s + 0.25))
 
 
-def tapped_chunks(tap: dict) -> tuple[int, list[tuple[int, str, str]]]:
-    """(when the request reached the proxy, [(arrival, field, text)] of each delta text a completion
-    stream brought, `content` or a server's reasoning field), read from a tap's bytes as they
-    passed: an SSE event is whole at the read that ends it."""
+def tapped_chunks(tap: dict) -> tuple[int, list[tuple[int, str, str, int | None]]]:
+    """(when the request reached the proxy, [(arrival, field, text, the server's running count of
+    generated tokens at that event, where it streams one)] of each delta text a completion stream
+    brought, `content` or a server's reasoning field), read from a tap's bytes as they passed: an
+    SSE event is whole at the read that ends it."""
     posted = next(t for t, data in tap["up"] if b"POST " in data)
     buf, chunks = b"", []
     for t, data in tap["down"]:
@@ -323,19 +324,24 @@ def tapped_chunks(tap: dict) -> tuple[int, list[tuple[int, str, str]]]:
         for event in events:
             line = event.split(b"data: ", 1)[-1]
             if line.startswith(b"{"):
-                delta = ((json.loads(line).get("choices") or [{}])[0]).get("delta") or {}
-                chunks += [(t, key, text) for key, text in delta.items() if key in ("reasoning", "reasoning_content", "content") and text]
+                obj = json.loads(line)
+                delta = ((obj.get("choices") or [{}])[0]).get("delta") or {}
+                running = (obj.get("usage") or {}).get("completion_tokens")
+                chunks += [(t, key, text, running) for key, text in delta.items() if key in ("reasoning", "reasoning_content", "content") and text]
     return posted, chunks
 
 
-async def tapped_run(port: int, session, request) -> tuple:
-    """One run of an attached client through a proxy to 127.0.0.1:`port` that taps the run's bytes:
-    (the run's end, when the request reached the proxy, [(arrival, field, text)] as tapped_chunks reads them)."""
+async def tapped_run(port: int, session, request, levers: dict | None = None) -> tuple:
+    """One run of an attached client (its `levers` set first) through a proxy to 127.0.0.1:`port`
+    that taps the run's bytes: (the run's end, when the request reached the proxy, [(arrival,
+    field, text, running count)] as tapped_chunks reads them)."""
     from tui_app.attach.client import AttachConfig, ServerClient
 
     with FaultProxy(("127.0.0.1", port)) as proxy:
         client = ServerClient(AttachConfig(url=proxy.url), session.feed)
         await client.connect()
+        for name, value in (levers or {}).items():
+            client.set_lever(name, value)
         proxy.tap = {"up": [], "down": []}
         try:
             fin = await client.run(request)

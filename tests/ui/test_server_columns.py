@@ -18,8 +18,8 @@ PROMPT = "Name three rivers of Europe and say where each one meets the sea."
 
 async def test_a_cached_prompt_reads_its_tokens_and_the_cached_share(llama_server, tmp_path):
     # The chat template's tokens as the server counts them, asked of the server itself.
-    template = httpx.post(llama_server.url + "/apply-template", json={"messages": [{"role": "user", "content": PROMPT}]}).json()["prompt"]
-    n_prompt = len(httpx.post(llama_server.url + "/tokenize", json={"content": template, "add_special": True}).json()["tokens"])
+    template = httpx.post(llama_server.url + "/apply-template", json={"messages": [{"role": "user", "content": PROMPT}]}, timeout=60).json()["prompt"]
+    n_prompt = len(httpx.post(llama_server.url + "/tokenize", json={"content": template, "add_special": True}, timeout=60).json()["tokens"])
     request = RunRequest(prompt=PROMPT, max_new_tokens=4, ignore_eos=True)
     app = TokentopApp(AttachSource([AttachConfig(url=llama_server.url)]), request, fps=8, out_dir=str(tmp_path))
     async with app.run_test(size=APP_SIZE) as pilot:
