@@ -7,6 +7,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from textual.css.query import NoMatches
 
 from benchmarks.common.deadline import Deadline
 from monitors.events import RunFinished
@@ -32,8 +33,17 @@ async def until(pilot, cond, timeout=90.0, what=""):
     deadline = Deadline(timeout)
     while not cond():
         if deadline.passed():
-            raise AssertionError(f"timed out waiting for {what or cond} in {deadline}")
+            raise AssertionError(f"timed out waiting for {what or cond} in {deadline}; the app showed {showed(pilot.app)}")
         await pilot.pause(0.1)
+
+
+def showed(app) -> str:
+    """Its status line and last notes: a wait that fails says whether the app was stuck or was told why."""
+    try:
+        status = status_text(app)
+    except NoMatches:
+        status = "(no status line)"
+    return f"the status {status!r}, the notes {notes(app)[-5:]}"
 
 
 def live_app(tmp_path, max_new=40):
