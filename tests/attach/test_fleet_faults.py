@@ -9,17 +9,23 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import queue
 import subprocess
 import sys
 import time
+from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
-from monitors.events import FleetSample
+from benchmarks.common.deadline import Deadline
+from monitors.events import EngineError, EngineReady, FleetSample, LeverRefused
 from monitors.prometheus import QUERY, UNAUTHORIZED, Auth, Prometheus, PrometheusError
 from tests.helpers.llama_server import LlamaServer
 from tests.helpers.prometheus import PrometheusServer, free_port, group
-from tui_app.attach.fleet import FleetConfig, FleetWatcher
+from tui_app.attach.client import AttachConfig
+from tui_app.attach.fleet import NO_REPLICA, FleetConfig, FleetWatcher, _serve
+from tui_app.requests import Run, RunRequest, Shutdown
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER, PASSWORD = "tokentop", "fleet-test-password"
@@ -160,6 +166,51 @@ async def test_a_replica_going_down_and_coming_back(prometheus):
         await watcher.aclose()
         prometheus.set_targets("flaky", [])
         flaky.close()
+
+
+async def first(got: list, match, timeout: float = 30.0):
+    deadline = Deadline(timeout)
+    while not deadline.passed():
+        if found := [ev for ev in got if match(ev)]:
+            return found[0]
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"not within {deadline.seconds} s (longest gap {deadline.longest:.1f} s): {[type(ev).__name__ for ev in got]}")
+
+
+async def test_runs_wait_for_a_replica_prometheus_finds_late_and_give_up_with_the_reason(prometheus, llama_server):
+    """A rolling restart, or a replica whose scrape failed once: no replica to run on at the start is
+    not the end. The fleet client looks again, says so, refuses a run meanwhile with the reason,
+    and runs on the replica once Prometheus finds it; only after find_s does it give up."""
+    got: list = []
+    commands: queue.Queue = queue.Queue()
+    events = SimpleNamespace(put=got.extend)  # the client's batches, flattened
+    template = AttachConfig(url="http://127.0.0.1", metrics_hz=0)
+    cfg = FleetConfig(prometheus.url, match='{job="late"}', window_s=10, every_s=1, backfill_s=0, leak_span_s=0, template=template, find_s=120)
+    serving = asyncio.create_task(_serve(cfg, commands, events))
+    try:
+        looking = await first(got, lambda ev: isinstance(ev, EngineError))
+        assert looking.message == f"{NO_REPLICA} yet: looking again every 1 s for 120 s" and not looking.fatal
+        commands.put(Run(RunRequest(max_new_tokens=4)))
+        refused = await first(got, lambda ev: isinstance(ev, LeverRefused))
+        assert refused.lever == "run" and refused.reason == f"{NO_REPLICA} yet (looking until one does)"
+        prometheus.set_targets("late", [group("late", f"127.0.0.1:{llama_server.port}")])
+        ready = await first(got, lambda ev: isinstance(ev, EngineReady) and ev.server is not None, timeout=60)
+        assert f":{llama_server.port}" in ready.server["url"]
+        assert [ev for ev in got if isinstance(ev, EngineError)] == [looking]
+        commands.put(Shutdown())
+        await asyncio.wait_for(serving, 30)
+    finally:
+        serving.cancel()
+        prometheus.set_targets("late", [])
+    got.clear()
+    serving = asyncio.create_task(_serve(replace(cfg, match='{job="nowhere"}', find_s=2), commands, events))
+    try:
+        fatal = await first(got, lambda ev: isinstance(ev, EngineError) and ev.fatal)
+        assert fatal.message == f"{NO_REPLICA} within 2 s: give the URL runs go to (a router or one replica), or --watch"
+        commands.put(Shutdown())
+        await asyncio.wait_for(serving, 30)
+    finally:
+        serving.cancel()
 
 
 async def test_a_promql_error_names_its_query(prometheus):

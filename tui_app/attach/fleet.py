@@ -13,6 +13,7 @@ table are tui_app/commands/fleet.py; the table's cells, shared with the pane, tu
 from __future__ import annotations
 
 import asyncio
+import queue
 import time
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
@@ -28,6 +29,7 @@ from tui_app.attach.loop import Servers, _Batches, _get
 from tui_app.requests import Run, SetLever, Shutdown
 
 FLEET_RUNS = 4  # replicas tokentop's own runs move between (t), as attach compares up to four servers
+NO_REPLICA = "no replica that Prometheus scrapes answers the OpenAI API from here (GET /v1/models)"
 WATCHING = "--watch: tokentop sends no request of its own; the figures are the fleet's traffic alone"
 
 
@@ -46,6 +48,7 @@ class FleetConfig:
     runs: list = field(default_factory=list)  # AttachConfig of each URL given for tokentop's own runs
     template: AttachConfig | None = None  # the options of a replica found in Prometheus, its URL aside
     first_run_id: int = 1
+    find_s: float = 60.0  # how long runs wait for a replica (a rolling restart; a scrape that failed once)
 
 
 class FleetWatcher:
@@ -182,6 +185,34 @@ async def _commands_refused(commands, emit) -> None:
                 emit(LeverRefused(lever=name, value=value, reason=WATCHING))
 
 
+async def _find_replicas(watcher: FleetWatcher, cfg: FleetConfig, commands, out) -> list[str] | None:
+    """The replicas runs go to, looked for again every `every_s` until `find_s` has passed ([]: none);
+    None: the UI shut down meanwhile. Keys that would send a request meanwhile say why not."""
+    deadline = time.monotonic() + cfg.find_s
+    said = False
+    while True:
+        roots = await watcher.api_replicas()
+        if roots or time.monotonic() >= deadline:
+            return roots
+        if not said:
+            out(EngineError(message=f"{NO_REPLICA} yet: looking again every {cfg.every_s:g} s for {cfg.find_s:.0f} s"))
+            said = True
+        while True:
+            try:
+                cmd = commands.get_nowait()
+            except queue.Empty:
+                break
+            except (EOFError, OSError, ValueError):  # the UI went away
+                return None
+            match cmd:
+                case Shutdown():
+                    return None
+                case Run() | SetLever():
+                    lever, value = ("run", "") if isinstance(cmd, Run) else (cmd.lever, cmd.value)
+                    out(LeverRefused(lever=lever, value=value, reason=f"{NO_REPLICA} yet (looking until one does)"))
+        await asyncio.sleep(cfg.every_s)
+
+
 async def _serve(cfg: FleetConfig, commands, events) -> None:
     out = _Batches(events.put)
     flusher = asyncio.create_task(out.run())
@@ -200,10 +231,11 @@ async def _serve(cfg: FleetConfig, commands, events) -> None:
             return
         configs = cfg.runs
         if not configs and cfg.template is not None:
-            roots = await watcher.api_replicas()
+            roots = await _find_replicas(watcher, cfg, commands, out)
+            if roots is None:
+                return
             if not roots:
-                why = "no replica that Prometheus scrapes answers the OpenAI API from here (GET /v1/models)"
-                out(EngineError(message=f"{why}: give the URL runs go to (a router or one replica), or --watch", fatal=True))
+                out(EngineError(message=f"{NO_REPLICA} within {cfg.find_s:.0f} s: give the URL runs go to (a router or one replica), or --watch", fatal=True))
                 await _commands_refused(commands, out)
                 return
             configs = [replace(cfg.template, url=root, label=urlsplit(root).netloc) for root in roots]
