@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import queue
 import subprocess
@@ -177,40 +178,43 @@ async def first(got: list, match, timeout: float = 30.0):
     raise AssertionError(f"not within {deadline.seconds} s (longest gap {deadline.longest:.1f} s): {[type(ev).__name__ for ev in got]}")
 
 
+@contextlib.asynccontextmanager
+async def fleet_client(cfg: FleetConfig):
+    """The fleet client's loop in this process: its events (batches flattened) and its command
+    queue. Shut down however the test ends: a thread of it waits on the queue, and would hold
+    the event loop's close (and the test) until it reads Shutdown."""
+    got: list = []
+    commands: queue.Queue = queue.Queue()
+    serving = asyncio.create_task(_serve(cfg, commands, SimpleNamespace(put=got.extend)))
+    try:
+        yield got, commands
+    finally:
+        commands.put(Shutdown())
+        await asyncio.wait_for(serving, 30)
+
+
 async def test_runs_wait_for_a_replica_prometheus_finds_late_and_give_up_with_the_reason(prometheus, llama_server):
     """A rolling restart, or a replica whose scrape failed once: no replica to run on at the start is
     not the end. The fleet client looks again, says so, refuses a run meanwhile with the reason,
     and runs on the replica once Prometheus finds it; only after find_s does it give up."""
-    got: list = []
-    commands: queue.Queue = queue.Queue()
-    events = SimpleNamespace(put=got.extend)  # the client's batches, flattened
     template = AttachConfig(url="http://127.0.0.1", metrics_hz=0)
     cfg = FleetConfig(prometheus.url, match='{job="late"}', window_s=10, every_s=1, backfill_s=0, leak_span_s=0, template=template, find_s=120)
-    serving = asyncio.create_task(_serve(cfg, commands, events))
     try:
-        looking = await first(got, lambda ev: isinstance(ev, EngineError))
-        assert looking.message == f"{NO_REPLICA} yet: looking again every 1 s for 120 s" and not looking.fatal
-        commands.put(Run(RunRequest(max_new_tokens=4)))
-        refused = await first(got, lambda ev: isinstance(ev, LeverRefused))
-        assert refused.lever == "run" and refused.reason == f"{NO_REPLICA} yet (looking until one does)"
-        prometheus.set_targets("late", [group("late", f"127.0.0.1:{llama_server.port}")])
-        ready = await first(got, lambda ev: isinstance(ev, EngineReady) and ev.server is not None, timeout=60)
-        assert f":{llama_server.port}" in ready.server["url"]
-        assert [ev for ev in got if isinstance(ev, EngineError)] == [looking]
-        commands.put(Shutdown())
-        await asyncio.wait_for(serving, 30)
+        async with fleet_client(cfg) as (got, commands):
+            looking = await first(got, lambda ev: isinstance(ev, EngineError))
+            assert looking.message == f"{NO_REPLICA} yet: looking again every 1 s for 120 s" and not looking.fatal
+            commands.put(Run(RunRequest(max_new_tokens=4)))
+            refused = await first(got, lambda ev: isinstance(ev, LeverRefused))
+            assert refused.lever == "run" and refused.reason == f"{NO_REPLICA} yet (looking until one does)"
+            prometheus.set_targets("late", [group("late", f"127.0.0.1:{llama_server.port}")])
+            ready = await first(got, lambda ev: isinstance(ev, EngineReady) and ev.server is not None, timeout=60)
+            assert f":{llama_server.port}" in ready.server["url"]
+            assert [ev for ev in got if isinstance(ev, EngineError)] == [looking]
     finally:
-        serving.cancel()
         prometheus.set_targets("late", [])
-    got.clear()
-    serving = asyncio.create_task(_serve(replace(cfg, match='{job="nowhere"}', find_s=2), commands, events))
-    try:
+    async with fleet_client(replace(cfg, match='{job="nowhere"}', find_s=2)) as (got, _):
         fatal = await first(got, lambda ev: isinstance(ev, EngineError) and ev.fatal)
         assert fatal.message == f"{NO_REPLICA} within 2 s: give the URL runs go to (a router or one replica), or --watch"
-        commands.put(Shutdown())
-        await asyncio.wait_for(serving, 30)
-    finally:
-        serving.cancel()
 
 
 async def test_a_promql_error_names_its_query(prometheus):
