@@ -13,7 +13,6 @@ table are tui_app/commands/fleet.py; the table's cells, shared with the pane, tu
 from __future__ import annotations
 
 import asyncio
-import queue
 import time
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
@@ -25,7 +24,7 @@ from monitors.fleet import PREFIXES, Fleet, Selector
 from monitors.fleet_leaks import Sentinel
 from monitors.prometheus import Auth, Prometheus, PrometheusError
 from tui_app.attach.client import AttachConfig, server_ready
-from tui_app.attach.loop import Servers, _Batches, _get
+from tui_app.attach.loop import Servers, _Batches, _get, _waiting
 from tui_app.requests import Run, SetLever, Shutdown
 
 FLEET_RUNS = 4  # replicas tokentop's own runs move between (t), as attach compares up to four servers
@@ -172,45 +171,39 @@ def watch_ready(cfg: FleetConfig, version: str) -> EngineReady:
     return server_ready("fleet", cfg.prometheus, "Prometheus", "fleet", server)
 
 
+def _refused(cmd, reason: str, emit) -> bool:
+    """A command while tokentop sends no request of its own: keys that would send one say why
+    not; False: shut down."""
+    match cmd:
+        case Shutdown():
+            return False
+        case Run():
+            emit(LeverRefused(lever="run", value="", reason=reason))
+        case SetLever(lever=name, value=value):
+            emit(LeverRefused(lever=name, value=value, reason=reason))
+    return True
+
+
 async def _commands_refused(commands, emit) -> None:
     """--watch on a fleet: keys that would send a request say why not, until shutdown."""
     loop = asyncio.get_running_loop()
-    while True:
-        match await loop.run_in_executor(None, _get, commands):
-            case Shutdown():
-                return
-            case Run():
-                emit(LeverRefused(lever="run", value="", reason=WATCHING))
-            case SetLever(lever=name, value=value):
-                emit(LeverRefused(lever=name, value=value, reason=WATCHING))
+    while _refused(await loop.run_in_executor(None, _get, commands), WATCHING, emit):
+        pass
 
 
 async def _find_replicas(watcher: FleetWatcher, cfg: FleetConfig, commands, out) -> list[str] | None:
     """The replicas runs go to, looked for again every `every_s` until `find_s` has passed ([]: none);
     None: the UI shut down meanwhile. Keys that would send a request meanwhile say why not."""
     deadline = time.monotonic() + cfg.find_s
-    said = False
-    while True:
-        roots = await watcher.api_replicas()
-        if roots or time.monotonic() >= deadline:
-            return roots
-        if not said:
-            out(EngineError(message=f"{NO_REPLICA} yet: looking again every {cfg.every_s:g} s for {cfg.find_s:.0f} s"))
-            said = True
-        while True:
-            try:
-                cmd = commands.get_nowait()
-            except queue.Empty:
-                break
-            except (EOFError, OSError, ValueError):  # the UI went away
-                return None
-            match cmd:
-                case Shutdown():
-                    return None
-                case Run() | SetLever():
-                    lever, value = ("run", "") if isinstance(cmd, Run) else (cmd.lever, cmd.value)
-                    out(LeverRefused(lever=lever, value=value, reason=f"{NO_REPLICA} yet (looking until one does)"))
+    roots = await watcher.api_replicas()
+    if not roots:
+        out(EngineError(message=f"{NO_REPLICA} yet: looking again every {cfg.every_s:g} s for {cfg.find_s:.0f} s"))
+    while not roots and time.monotonic() < deadline:
+        if not all(_refused(cmd, f"{NO_REPLICA} yet (looking until one does)", out) for cmd in _waiting(commands)):
+            return None
         await asyncio.sleep(cfg.every_s)
+        roots = await watcher.api_replicas()
+    return roots
 
 
 async def _serve(cfg: FleetConfig, commands, events) -> None:

@@ -145,6 +145,18 @@ def _get(commands):
             return Shutdown()
 
 
+def _waiting(commands):
+    """The commands sent so far, without waiting for more; Shutdown where the UI went away."""
+    while True:
+        try:
+            yield commands.get_nowait()
+        except queue.Empty:
+            return
+        except (EOFError, OSError, ValueError):
+            yield Shutdown()
+            return
+
+
 class _Batches:
     """Events to the UI a few milliseconds at a time, one queue put per batch: at a fast server's
     thousands of chunks a second, a put and a get per event cost the two processes more than the
