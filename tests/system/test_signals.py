@@ -84,8 +84,8 @@ def test_ending_the_app_at_any_phase(tmp_path, phase, how):
 
 def test_sigusr1_says_where_every_thread_of_the_app_and_its_engine_is():
     """TOKENTOP_STACKS (tui_app/stacks.py): what a wait on a screen that stopped changing prints
-    (TmuxApp.where). The UI's threads and the engine's, each process in a file of its own, and the
-    app goes on as before."""
+    (TmuxApp.where). The UI's threads and its loop's tasks and the engine's threads, each process in
+    a file of its own, and the app goes on as before."""
     app = TmuxApp("tt-sig-usr1", ["--no-record", "--max-new-tokens", "400", "--ignore-eos"])
     try:
         app.wait_for(lambda s: re.search(r"TTFT \d+ ms", s), timeout=120)
@@ -95,6 +95,10 @@ def test_sigusr1_says_where_every_thread_of_the_app_and_its_engine_is():
         parts = dict(re.findall(r"--- every thread of pid (\d+) ---\n(.*?)(?=\n--- every thread|\Z)", where, re.S))
         assert {str(ui), str(engine)} <= parts.keys(), where
         assert "textual" in parts[str(ui)] and "monitors/sampler.py" in parts[str(ui)], parts[str(ui)]  # the loop, and the sampler's thread
+        # The loop's tasks down to their awaits: an idle loop whose app draws nothing says which await holds it
+        tasks = parts[str(ui)].split("asyncio tasks, each down to the await it waits on:\n", 1)[-1]
+        assert re.search(r"^frame\n  \S+textual/timer\.py:\d+ in _run_timer\n", tasks, re.M), parts[str(ui)]
+        assert "asyncio tasks" not in parts[str(engine)]  # no loop runs there
         assert "tui_app/engine" in parts[str(engine)], parts[str(engine)]
         tokens = app.wait_for(lambda s: "TOKENTOP-EXIT=" in s or re.search(r"ITL p50", s), timeout=10)
         assert tokens and "TOKENTOP-EXIT=" not in app.pane()  # still running
