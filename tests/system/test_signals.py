@@ -97,7 +97,7 @@ def test_sigusr1_says_where_every_thread_of_the_app_and_its_engine_is():
         assert "textual" in parts[str(ui)] and "monitors/sampler.py" in parts[str(ui)], parts[str(ui)]  # the loop, and the sampler's thread
         # The loop's tasks down to their awaits: an idle loop whose app draws nothing says which await holds it
         tasks = parts[str(ui)].split("asyncio tasks, each down to the await it waits on:\n", 1)[-1]
-        assert re.search(r"^frame\n  \S+textual/timer\.py:\d+ in _run_timer\n", tasks, re.M), parts[str(ui)]
+        assert re.search(r"in run_app\n(  .*\n)*?  \S+textual/message_pump\.py:\d+ in _get_message\n", tasks), parts[str(ui)]  # the app's, idle
         assert "asyncio tasks" not in parts[str(engine)]  # no loop runs there
         assert "tui_app/engine" in parts[str(engine)], parts[str(engine)]
         tokens = app.wait_for(lambda s: "TOKENTOP-EXIT=" in s or re.search(r"ITL p50", s), timeout=10)

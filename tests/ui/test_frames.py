@@ -1,6 +1,7 @@
 """The frame pacing and the damage it draws: what a frame repaints turns the last frame into the
 new one; a terminal that does not answer in time gets no new frames until it has caught up."""
 
+import itertools
 import random
 import re
 import time
@@ -94,3 +95,21 @@ async def test_frames_wait_for_a_terminal_that_is_behind_and_say_so():
         pacer.asked.clear()
         await pilot.pause(4.5)
         assert "slow terminal" not in str(app.status.render())
+
+
+async def test_every_frame_comes_when_the_ui_is_held_up_between_two_reads_of_the_clock(monkeypatch):
+    """A UI thread held up (preempted on a loaded machine, a garbage collection) between two reads
+    of the clock: the frames come all the same. Textual's one-shot timer, which the frame clock was,
+    reads the clock twice before it sleeps and skips a tick it finds missed; a one-shot has no next,
+    so it never fired, and the app stayed at its first frame for good, its status line never drawn
+    (a parallel tier's app in tmux, twice on record). Here each read of Textual's clock comes 5 ms
+    after the one before, as a thread held up between any two of them sees it."""
+    from textual import _time
+
+    real, reads = _time.get_time, itertools.count()
+    monkeypatch.setattr(_time, "get_time", lambda: real() + 0.005 * next(reads))
+    app = TokentopApp(ReplaySource(session_events(runs=2), speed=1), None, fps="auto")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(1.0)
+        assert len(app.pacer.drawn) >= 3, "the frame clock fired at most twice in a second"
+        assert app.session.token_count > 0 and "replay" in str(app.status.render())

@@ -161,7 +161,7 @@ class TokentopApp(LeverKeys, ViewKeys):
             self.session.trim()
             trim_heap()  # the UI's own RSS then tracks its live memory, which the soak checks stays flat
             if self.auto and not self.paused and self.source.live:
-                self.set_timer(0.3, self._auto_next)
+                self.call_in(0.3, self._auto_next)
         elif isinstance(ev, LeverChanged | LeverRefused):
             self._wanted.pop(ev.lever, None)
             if isinstance(ev, LeverChanged) and ev.lever == "server":
@@ -213,6 +213,7 @@ class TokentopApp(LeverKeys, ViewKeys):
         self.notify(line, title="recording", severity="error", timeout=30)
 
     def on_unmount(self) -> None:
+        self.pacer.stop()
         self.restore_signals()
         if self.sampler is not None:
             self.sampler.stop()

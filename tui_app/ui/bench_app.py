@@ -21,7 +21,7 @@ class BenchApp(TokentopApp):
         self.state = f"bench {phase.detail}"
         if isinstance(ev, Phase) and ev.done:
             code = getattr(self.source, "bench_code", lambda: None)()
-            self.set_timer(CLOSE_AFTER_S, lambda: self.exit(return_code=code or 0))
+            self.call_in(CLOSE_AFTER_S, lambda: self.exit(return_code=code or 0))
 
     def start_run(self) -> None:
         self.notify("the bench sends its own load; r and a wait for it to end", severity="warning")

@@ -5,6 +5,7 @@ takes the tour off its script until →."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import ClassVar
 
 from textual.binding import Binding, BindingType
@@ -36,7 +37,7 @@ class DemoApp(TokentopApp):
         self.off_script = False
         self.tour_done = False
         self.last_effect = ""
-        self._advance = None
+        self._advance: asyncio.TimerHandle | None = None
         self.banner = CaptionBanner(id="caption")
         self.above_status = [self.banner]
 
@@ -58,7 +59,7 @@ class DemoApp(TokentopApp):
     # ------------------------------------------------------------ the tour
     def goto(self, i: int) -> None:
         if self._advance is not None:
-            self._advance.stop()
+            self._advance.cancel()
             self._advance = None
         if i >= len(self.steps):
             self.finish()
@@ -125,7 +126,7 @@ class DemoApp(TokentopApp):
         self.step_done = True
         self.last_effect = self.tour_log.record(self.session, step, self.step_runs, self.step_refused).effect()
         self.show()
-        self._advance = self.set_timer(max(step.seconds, 0.05), self._auto_advance)
+        self._advance = self.call_in(max(step.seconds, 0.05), self._auto_advance)
 
     def _auto_advance(self) -> None:
         self._advance = None

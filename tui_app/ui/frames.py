@@ -75,7 +75,7 @@ class FramePacer:
         self._first_until = 0.0
         self._reply_until = 0.0
         self.queued: deque[float] = deque(maxlen=SUSTAINED)  # seconds the last answers waited behind the output before them
-        self._timer = None
+        self._timer: asyncio.TimerHandle | None = None
         self.shown_note: str | None = None  # what the status line last said of the terminal
 
     # ------------------------------------------------------------ the clock
@@ -90,9 +90,13 @@ class FramePacer:
         self._arm(0.0)
 
     def _arm(self, delay: float) -> None:
+        self.stop()
+        self._timer = self.app.call_in(delay, self._wake)
+
+    def stop(self) -> None:
+        """No frame after this one (the app is leaving)."""
         if self._timer is not None:
-            self._timer.stop()
-        self._timer = self.app.set_timer(max(delay, 0.001), self._wake, name="frame")  # 0 is refused
+            self._timer.cancel()
 
     def _wake(self) -> None:
         now = time.monotonic()
@@ -279,6 +283,20 @@ class PacedApp(App):
         recording is written through at each run's end) and the engine ends with its parent."""
         threading.Thread(target=_leave_after, args=(EXIT_GRACE_S, 128 + signum), name="tokentop-exit", daemon=True).start()
         loop.call_soon_threadsafe(self.exit)
+
+    def call_in(self, delay: float, callback) -> asyncio.TimerHandle:
+        """`callback` on this app's message loop `delay` seconds from now, however late the loop
+        comes to it. Not Textual's set_timer: its one-shot Timer reads the clock twice before it
+        sleeps, and where its task was held up between the two for longer than the delay (a UI
+        thread preempted on a loaded machine, a garbage collection) it skips the tick it missed,
+        and a one-shot has no next one: it never fires. The frame clock's 1-ms first frame lost so
+        left the app at its first frame for good, its status line never drawn (docs/testing.md).
+        As with Textual's timers, nothing is called once the app is leaving (its last picture stays)."""
+        return asyncio.get_running_loop().call_later(max(delay, 0.0), self._call_unless_leaving, callback)
+
+    def _call_unless_leaving(self, callback) -> None:
+        if self.return_code is None:  # set by exit()
+            self.call_next(callback)
 
     def write_to_terminal(self, text: str) -> bool:
         """Bytes straight to the terminal, behind whatever the app wrote before (False: none here)."""
