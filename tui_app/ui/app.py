@@ -213,7 +213,6 @@ class TokentopApp(LeverKeys, ViewKeys):
         self.notify(line, title="recording", severity="error", timeout=30)
 
     def on_unmount(self) -> None:
-        self.pacer.stop()
         self.restore_signals()
         if self.sampler is not None:
             self.sampler.stop()

@@ -90,13 +90,9 @@ class FramePacer:
         self._arm(0.0)
 
     def _arm(self, delay: float) -> None:
-        self.stop()
-        self._timer = self.app.call_in(delay, self._wake)
-
-    def stop(self) -> None:
-        """No frame after this one (the app is leaving)."""
         if self._timer is not None:
             self._timer.cancel()
+        self._timer = self.app.call_in(delay, self._wake)
 
     def _wake(self) -> None:
         now = time.monotonic()
